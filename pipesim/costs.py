@@ -1,0 +1,117 @@
+"""How long each action takes and how many bytes it moves and keeps.
+
+Costs are given per *model stage* (layer group): ``forward_ms[k]`` is the forward time
+of layer group ``k`` for one microbatch. Two chains of a bidirectional schedule run the
+same layer groups, so they share the same costs. The engine asks three questions of a
+``Costs``: the duration of an action, the bytes sent at a stage boundary, and the
+activation memory an action takes or frees.
+
+Backward conventions: a full backward ``B`` computes both gradients; a split backward
+runs ``I`` (input gradient, on the critical path) and ``W`` (weight gradient, can wait).
+Given only ``backward_ms``, I and W are taken as half of it each; given I and W, ``B``
+is their sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipesim.schedules.ir import OVERLAP_F_B, Action, B, F, I, Kind, W
+
+
+@dataclass(frozen=True, slots=True)
+class Costs:
+    """Per model stage durations (ms) and sizes (bytes); every tuple has one entry per stage."""
+
+    forward_ms: tuple[float, ...]
+    backward_ms: tuple[float, ...]
+    backward_input_ms: tuple[float, ...]
+    backward_weight_ms: tuple[float, ...]
+    activation_bytes: tuple[float, ...]
+    activation_memory_bytes: tuple[float, ...]
+    weight_grad_memory_bytes: tuple[float, ...]
+    overlapped_fb_ms: tuple[float, ...] | None = None
+    overhead_ms: float = 0.0
+
+    @property
+    def stages(self) -> int:
+        return len(self.forward_ms)
+
+    def duration_ms(self, kind: Kind, model_stage: int) -> float:
+        match kind:
+            case Kind.F:
+                return self.forward_ms[model_stage]
+            case Kind.B:
+                return self.backward_ms[model_stage]
+            case Kind.I:
+                return self.backward_input_ms[model_stage]
+            case Kind.W:
+                return self.backward_weight_ms[model_stage]
+        raise ValueError(f"no duration for kind {kind}")
+
+    def overlapped_ms(self, forward_stage: int, backward_kind: Kind, backward_stage: int) -> float:
+        """An overlapped forward+backward pair: its own figure if given, else F + B."""
+        if self.overlapped_fb_ms is not None:
+            return self.overlapped_fb_ms[forward_stage]
+        return self.forward_ms[forward_stage] + self.duration_ms(backward_kind, backward_stage)
+
+
+def uniform_costs(
+    stages: int,
+    forward_ms: float | list[float] = 1.0,
+    backward_ms: float | list[float] | None = None,
+    *,
+    backward_input_ms: float | list[float] | None = None,
+    backward_weight_ms: float | list[float] | None = None,
+    activation_bytes: float | list[float] = 0.0,
+    activation_memory_bytes: float | list[float] = 0.0,
+    weight_grad_memory_bytes: float | list[float] = 0.0,
+    overlapped_fb_ms: float | list[float] | None = None,
+    overhead_ms: float = 0.0,
+) -> Costs:
+    """Costs from scalars or per-stage lists (a scalar applies to every stage)."""
+
+    def per_stage(value: float | list[float], key: str) -> tuple[float, ...]:
+        if isinstance(value, list | tuple):
+            if len(value) != stages:
+                raise ValueError(f"{key} has {len(value)} entries, expected {stages} (one per stage)")
+            return tuple(float(v) for v in value)
+        return (float(value),) * stages
+
+    fwd = per_stage(forward_ms, "forward_ms")
+    if backward_input_ms is not None or backward_weight_ms is not None:
+        if backward_input_ms is None or backward_weight_ms is None:
+            raise ValueError("give both backward_input_ms and backward_weight_ms, or neither")
+        inp = per_stage(backward_input_ms, "backward_input_ms")
+        wgt = per_stage(backward_weight_ms, "backward_weight_ms")
+        full = (
+            per_stage(backward_ms, "backward_ms")
+            if backward_ms is not None
+            else tuple(a + b for a, b in zip(inp, wgt, strict=True))
+        )
+    else:
+        full = per_stage(2.0 if backward_ms is None else backward_ms, "backward_ms")
+        inp = tuple(b / 2 for b in full)
+        wgt = inp
+    return Costs(
+        forward_ms=fwd,
+        backward_ms=full,
+        backward_input_ms=inp,
+        backward_weight_ms=wgt,
+        activation_bytes=per_stage(activation_bytes, "activation_bytes"),
+        activation_memory_bytes=per_stage(activation_memory_bytes, "activation_memory_bytes"),
+        weight_grad_memory_bytes=per_stage(weight_grad_memory_bytes, "weight_grad_memory_bytes"),
+        overlapped_fb_ms=None if overlapped_fb_ms is None else per_stage(overlapped_fb_ms, "overlapped_fb_ms"),
+        overhead_ms=overhead_ms,
+    )
+
+
+def action_duration_ms(costs: Costs, action: Action, model_stage_of) -> float:
+    """Duration of an action (simple or overlapped); ``model_stage_of`` maps stage -> model stage."""
+    if action.kind == OVERLAP_F_B:
+        fwd, bwd = action.sub_actions
+        return costs.overlapped_ms(model_stage_of(fwd.stage), bwd.kind, model_stage_of(bwd.stage))
+    return costs.duration_ms(action.kind, model_stage_of(action.stage))
+
+
+__all__ = ["Costs", "uniform_costs", "action_duration_ms", "F", "B", "I", "W"]

@@ -1,0 +1,431 @@
+"""The schedule IR: what each device runs, in which order.
+
+A pipeline schedule is a to-do list per device. Each entry is an ``Action``:
+run one kind of computation (forward, backward, or half of a split backward)
+of one stage on one microbatch. The text form is torch.distributed.pipelining's,
+so schedules move between pipesim and torch/torchtitan unchanged:
+
+* ``2F0``  stage 2, forward, microbatch 0
+* ``2B0``  full backward (input and weight gradients)
+* ``2I0``  backward for the input gradient only
+* ``2W0``  backward for the weight gradient only
+* ``(0F7;7B3)OVERLAP_F_B``  a forward and a backward run as one overlapped unit
+
+A ``Schedule`` is the per-device lists plus the placement (which device holds
+each stage) and the chains: the stage ranges a microbatch walks through. An
+ordinary pipeline is one chain over all stages; bidirectional schedules
+(DualPipe, Chimera) run two model copies as two chains.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
+
+
+class ScheduleError(ValueError):
+    """A schedule that breaks the rules (missing/duplicate action, wrong device, bad order)."""
+
+
+class ConstraintError(ScheduleError):
+    """A schedule policy cannot be built for these sizes (e.g. DualPipe needs an even D)."""
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise ConstraintError(message) unless ``condition``; policies state their limits this way."""
+    if not condition:
+        raise ConstraintError(message)
+
+
+class Kind(StrEnum):
+    F = "F"
+    B = "B"
+    I = "I"  # noqa: E741 - torch's name for the input-gradient backward
+    W = "W"
+    OVERLAP_F_B = "OVERLAP_F_B"
+
+
+F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W  # noqa: E741
+OVERLAP_F_B = Kind.OVERLAP_F_B
+BACKWARD_KINDS = frozenset({B, I})  # the kinds that send a gradient upstream
+
+
+class Action(NamedTuple):
+    """One unit of work. ``sub_actions`` is set only for compound (overlapped) actions,
+    whose ``stage`` and ``microbatch`` are then -1."""
+
+    stage: int
+    kind: Kind
+    microbatch: int
+    sub_actions: tuple[Action, ...] | None = None
+
+    def __str__(self) -> str:
+        if self.sub_actions is not None:
+            return f"({';'.join(str(a) for a in self.sub_actions)}){self.kind}"
+        return f"{self.stage}{self.kind}{self.microbatch}"
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    @property
+    def atoms(self) -> tuple[Action, ...]:
+        """The simple actions this action performs (itself, or its sub-actions)."""
+        return self.sub_actions if self.sub_actions is not None else (self,)
+
+
+def overlapped(forward: Action, backward: Action) -> Action:
+    """A forward and a backward of different stages run as one overlapped unit."""
+    if forward.kind != F or backward.kind not in (B, I):
+        raise ScheduleError(f"an overlapped pair is a forward then a backward, got {forward}, {backward}")
+    return Action(-1, OVERLAP_F_B, -1, (forward, backward))
+
+
+_SIMPLE = re.compile(r"^\s*(\d+)\s*(F|B|I|W|BW|FULL_BACKWARD|BACKWARD_INPUT|BACKWARD_WEIGHT)\s*(\d+)\s*$")
+_COMPOUND = re.compile(r"^\s*\((.*)\)\s*OVERLAP_F_B\s*$")
+_ALIASES = {"FULL_BACKWARD": B, "BW": B, "BACKWARD_INPUT": I, "BACKWARD_WEIGHT": W}
+
+
+def parse_action(text: str) -> Action:
+    """Parse torch's text form (``2F0``, ``(0F7;7B3)OVERLAP_F_B``) into an Action."""
+    compound = _COMPOUND.match(text)
+    if compound:
+        parts = [parse_action(p) for p in compound.group(1).split(";")]
+        if len(parts) != 2:
+            raise ScheduleError(f"an OVERLAP_F_B action holds two actions, got {text!r}")
+        return overlapped(parts[0], parts[1])
+    simple = _SIMPLE.match(text)
+    if not simple:
+        raise ScheduleError(
+            f"cannot parse action {text!r}: expected <stage><F|B|I|W><microbatch> such as 2F0, "
+            "or (aFb;cBd)OVERLAP_F_B"
+        )
+    kind_text = simple.group(2)
+    kind = _ALIASES.get(kind_text) or Kind(kind_text)
+    return Action(int(simple.group(1)), kind, int(simple.group(3)))
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A range of stages ``[first_stage, last_stage]`` that ``microbatches`` walk through.
+
+    Stage ``first_stage + k`` of the chain runs layer group ``k`` of the model; costs are
+    looked up by that model-stage index, so two chains can be two copies of one model.
+    """
+
+    first_stage: int
+    last_stage: int
+    microbatches: range
+
+    @property
+    def stages(self) -> range:
+        return range(self.first_stage, self.last_stage + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Per-device ordered action lists plus placement (``placement[stage] = device``)."""
+
+    device_actions: tuple[tuple[Action, ...], ...]
+    placement: tuple[int, ...]
+    chains: tuple[Chain, ...]
+    name: str = "custom"
+    _stage_chain: tuple[int, ...] = field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self._stage_chain:
+            owner = [-1] * len(self.placement)
+            for index, chain in enumerate(self.chains):
+                for stage in chain.stages:
+                    if 0 <= stage < len(owner):
+                        owner[stage] = index
+            object.__setattr__(self, "_stage_chain", tuple(owner))
+
+    @property
+    def devices(self) -> int:
+        return len(self.device_actions)
+
+    @property
+    def stages(self) -> int:
+        return len(self.placement)
+
+    @property
+    def microbatches(self) -> int:
+        return sum(len(c.microbatches) for c in self.chains)
+
+    @property
+    def model_stages(self) -> int:
+        """Distinct layer groups of the model (stages of the longest chain)."""
+        return max(len(c.stages) for c in self.chains)
+
+    @property
+    def num_actions(self) -> int:
+        return sum(len(a.atoms) for actions in self.device_actions for a in actions)
+
+    def chain_of(self, stage: int) -> Chain:
+        return self.chains[self._stage_chain[stage]]
+
+    def model_stage(self, stage: int) -> int:
+        """Index of the model's layer group that ``stage`` runs (costs are per model stage)."""
+        return stage - self.chains[self._stage_chain[stage]].first_stage
+
+    def prev_stage(self, stage: int) -> int | None:
+        """The stage whose forward output feeds ``stage`` (None at a chain's start)."""
+        chain = self.chains[self._stage_chain[stage]]
+        return None if stage == chain.first_stage else stage - 1
+
+    def next_stage(self, stage: int) -> int | None:
+        """The stage whose backward sends its gradient to ``stage`` (None at a chain's end)."""
+        chain = self.chains[self._stage_chain[stage]]
+        return None if stage == chain.last_stage else stage + 1
+
+    def chunk(self, stage: int) -> int:
+        """Index of ``stage`` among the stages its device holds (the virtual-stage index)."""
+        device = self.placement[stage]
+        return sum(1 for s in range(stage) if self.placement[s] == device)
+
+    @property
+    def is_training(self) -> bool:
+        return any(a.kind != F for actions in self.device_actions for a in actions)
+
+    def __str__(self) -> str:
+        return format_grid(self)
+
+
+def single_chain(stages: int, microbatches: int) -> tuple[Chain, ...]:
+    return (Chain(0, stages - 1, range(microbatches)),)
+
+
+def loop_placement(devices: int, virtual_stages: int) -> tuple[int, ...]:
+    """Interleaved (Megatron) placement: stage s on device s mod D."""
+    return tuple(s % devices for s in range(devices * virtual_stages))
+
+
+def v_placement(devices: int) -> tuple[int, ...]:
+    """V placement (ZB-V, DualPipeV): stage s on device s for s < D, else 2D-1-s."""
+    return tuple(s if s < devices else 2 * devices - 1 - s for s in range(2 * devices))
+
+
+def forward_only(schedule: Schedule) -> Schedule:
+    """The same schedule with every backward dropped (inference: forward passes only)."""
+    device_actions = []
+    for actions in schedule.device_actions:
+        kept = []
+        for action in actions:
+            kept.extend(a for a in action.atoms if a.kind == F)
+        device_actions.append(tuple(kept))
+    return Schedule(tuple(device_actions), schedule.placement, schedule.chains, schedule.name)
+
+
+# ---------------------------------------------------------------------------
+# Validation
+
+
+def format_grid(
+    schedule: Schedule | Sequence[Sequence[Action]],
+    marks: dict[tuple[int, int], str] | None = None,
+) -> str:
+    """The step x rank grid (torch's ``_format_pipeline_order``), with marked cells.
+
+    ``marks`` maps ``(device, step)`` to a note; a marked cell is drawn ``>>2F0<<`` and the
+    note is appended to its row as ``<-- ERROR HERE: ...``.
+    """
+    lists = schedule.device_actions if isinstance(schedule, Schedule) else schedule
+    marks = marks or {}
+    steps = max((len(a) for a in lists), default=0)
+    cells = [
+        [
+            (f">>{lists[d][t]}<<" if (d, t) in marks else str(lists[d][t])) if t < len(lists[d]) else ""
+            for d in range(len(lists))
+        ]
+        for t in range(steps)
+    ]
+    header = [f"Rank {d}" for d in range(len(lists))]
+    widths = [max([len(header[d])] + [len(row[d]) for row in cells]) for d in range(len(lists))]
+    step_width = len(f"Step {steps - 1:02d}") if steps else 7
+    lines = [" " * (step_width + 1) + " ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    for t, row in enumerate(cells):
+        line = f"Step {t:02d}".ljust(step_width) + " " + " ".join(
+            c.ljust(w) for c, w in zip(row, widths, strict=True)
+        )
+        notes = [marks[(d, t)] for d in range(len(lists)) if (d, t) in marks]
+        if notes:
+            line = line.rstrip() + "  <-- ERROR HERE: " + "; ".join(notes)
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def validate(schedule: Schedule) -> None:
+    """Check that the schedule is complete and well ordered; raise ScheduleError with the grid.
+
+    Rules: every stage is placed on a device, each action sits on its stage's device, every
+    required action appears exactly once (F; and B, or I and W, when training), a forward
+    precedes its backward and I precedes its W on the device.
+    """
+    devices = schedule.devices
+    problems: dict[tuple[int, int], str] = {}
+    bad_place = [s for s, d in enumerate(schedule.placement) if not 0 <= d < devices]
+    if bad_place:
+        raise ScheduleError(
+            f"stage {bad_place[0]} is placed on device {schedule.placement[bad_place[0]]}, "
+            f"allowed devices are 0..{devices - 1}"
+        )
+    covered = sorted(s for c in schedule.chains for s in c.stages)
+    if covered != list(range(schedule.stages)):
+        raise ScheduleError(f"chains must cover stages 0..{schedule.stages - 1} once each")
+
+    seen: dict[tuple[int, Kind, int], tuple[int, int]] = {}
+    for device, actions in enumerate(schedule.device_actions):
+        for step, action in enumerate(actions):
+            for atom in action.atoms:
+                key = (atom.stage, atom.kind, atom.microbatch)
+                if not 0 <= atom.stage < schedule.stages:
+                    problems[(device, step)] = f"{atom}: no stage {atom.stage}"
+                    continue
+                if schedule.placement[atom.stage] != device:
+                    problems[(device, step)] = (
+                        f"{atom}: stage {atom.stage} is placed on device "
+                        f"{schedule.placement[atom.stage]}, not {device}"
+                    )
+                if atom.microbatch not in schedule.chain_of(atom.stage).microbatches:
+                    problems[(device, step)] = f"{atom}: microbatch {atom.microbatch} does not pass stage {atom.stage}"
+                if key in seen:
+                    problems[(device, step)] = f"{atom} appears twice (also rank {seen[key][0]} step {seen[key][1]})"
+                seen.setdefault(key, (device, step))
+                before = _required_before(atom)
+                if before is not None and before not in seen:
+                    problems.setdefault((device, step), f"{atom} comes before {_text(before)}")
+    training = schedule.is_training
+    missing = []
+    for chain in schedule.chains:
+        for stage in chain.stages:
+            for mb in chain.microbatches:
+                needed = [(stage, F, mb)]
+                if training and (stage, I, mb) in seen:
+                    needed += [(stage, W, mb)]
+                elif training and (stage, W, mb) in seen:
+                    needed += [(stage, I, mb)]
+                elif training:
+                    needed += [(stage, B, mb)]
+                missing += [k for k in needed if k not in seen]
+    if training:
+        for (stage, kind, mb), where in seen.items():
+            if kind == B and (stage, I, mb) in seen:
+                problems[where] = f"{stage}B{mb} and {stage}I{mb} both present: use B, or I and W"
+    if problems or missing:
+        lines = []
+        if missing:
+            shown = ", ".join(_text(k) for k in missing[:8])
+            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+            lines.append(f"missing actions: {shown}{more}")
+        lines += [f"rank {d} step {t}: {note}" for (d, t), note in sorted(problems.items())]
+        raise ScheduleError("invalid schedule: " + "; ".join(lines) + "\n" + format_grid(schedule, problems))
+
+
+def _required_before(atom: Action) -> tuple[int, Kind, int] | None:
+    if atom.kind in (B, I):
+        return (atom.stage, F, atom.microbatch)
+    if atom.kind == W:
+        return (atom.stage, I, atom.microbatch)
+    return None
+
+
+def _text(key: tuple[int, Kind, int]) -> str:
+    return f"{key[0]}{key[1]}{key[2]}"
+
+
+# ---------------------------------------------------------------------------
+# torch's compute-only CSV: one row per rank, one cell per action
+
+
+def to_csv(schedule: Schedule) -> str:
+    """Torch's compute-only CSV: row r lists rank r's actions in order."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for actions in schedule.device_actions:
+        writer.writerow([str(a) for a in actions])
+    return buffer.getvalue()
+
+
+def from_csv(text: str, name: str = "csv") -> Schedule:
+    """Read torch's compute-only CSV; placement and chains are inferred from the actions.
+
+    Empty cells (torch writes them for idle steps) are skipped. Each stage must appear on one
+    rank only; each microbatch's stages must form a contiguous range, and the distinct
+    ranges must split the stages without overlap (one range: an ordinary pipeline; two: a
+    bidirectional schedule such as DualPipe or Chimera).
+    """
+    rows = list(csv.reader(io.StringIO(text)))
+    device_actions: list[tuple[Action, ...]] = []
+    for rank, row in enumerate(rows):
+        actions = []
+        for cell in row:
+            if cell.strip() in ("", "None"):
+                continue
+            try:
+                actions.append(parse_action(cell))
+            except ScheduleError as exc:
+                raise ScheduleError(f"row {rank + 1}: {exc}") from None
+        device_actions.append(tuple(actions))
+    return schedule_from_lists(device_actions, name=name)
+
+
+def schedule_from_lists(device_actions: Sequence[Iterable[Action]], name: str = "custom") -> Schedule:
+    """Build a Schedule from per-device lists alone, inferring placement and chains."""
+    lists = tuple(tuple(a) for a in device_actions)
+    if not lists or not any(lists):
+        raise ScheduleError("the schedule has no actions")
+    where: dict[int, int] = {}
+    for device, actions in enumerate(lists):
+        for action in actions:
+            for atom in action.atoms:
+                other = where.setdefault(atom.stage, device)
+                if other != device:
+                    raise ScheduleError(f"stage {atom.stage} appears on rank {other} and rank {device} ({atom})")
+    stages = max(where) + 1
+    unplaced = [s for s in range(stages) if s not in where]
+    if unplaced:
+        raise ScheduleError(f"stage {unplaced[0]} has no actions (stages 0..{stages - 1} expected)")
+    placement = tuple(where[s] for s in range(stages))
+    return Schedule(lists, placement, _infer_chains(lists, stages), name)
+
+
+def _infer_chains(lists: tuple[tuple[Action, ...], ...], stages: int) -> tuple[Chain, ...]:
+    seen_stages: dict[int, set[int]] = {}
+    for actions in lists:
+        for action in actions:
+            for atom in action.atoms:
+                seen_stages.setdefault(atom.microbatch, set()).add(atom.stage)
+    ranges: dict[tuple[int, int], list[int]] = {}
+    for mb, ss in sorted(seen_stages.items()):
+        lo, hi = min(ss), max(ss)
+        if len(ss) != hi - lo + 1:
+            gap = min(set(range(lo, hi + 1)) - ss)
+            raise ScheduleError(f"microbatch {mb} skips stage {gap} (it runs on stages {sorted(ss)})")
+        ranges.setdefault((lo, hi), []).append(mb)
+    spans = sorted(ranges)
+    for (lo1, hi1), (lo2, hi2) in zip(spans, spans[1:], strict=False):
+        if lo2 <= hi1:
+            raise ScheduleError(
+                f"microbatches {ranges[(lo1, hi1)][:3]} run stages {lo1}..{hi1} but microbatches "
+                f"{ranges[(lo2, hi2)][:3]} run stages {lo2}..{hi2}; every microbatch must run "
+                "all stages of its pipeline"
+            )
+    chains = []
+    for lo, hi in spans:
+        mbs = sorted(ranges[(lo, hi)])
+        if mbs != list(range(mbs[0], mbs[0] + len(mbs))):
+            raise ScheduleError(f"microbatches of stages {lo}..{hi} must be consecutive, got {mbs[:8]}")
+        chains.append(Chain(lo, hi, range(mbs[0], mbs[0] + len(mbs))))
+    if sum(len(c.stages) for c in chains) != stages:
+        raise ScheduleError(f"some of stages 0..{stages - 1} are run by no microbatch")
+    return tuple(chains)
+
+
+def action_counts(schedule: Schedule) -> Counter[Kind]:
+    return Counter(atom.kind for actions in schedule.device_actions for a in actions for atom in a.atoms)

@@ -1,0 +1,35 @@
+"""1F1B (PipeDream-Flush; Megatron-LM's default non-interleaved schedule).
+
+Rank r runs three phases:
+
+* warm-up: ``min(p - r - 1, m)`` forwards, filling the pipeline below it;
+* steady state: one forward, then one backward (of the oldest microbatch in flight),
+  ``m - warmup`` times;
+* cool-down: the ``warmup`` backwards still owed.
+
+Same makespan as GPipe with uniform costs, but rank r holds at most ``p - r`` activations
+instead of m.
+"""
+
+from __future__ import annotations
+
+from pipesim.schedules.ir import Action, B, F, Schedule, require, single_chain
+
+NAME = "1f1b"
+SUMMARY = "one forward one backward with a flush (PipeDream-Flush, Megatron-LM)"
+CONSTRAINTS = "virtual_stages = 1"
+
+
+def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ...]:
+    warmup = min(devices - rank - 1, microbatches)
+    actions = [Action(rank, F, i) for i in range(warmup)]  # warm-up
+    for k in range(microbatches - warmup):  # steady state: 1F then 1B
+        actions += [Action(rank, F, warmup + k), Action(rank, B, k)]
+    actions += [Action(rank, B, i) for i in range(microbatches - warmup, microbatches)]  # cool-down
+    return tuple(actions)
+
+
+def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
+    require(virtual_stages == 1, f"1f1b takes virtual_stages = 1, got virtual_stages={virtual_stages}")
+    device_actions = tuple(rank_actions(r, devices, microbatches) for r in range(devices))
+    return Schedule(device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME)
