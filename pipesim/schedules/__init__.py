@@ -27,6 +27,8 @@ _POLICY_MODULES = (
     "one_f_one_b",
     "interleaved",
     "looped_bfs",
+    "dualpipe",
+    "dualpipev",
 )
 
 
