@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipesim.schedules.ir import OVERLAP_F_B, Action, B, F, I, Kind, W
+from pipesim.schedules.ir import Kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,9 @@ def uniform_costs(
     def per_stage(value: float | list[float], key: str) -> tuple[float, ...]:
         if isinstance(value, list | tuple):
             if len(value) != stages:
-                raise ValueError(f"{key} has {len(value)} entries, expected {stages} (one per stage)")
+                raise ValueError(
+                    f"{key} has {len(value)} entries, expected {stages} (one per stage)"
+                )
             return tuple(float(v) for v in value)
         return (float(value),) * stages
 
@@ -101,17 +103,11 @@ def uniform_costs(
         activation_bytes=per_stage(activation_bytes, "activation_bytes"),
         activation_memory_bytes=per_stage(activation_memory_bytes, "activation_memory_bytes"),
         weight_grad_memory_bytes=per_stage(weight_grad_memory_bytes, "weight_grad_memory_bytes"),
-        overlapped_fb_ms=None if overlapped_fb_ms is None else per_stage(overlapped_fb_ms, "overlapped_fb_ms"),
+        overlapped_fb_ms=None
+        if overlapped_fb_ms is None
+        else per_stage(overlapped_fb_ms, "overlapped_fb_ms"),
         overhead_ms=overhead_ms,
     )
 
 
-def action_duration_ms(costs: Costs, action: Action, model_stage_of) -> float:
-    """Duration of an action (simple or overlapped); ``model_stage_of`` maps stage -> model stage."""
-    if action.kind == OVERLAP_F_B:
-        fwd, bwd = action.sub_actions
-        return costs.overlapped_ms(model_stage_of(fwd.stage), bwd.kind, model_stage_of(bwd.stage))
-    return costs.duration_ms(action.kind, model_stage_of(action.stage))
-
-
-__all__ = ["Costs", "uniform_costs", "action_duration_ms", "F", "B", "I", "W"]
+__all__ = ["Costs", "uniform_costs"]

@@ -10,7 +10,13 @@ from pipesim.schedules.ir import OVERLAP_F_B, B, F, I, W
 
 
 def evaluate(schedule, costs, topology=None):
-    times, device_free, pointer, arrival, link_free = {}, [0.0] * schedule.devices, [0] * schedule.devices, {}, {}
+    times, device_free, pointer, arrival, link_free = (
+        {},
+        [0.0] * schedule.devices,
+        [0] * schedule.devices,
+        {},
+        {},
+    )
     done = {}  # (stage, kind, mb) -> end time, for same-device order checks
 
     def needs(atom):
@@ -59,15 +65,19 @@ def evaluate(schedule, costs, topology=None):
                     if dst == d or topology is None or topology.link(d, dst).is_ideal:
                         arrival[key] = end
                         continue
-                    nbytes = costs.activation_bytes[schedule.model_stage(min(atom.stage, dst_stage))]
+                    nbytes = costs.activation_bytes[
+                        schedule.model_stage(min(atom.stage, dst_stage))
+                    ]
                     begin = max(end, link_free.get((d, dst), 0.0))
-                    arrival[key] = link_free[(d, dst)] = begin + topology.link(d, dst).transfer_ms(nbytes)
+                    arrival[key] = link_free[(d, dst)] = begin + topology.link(d, dst).transfer_ms(
+                        nbytes
+                    )
                     if not topology.comm_overlap:
                         free = max(free, arrival[key])
                 device_free[d] = free
                 pointer[d] += 1
                 progress = True
-    if any(p < len(a) for p, a in zip(pointer, schedule.device_actions)):
+    if any(p < len(a) for p, a in zip(pointer, schedule.device_actions, strict=True)):
         raise RuntimeError("deadlock")
     return times
 

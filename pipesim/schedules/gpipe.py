@@ -12,13 +12,18 @@ from pipesim.schedules.ir import Action, B, F, Schedule, require, single_chain
 NAME = "gpipe"
 SUMMARY = "all forwards, then all backwards (GPipe)"
 CONSTRAINTS = "virtual_stages = 1"
+VIRTUAL_STAGES = 1
 
 
 def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
-    require(virtual_stages == 1, f"gpipe takes virtual_stages = 1, got virtual_stages={virtual_stages}")
+    require(
+        virtual_stages == 1, f"gpipe takes virtual_stages = 1, got virtual_stages={virtual_stages}"
+    )
     device_actions = tuple(
         tuple(Action(d, F, i) for i in range(microbatches))
         + tuple(Action(d, B, i) for i in reversed(range(microbatches)))
         for d in range(devices)
     )
-    return Schedule(device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME)
+    return Schedule(
+        device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME
+    )

@@ -22,7 +22,8 @@ from pipesim.schedules.ir import Action, B, F, Schedule, loop_placement, require
 
 NAME = "interleaved-1f1b"
 SUMMARY = "Megatron-LM interleaved 1F1B (virtual pipeline stages, loop placement)"
-CONSTRAINTS = "virtual_stages >= 2 (1 is plain 1f1b); microbatches a multiple of devices"
+CONSTRAINTS = "virtual_stages >= 2; microbatches a multiple of devices"
+MIN_VIRTUAL_STAGES = 2
 
 
 def _step(k: int, rank: int, devices: int, chunks: int, forward: bool) -> tuple[int, int]:
@@ -59,6 +60,10 @@ def rank_actions(rank: int, devices: int, microbatches: int, chunks: int) -> tup
 
 def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object) -> Schedule:
     require(
+        virtual_stages >= 2,
+        f"interleaved-1f1b needs virtual_stages >= 2 (1 is plain 1f1b), got virtual_stages={virtual_stages}",
+    )
+    require(
         microbatches % devices == 0,
         f"interleaved-1f1b runs microbatches in groups of devices={devices}: the last group of "
         f"microbatches={microbatches} would hold {microbatches % devices}; use a multiple of {devices}",
@@ -68,5 +73,8 @@ def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object)
     )
     stages = devices * virtual_stages
     return Schedule(
-        device_actions, loop_placement(devices, virtual_stages), single_chain(stages, microbatches), NAME
+        device_actions,
+        loop_placement(devices, virtual_stages),
+        single_chain(stages, microbatches),
+        NAME,
     )

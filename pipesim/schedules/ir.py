@@ -82,11 +82,15 @@ class Action(NamedTuple):
 def overlapped(forward: Action, backward: Action) -> Action:
     """A forward and a backward of different stages run as one overlapped unit."""
     if forward.kind != F or backward.kind not in (B, I):
-        raise ScheduleError(f"an overlapped pair is a forward then a backward, got {forward}, {backward}")
+        raise ScheduleError(
+            f"an overlapped pair is a forward then a backward, got {forward}, {backward}"
+        )
     return Action(-1, OVERLAP_F_B, -1, (forward, backward))
 
 
-_SIMPLE = re.compile(r"^\s*(\d+)\s*(F|B|I|W|BW|FULL_BACKWARD|BACKWARD_INPUT|BACKWARD_WEIGHT)\s*(\d+)\s*$")
+_SIMPLE = re.compile(
+    r"^\s*(\d+)\s*(F|B|I|W|BW|FULL_BACKWARD|BACKWARD_INPUT|BACKWARD_WEIGHT)\s*(\d+)\s*$"
+)
 _COMPOUND = re.compile(r"^\s*\((.*)\)\s*OVERLAP_F_B\s*$")
 _ALIASES = {"FULL_BACKWARD": B, "BW": B, "BACKWARD_INPUT": I, "BACKWARD_WEIGHT": W}
 
@@ -240,7 +244,9 @@ def format_grid(
     steps = max((len(a) for a in lists), default=0)
     cells = [
         [
-            (f">>{lists[d][t]}<<" if (d, t) in marks else str(lists[d][t])) if t < len(lists[d]) else ""
+            (f">>{lists[d][t]}<<" if (d, t) in marks else str(lists[d][t]))
+            if t < len(lists[d])
+            else ""
             for d in range(len(lists))
         ]
         for t in range(steps)
@@ -248,10 +254,14 @@ def format_grid(
     header = [f"Rank {d}" for d in range(len(lists))]
     widths = [max([len(header[d])] + [len(row[d]) for row in cells]) for d in range(len(lists))]
     step_width = len(f"Step {steps - 1:02d}") if steps else 7
-    lines = [" " * (step_width + 1) + " ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines = [
+        " " * (step_width + 1) + " ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    ]
     for t, row in enumerate(cells):
-        line = f"Step {t:02d}".ljust(step_width) + " " + " ".join(
-            c.ljust(w) for c, w in zip(row, widths, strict=True)
+        line = (
+            f"Step {t:02d}".ljust(step_width)
+            + " "
+            + " ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
         )
         notes = [marks[(d, t)] for d in range(len(lists)) if (d, t) in marks]
         if notes:
@@ -293,9 +303,13 @@ def validate(schedule: Schedule) -> None:
                         f"{schedule.placement[atom.stage]}, not {device}"
                     )
                 if atom.microbatch not in schedule.chain_of(atom.stage).microbatches:
-                    problems[(device, step)] = f"{atom}: microbatch {atom.microbatch} does not pass stage {atom.stage}"
+                    problems[(device, step)] = (
+                        f"{atom}: microbatch {atom.microbatch} does not pass stage {atom.stage}"
+                    )
                 if key in seen:
-                    problems[(device, step)] = f"{atom} appears twice (also rank {seen[key][0]} step {seen[key][1]})"
+                    problems[(device, step)] = (
+                        f"{atom} appears twice (also rank {seen[key][0]} step {seen[key][1]})"
+                    )
                 seen.setdefault(key, (device, step))
                 before = _required_before(atom)
                 if before is not None and before not in seen:
@@ -324,7 +338,9 @@ def validate(schedule: Schedule) -> None:
             more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
             lines.append(f"missing actions: {shown}{more}")
         lines += [f"rank {d} step {t}: {note}" for (d, t), note in sorted(problems.items())]
-        raise ScheduleError("invalid schedule: " + "; ".join(lines) + "\n" + format_grid(schedule, problems))
+        raise ScheduleError(
+            "invalid schedule: " + "; ".join(lines) + "\n" + format_grid(schedule, problems)
+        )
 
 
 def _required_before(atom: Action) -> tuple[int, Kind, int] | None:
@@ -375,7 +391,9 @@ def from_csv(text: str, name: str = "csv") -> Schedule:
     return schedule_from_lists(device_actions, name=name)
 
 
-def schedule_from_lists(device_actions: Sequence[Iterable[Action]], name: str = "custom") -> Schedule:
+def schedule_from_lists(
+    device_actions: Sequence[Iterable[Action]], name: str = "custom"
+) -> Schedule:
     """Build a Schedule from per-device lists alone, inferring placement and chains."""
     lists = tuple(tuple(a) for a in device_actions)
     if not lists or not any(lists):
@@ -386,7 +404,9 @@ def schedule_from_lists(device_actions: Sequence[Iterable[Action]], name: str = 
             for atom in action.atoms:
                 other = where.setdefault(atom.stage, device)
                 if other != device:
-                    raise ScheduleError(f"stage {atom.stage} appears on rank {other} and rank {device} ({atom})")
+                    raise ScheduleError(
+                        f"stage {atom.stage} appears on rank {other} and rank {device} ({atom})"
+                    )
     stages = max(where) + 1
     unplaced = [s for s in range(stages) if s not in where]
     if unplaced:
@@ -406,7 +426,9 @@ def _infer_chains(lists: tuple[tuple[Action, ...], ...], stages: int) -> tuple[C
         lo, hi = min(ss), max(ss)
         if len(ss) != hi - lo + 1:
             gap = min(set(range(lo, hi + 1)) - ss)
-            raise ScheduleError(f"microbatch {mb} skips stage {gap} (it runs on stages {sorted(ss)})")
+            raise ScheduleError(
+                f"microbatch {mb} skips stage {gap} (it runs on stages {sorted(ss)})"
+            )
         ranges.setdefault((lo, hi), []).append(mb)
     spans = sorted(ranges)
     for (lo1, hi1), (lo2, hi2) in zip(spans, spans[1:], strict=False):
@@ -420,7 +442,9 @@ def _infer_chains(lists: tuple[tuple[Action, ...], ...], stages: int) -> tuple[C
     for lo, hi in spans:
         mbs = sorted(ranges[(lo, hi)])
         if mbs != list(range(mbs[0], mbs[0] + len(mbs))):
-            raise ScheduleError(f"microbatches of stages {lo}..{hi} must be consecutive, got {mbs[:8]}")
+            raise ScheduleError(
+                f"microbatches of stages {lo}..{hi} must be consecutive, got {mbs[:8]}"
+            )
         chains.append(Chain(lo, hi, range(mbs[0], mbs[0] + len(mbs))))
     if sum(len(c.stages) for c in chains) != stages:
         raise ScheduleError(f"some of stages 0..{stages - 1} are run by no microbatch")
@@ -428,4 +452,6 @@ def _infer_chains(lists: tuple[tuple[Action, ...], ...], stages: int) -> tuple[C
 
 
 def action_counts(schedule: Schedule) -> Counter[Kind]:
-    return Counter(atom.kind for actions in schedule.device_actions for a in actions for atom in a.atoms)
+    return Counter(
+        atom.kind for actions in schedule.device_actions for a in actions for atom in a.atoms
+    )

@@ -18,6 +18,7 @@ from pipesim.schedules.ir import Action, B, F, Schedule, require, single_chain
 NAME = "1f1b"
 SUMMARY = "one forward one backward with a flush (PipeDream-Flush, Megatron-LM)"
 CONSTRAINTS = "virtual_stages = 1"
+VIRTUAL_STAGES = 1
 
 
 def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ...]:
@@ -30,6 +31,10 @@ def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ..
 
 
 def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
-    require(virtual_stages == 1, f"1f1b takes virtual_stages = 1, got virtual_stages={virtual_stages}")
+    require(
+        virtual_stages == 1, f"1f1b takes virtual_stages = 1, got virtual_stages={virtual_stages}"
+    )
     device_actions = tuple(rank_actions(r, devices, microbatches) for r in range(devices))
-    return Schedule(device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME)
+    return Schedule(
+        device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME
+    )

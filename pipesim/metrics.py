@@ -1,0 +1,130 @@
+"""The Report: where the time of one step went, and what memory it took.
+
+"Bubble" means three different numbers in the literature; pipesim keeps each under its
+own name (DESIGN.md, "Metrics"):
+
+* ``bubble_fraction = 1 - sum(busy) / (D * makespan)``: the share of all device-time
+  spent idle (GPipe, Chimera). GPipe or 1F1B with uniform costs: (p-1)/(m+p-1).
+* ``bubble_overhead = makespan / max(busy) - 1``: idle time relative to the useful work
+  of the busiest device (Megatron-LM's "bubble time fraction"): (p-1)/m.
+* ``span_bubble_rate = 1 - busy / span`` on the device with the longest span, the span
+  running from its first start to its last end (the Zero Bubble paper's "bubble rate";
+  it does not count a device's late start or early finish).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from pipesim.costs import Costs
+from pipesim.schedules.ir import Schedule
+from pipesim.trace import COMPUTE, Trace
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceReport:
+    device: int
+    busy_ms: float
+    idle_ms: float
+    span_ms: float
+    bubble_fraction: float
+    peak_inflight: int
+    peak_activation_bytes: float
+    peak_activation_time_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    scenario: str
+    schedule: str
+    devices: int
+    stages: int
+    microbatches: int
+    microbatch_size: int
+    makespan_ms: float
+    bubble_fraction: float
+    bubble_overhead: float
+    span_bubble_rate: float
+    samples_per_second: float
+    tokens_per_second: float | None
+    per_device: tuple[DeviceReport, ...]
+    analytic: dict[str, float] | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["per_device"] = [asdict(d) for d in self.per_device]
+        extra = data.pop("extra")
+        data.update(extra)
+        return data
+
+    def scalars(self) -> dict[str, float | int | str | None]:
+        """The flat fields (no per-device list), e.g. for one row of a sweep table."""
+        data = {k: v for k, v in self.to_dict().items() if not isinstance(v, list | dict)}
+        data["peak_activation_bytes_max"] = max(d.peak_activation_bytes for d in self.per_device)
+        data["peak_inflight_max"] = max(d.peak_inflight for d in self.per_device)
+        return data
+
+
+def build_report(
+    trace: Trace,
+    schedule: Schedule,
+    costs: Costs | None = None,
+    microbatch_size: int = 1,
+    *,
+    scenario: str = "",
+    seq_len: int | None = None,
+    analytic: dict[str, float] | None = None,
+) -> Report:
+    """Compute every metric of ``trace`` (a pure function of its arrays)."""
+    devices = trace.devices
+    makespan = trace.makespan_ms
+    compute = trace.lane == COMPUTE
+    busy = np.bincount(
+        trace.device[compute], weights=trace.end[compute] - trace.start[compute], minlength=devices
+    )
+    per_device = []
+    for d in range(devices):
+        rows = compute & (trace.device == d)
+        span = float(trace.end[rows].max() - trace.start[rows].min()) if rows.any() else 0.0
+        timeline = trace.memory[d]
+        if len(timeline.time):
+            peak_index = int(np.argmax(timeline.activation_bytes))
+            peak_bytes = float(max(timeline.activation_bytes[peak_index], 0.0))
+            peak_time = float(timeline.time[peak_index]) if peak_bytes > 0 else 0.0
+            peak_inflight = int(max(timeline.inflight.max(), 0))
+        else:
+            peak_bytes, peak_time, peak_inflight = 0.0, 0.0, 0
+        per_device.append(
+            DeviceReport(
+                device=d,
+                busy_ms=float(busy[d]),
+                idle_ms=makespan - float(busy[d]),
+                span_ms=span,
+                bubble_fraction=1.0 - float(busy[d]) / makespan if makespan > 0 else 0.0,
+                peak_inflight=peak_inflight,
+                peak_activation_bytes=peak_bytes,
+                peak_activation_time_ms=peak_time,
+            )
+        )
+    longest = max(per_device, key=lambda r: r.span_ms)
+    samples = schedule.microbatches * microbatch_size
+    per_second = samples / (makespan / 1000.0) if makespan > 0 else 0.0
+    return Report(
+        scenario=scenario,
+        schedule=schedule.name,
+        devices=devices,
+        stages=schedule.stages,
+        microbatches=schedule.microbatches,
+        microbatch_size=microbatch_size,
+        makespan_ms=makespan,
+        bubble_fraction=1.0 - float(busy.sum()) / (devices * makespan) if makespan > 0 else 0.0,
+        bubble_overhead=makespan / float(busy.max()) - 1.0 if busy.max() > 0 else 0.0,
+        span_bubble_rate=1.0 - longest.busy_ms / longest.span_ms if longest.span_ms > 0 else 0.0,
+        samples_per_second=per_second,
+        tokens_per_second=per_second * seq_len if seq_len else None,
+        per_device=tuple(per_device),
+        analytic=analytic,
+    )

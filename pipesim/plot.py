@@ -1,0 +1,167 @@
+"""matplotlib figures: Gantt charts and memory over time.
+
+matplotlib is imported inside each function (with the Agg backend when no display is
+set), so importing pipesim stays light and the core never touches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pipesim.metrics import Report
+from pipesim.trace import COMM, COMPUTE, KIND_CODES, Trace
+
+COLOURS = {
+    "F": "#4C72B0",
+    "B": "#55A868",
+    "I": "#8FD18F",
+    "W": "#8172B2",
+    "OVERLAP_F_B": "#DD8452",
+    "SEND_F": "#9FB7D9",
+    "SEND_B": "#A9D8B3",
+}
+_LABEL_LIMIT = 1500  # above this many boxes, numbers would be unreadable
+
+
+def _pyplot():
+    import matplotlib
+
+    if matplotlib.get_backend().lower() not in (
+        "agg",
+        "pdf",
+        "svg",
+        "module://matplotlib_inline.backend_inline",
+    ):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def draw_gantt(ax, trace: Trace, title: str = "", show_comm: bool = True) -> None:
+    """Draw one row per device (device 0 on top); compute boxes coloured by kind."""
+    rows = len(trace.start)
+    label = rows <= _LABEL_LIMIT
+    for i in range(rows):
+        lane = trace.lane[i]
+        if lane == COMM and not show_comm:
+            continue
+        kind = KIND_CODES[trace.kind[i]]
+        device = trace.device[i]
+        start, width = trace.start[i], trace.end[i] - trace.start[i]
+        if lane == COMPUTE:
+            y, height = device - 0.4, 0.6
+        else:
+            y, height = device + 0.22, 0.16
+        ax.broken_barh(
+            [(start, width)],
+            (y, height),
+            facecolors=COLOURS[kind],
+            edgecolor="white",
+            linewidth=0.4,
+        )
+        if label and lane == COMPUTE and width > 0:
+            action = trace.actions[i]
+            text = (
+                "/".join(str(a.microbatch) for a in action.atoms)
+                if action.sub_actions
+                else str(action.microbatch)
+            )
+            ax.text(
+                start + width / 2,
+                device - 0.1,
+                text,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
+            )
+    ax.set_ylim(trace.devices - 0.5, -0.6)
+    ax.set_yticks(range(trace.devices))
+    ax.set_yticklabels([f"device {d}" for d in range(trace.devices)])
+    ax.set_xlim(0, max(trace.makespan_ms, 1e-9))
+    ax.set_xlabel("time (ms)")
+    if title:
+        ax.set_title(title, fontsize=10)
+
+
+def draw_memory(ax, trace: Trace) -> None:
+    """Activation memory held per device over time (step lines, MiB)."""
+    for d, timeline in enumerate(trace.memory):
+        if not len(timeline.time):
+            continue
+        times = np.concatenate([[0.0], timeline.time, [trace.makespan_ms]])
+        values = np.concatenate([[0.0], timeline.activation_bytes, [timeline.activation_bytes[-1]]])
+        ax.step(times, values / 2**20, where="post", label=f"device {d}", linewidth=1)
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("activations (MiB)")
+    ax.set_xlim(0, max(trace.makespan_ms, 1e-9))
+    ax.legend(fontsize=7, ncol=min(trace.devices, 8), loc="upper right")
+
+
+def _title(report: Report) -> str:
+    return (
+        f"{report.scenario} - {report.schedule}: makespan {report.makespan_ms:.3f} ms, "
+        f"bubble fraction {report.bubble_fraction:.4f}"
+    )
+
+
+def _has_memory(trace: Trace) -> bool:
+    return any(len(t.activation_bytes) and np.any(t.activation_bytes) for t in trace.memory)
+
+
+def _legend(fig, kinds: set[str]) -> None:
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=COLOURS[k], label=k) for k in KIND_CODES if k in kinds]
+    fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=len(handles))
+
+
+def gantt_figure(trace: Trace, report: Report, memory: bool = True):
+    """The Gantt chart, with the memory-over-time plot under it when memory is modelled."""
+    plt = _pyplot()
+    with_memory = memory and _has_memory(trace)
+    height = 0.45 * trace.devices + 1.6
+    fig, axes = plt.subplots(
+        2 if with_memory else 1,
+        1,
+        figsize=(11, height + (2.4 if with_memory else 0)),
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": [height, 2.4]} if with_memory else None,
+    )
+    draw_gantt(axes[0][0], trace, _title(report))
+    if with_memory:
+        draw_memory(axes[1][0], trace)
+    _legend(fig, {KIND_CODES[k] for k in np.unique(trace.kind)})
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return fig
+
+
+def stacked_gantt_figure(results: Sequence[tuple[Trace, Report]]):
+    """Several Gantt charts stacked with one shared time axis (``pipesim compare``)."""
+    plt = _pyplot()
+    heights = [0.45 * t.devices + 1.0 for t, _ in results]
+    fig, axes = plt.subplots(
+        len(results), 1, figsize=(11, sum(heights) + 1), sharex=True, squeeze=False,
+        gridspec_kw={"height_ratios": heights},
+    )  # fmt: skip
+    longest = max(t.makespan_ms for t, _ in results)
+    kinds: set[str] = set()
+    for (trace, report), row in zip(results, axes, strict=True):
+        draw_gantt(row[0], trace, _title(report))
+        kinds |= {KIND_CODES[k] for k in np.unique(trace.kind)}
+    for row in axes:
+        row[0].set_xlim(0, longest)
+    _legend(fig, kinds)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return fig
+
+
+def save_figure(fig, path: str) -> None:
+    """Save and close; the caller handles atomic replacement."""
+    plt = _pyplot()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

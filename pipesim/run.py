@@ -1,0 +1,33 @@
+"""Scenario in, Trace and Report out: the one call the CLI, sweeps and notebooks share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipesim.analytic import closed_form
+from pipesim.engine import simulate
+from pipesim.metrics import Report, build_report
+from pipesim.scenario import Scenario
+from pipesim.trace import Trace
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    scenario: Scenario
+    trace: Trace
+    report: Report
+
+
+def run_scenario(scenario: Scenario) -> Result:
+    """Simulate one step of ``scenario`` and measure it."""
+    trace = simulate(scenario.schedule, scenario.costs, scenario.topology)
+    report = build_report(
+        trace,
+        scenario.schedule,
+        scenario.costs,
+        scenario.microbatch_size,
+        scenario=scenario.name,
+        seq_len=scenario.seq_len,
+        analytic=closed_form(scenario.schedule, scenario.costs, scenario.topology),
+    )
+    return Result(scenario, trace, report)

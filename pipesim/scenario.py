@@ -1,0 +1,300 @@
+"""Scenario files: what a user writes down, checked at the door.
+
+A scenario names a schedule, the pipeline's sizes, the costs of each stage and the
+hardware. It may be YAML, TOML or JSON (``schema_version: 1``). pydantic v2 checks it
+at the file boundary (unknown keys are errors), then it becomes plain frozen data for
+the core: a ``Scenario`` holding a Schedule, Costs and a Topology.
+
+``--set key.path=value`` overrides go into the raw mapping before validation, so an
+override is checked exactly like the file.
+
+Every problem becomes one ``ScenarioError`` line: ``FILE: FIELD: what is wrong``.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pipesim.costs import Costs, uniform_costs
+from pipesim.hardware import Link, Topology
+from pipesim.schedules import POLICIES, get_schedule
+from pipesim.schedules.ir import Schedule, ScheduleError, forward_only, from_csv, validate
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; the message is one line naming file and field."""
+
+
+NonNegative = Annotated[float, Field(ge=0)]
+PerStage = NonNegative | list[NonNegative]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PipelineSpec(_Strict):
+    schedule: str
+    schedule_file: str | None = None
+    devices: int = Field(ge=1)
+    microbatches: int = Field(ge=1)
+    virtual_stages: int = Field(default=1, ge=1)
+    microbatch_size: int = Field(default=1, ge=1)
+    mode: Literal["train", "forward"] = "train"
+
+    @field_validator("schedule")
+    @classmethod
+    def _known_schedule(cls, value: str) -> str:
+        if value != "csv" and value not in POLICIES:
+            raise ValueError(
+                f"unknown schedule {value!r}; allowed: {', '.join([*POLICIES, 'csv'])}"
+            )
+        return value
+
+
+class CostsSpec(_Strict):
+    forward_ms: PerStage = 1.0
+    backward_ms: PerStage | None = None
+    backward_input_ms: PerStage | None = None
+    backward_weight_ms: PerStage | None = None
+    overlapped_fb_ms: PerStage | None = None
+    activation_bytes: PerStage = 0.0
+    activation_memory_bytes: PerStage = 0.0
+    weight_grad_memory_bytes: PerStage = 0.0
+    overhead_ms: NonNegative = 0.0
+
+
+class LinkSpec(_Strict):
+    latency_us: NonNegative = 0.0
+    bandwidth_gbps: float = Field(default=float("inf"), gt=0)
+
+
+class HardwareSpec(_Strict):
+    link: Literal["ideal"] | LinkSpec = "ideal"
+    comm_overlap: bool = True
+
+
+class ScenarioSpec(_Strict):
+    schema_version: Literal[1]
+    name: str
+    description: str = ""
+    pipeline: PipelineSpec
+    costs: CostsSpec = CostsSpec()
+    hardware: HardwareSpec = HardwareSpec()
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A validated scenario, ready for the engine."""
+
+    name: str
+    description: str
+    schedule: Schedule
+    costs: Costs
+    topology: Topology
+    microbatch_size: int
+    mode: str
+    seq_len: int | None
+    spec: ScenarioSpec
+
+
+# ---------------------------------------------------------------------------
+# Reading files and overrides
+
+
+def read_mapping(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML, TOML or JSON file into a mapping; ScenarioError on any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ScenarioError(f"{path}: no such file")
+    text = path.read_text(encoding="utf-8")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            data = tomllib.loads(text)
+        elif suffix == ".json":
+            data = json.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        else:
+            raise ScenarioError(
+                f"{path}: unknown file type {suffix!r}; allowed: .yaml, .yml, .toml, .json"
+            )
+    except (yaml.YAMLError, tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ScenarioError(f"{path}: not valid {suffix[1:].upper()}: {_first_line(exc)}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: expected a mapping of keys at the top level")
+    return data
+
+
+def apply_overrides(
+    data: dict[str, Any], overrides: list[str], source: str = "--set"
+) -> dict[str, Any]:
+    """Return a copy of ``data`` with each ``key.path=value`` applied (value parsed as YAML)."""
+    result = json.loads(json.dumps(data, default=str)) if overrides else data
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError(
+                f"{source} {item!r}: expected key.path=value, e.g. pipeline.microbatches=16"
+            )
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            raise ScenarioError(f"{source} {item!r}: the value is not valid YAML") from None
+        target = result
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            nested = target.get(part)
+            if not isinstance(nested, dict):
+                nested = target[part] = {} if nested is None else nested
+                if not isinstance(nested, dict):
+                    raise ScenarioError(f"{source} {item!r}: {part} is not a section")
+            target = nested
+        target[parts[-1]] = value
+    return result
+
+
+def parse_spec(data: dict[str, Any], source: str) -> ScenarioSpec:
+    try:
+        return ScenarioSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(f"{source}: {_describe(exc)}") from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    """Read, override, validate and build a scenario file."""
+    data = apply_overrides(read_mapping(path), list(overrides))
+    return build_scenario(parse_spec(data, str(path)), str(path))
+
+
+def build_scenario(spec: ScenarioSpec, source: str) -> Scenario:
+    """Turn a validated spec into core objects (schedule, costs, topology)."""
+    pipe = spec.pipeline
+    schedule = _build_schedule(spec, source)
+    costs = _build_costs(spec.costs, schedule.model_stages, source, pipe)
+    link = spec.hardware.link
+    default = Link() if link == "ideal" else Link(link.latency_us, link.bandwidth_gbps, "custom")
+    topology = Topology(schedule.devices, default=default, comm_overlap=spec.hardware.comm_overlap)
+    return Scenario(
+        name=spec.name,
+        description=spec.description,
+        schedule=schedule,
+        costs=costs,
+        topology=topology,
+        microbatch_size=pipe.microbatch_size,
+        mode=pipe.mode,
+        seq_len=None,
+        spec=spec,
+    )
+
+
+def _build_schedule(spec: ScenarioSpec, source: str) -> Schedule:
+    pipe = spec.pipeline
+    forward = pipe.mode == "forward"
+    if pipe.schedule == "csv":
+        return _schedule_from_file(pipe, source, forward)
+    if pipe.schedule_file is not None:
+        raise ScenarioError(f"{source}: pipeline.schedule_file: only used with schedule: csv")
+    try:
+        return get_schedule(
+            pipe.schedule, pipe.devices, pipe.microbatches, pipe.virtual_stages, forward=forward
+        )
+    except ScheduleError as exc:
+        raise ScenarioError(f"{source}: pipeline: {_first_line(exc)}") from None
+
+
+def _schedule_from_file(pipe: PipelineSpec, source: str, forward: bool) -> Schedule:
+    if pipe.schedule_file is None:
+        raise ScenarioError(f"{source}: pipeline.schedule_file: required when schedule is csv")
+    csv_path = Path(source).parent / pipe.schedule_file
+    if not csv_path.is_file():
+        raise ScenarioError(f"{source}: pipeline.schedule_file: no such file {csv_path}")
+    try:
+        schedule = from_csv(csv_path.read_text(encoding="utf-8"), name=f"csv:{csv_path.name}")
+        if forward:
+            schedule = forward_only(schedule)
+        validate(schedule)
+    except ScheduleError as exc:
+        raise ScenarioError(f"{csv_path}: {exc}") from None
+    for field_name, given, found in (
+        ("devices", pipe.devices, schedule.devices),
+        ("microbatches", pipe.microbatches, schedule.microbatches),
+    ):
+        if given != found:
+            raise ScenarioError(
+                f"{source}: pipeline.{field_name}: {given} given but {csv_path.name} has {found}"
+            )
+    return schedule
+
+
+def _build_costs(spec: CostsSpec, stages: int, source: str, pipe: PipelineSpec) -> Costs:
+    values = spec.model_dump()
+    for key, value in values.items():
+        if isinstance(value, list) and len(value) != stages:
+            raise ScenarioError(
+                f"{source}: costs.{key}: has {len(value)} entries, expected a number or {stages} "
+                f"(devices * virtual_stages = {pipe.devices} * {pipe.virtual_stages})"
+            )
+    try:
+        return uniform_costs(stages, **values)
+    except ValueError as exc:
+        raise ScenarioError(f"{source}: costs: {exc}") from None
+
+
+# ---------------------------------------------------------------------------
+# Error text
+
+
+def _describe(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    loc = ".".join(str(p) for p in error["loc"] if not isinstance(p, int) or True)
+    loc = _tidy_loc(error["loc"])
+    if error["type"] == "extra_forbidden":
+        parent = _model_at(error["loc"][:-1])
+        allowed = ", ".join(parent.model_fields) if parent else "see the documentation"
+        return f"{loc}: unknown key; allowed keys here: {allowed}"
+    if error["type"] == "missing":
+        return f"{loc}: required key is missing"
+    given = error.get("input")
+    shown = "" if isinstance(given, dict) else f" (got {given!r})"
+    return f"{loc}: {error['msg']}{shown}"
+
+
+def _tidy_loc(loc: tuple) -> str:
+    # pydantic adds union branch names ('float', 'list[...]', 'LinkSpec'); drop them.
+    parts = [
+        str(p)
+        for p in loc
+        if not (
+            isinstance(p, str)
+            and ("[" in p or p[:1].isupper() or p in ("float", "int", "str", "bool"))
+        )
+    ]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    model: type[BaseModel] = ScenarioSpec
+    for part in loc:
+        if not isinstance(part, str) or part not in model.model_fields:
+            continue
+        annotation = model.model_fields[part].annotation
+        candidates = getattr(annotation, "__args__", (annotation,))
+        nested = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not nested:
+            return None
+        model = nested[0]
+    return model
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
