@@ -1,16 +1,27 @@
-"""Links between devices and the topology that says which link joins two devices.
+"""Links between devices, the topology that says which link joins two devices, and the
+hardware profiles (interconnects and GPUs) that give those links and devices their numbers.
 
 A link is a pipe with a fixed start-up delay (latency) and a width (bandwidth): a message
 of ``n`` bytes takes ``latency_us / 1000 + n / (bandwidth_gbps * 1e9) * 1000`` ms.
 Each directed link carries one message at a time; messages queue in the order they
 are sent. Links that share a physical channel (several GPUs behind one PCIe switch)
 share one queue: they carry the same ``channel`` name.
+
+Profiles come in two variants. ``line-rate`` is what the data sheet promises: the signalling
+rate of the wire and the smallest per-hop latency the communication library assumes.
+``achievable`` is what a point-to-point benchmark measures between two GPUs with large
+messages; use it to predict real runs, and ``line-rate`` to see the ceiling.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+
+class UnknownProfileError(ValueError):
+    """A link or GPU profile name (or variant) that pipesim does not know."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +65,221 @@ class Topology:
 
     def channel(self, src: int, dst: int) -> str:
         return self.channels.get((src, dst), f"{src}->{dst}")
+
+
+# -- link profiles -------------------------------------------------------------------------
+#
+# Bandwidth is GB/s (1e9 bytes/s) in ONE direction; data sheets usually quote the sum of both.
+# Latency is microseconds per hop. NCCL's own cost model (NVIDIA/nccl, src/graph/tuning.cc,
+# table ``hwLat``, ring algorithm) gives a per-hop latency for each kind of hardware and
+# protocol: NVLink 0.6 us (LL protocol) / 3.4 us (Simple), PCIe 1.0 / 5.7 us, network
+# 2.7 / 14.0 us. LL is NCCL's low-latency protocol for tiny messages, so its figure is used as
+# the line-rate latency; Simple carries the large messages a pipeline sends, so its figure is
+# the achievable latency. NCCL does not tell InfiniBand from RoCE; neither does this table.
+#
+# Each row: variant -> (latency_us, bandwidth_gbps).
+LINK_PROFILES: dict[str, dict[str, tuple[float, float]]] = {
+    # NVLink 3 through NVSwitch (A100 SXM): 12 links x 25 GB/s per direction = 300 GB/s
+    # (NVIDIA/nccl-tests#149, sjeaugey). Large-message busbw reaches ~230 GB/s (same thread;
+    # NVIDIA/nccl-tests PR #189 reports ~235 GB/s on A100).
+    "nvlink3": {
+        "line-rate": (0.6, 300.0),  # tuning.cc NVLink LL; 12 x 25 GB/s
+        "achievable": (3.4, 230.0),  # tuning.cc NVLink Simple; nccl-tests#149
+    },
+    # NVLink 4 through NVSwitch (H100/H200 SXM): 18 links, 900 GB/s both directions = 450 GB/s
+    # per direction. p2pBandwidthLatencyTest measures 371-380 GB/s unidirectional on HGX H100
+    # (NVIDIA/nccl#1264; 376 GB/s quoted there from another HGX H100).
+    "nvlink4": {
+        "line-rate": (0.6, 450.0),  # tuning.cc NVLink LL; 900 GB/s bidirectional / 2
+        "achievable": (3.4, 380.0),  # tuning.cc NVLink Simple; NVIDIA/nccl#1264
+    },
+    # NVLink 5 through NVSwitch (B200): 18 links x 100 GB/s bidirectional = 1.8 TB/s, so
+    # 900 GB/s per direction (HGX B200 specifications). No public point-to-point measurement
+    # was found; the achievable figure applies NVLink 4's measured ratio (380 / 450 = 0.844).
+    "nvlink5": {
+        "line-rate": (0.6, 900.0),  # tuning.cc NVLink LL; 1.8 TB/s bidirectional / 2
+        "achievable": (3.4, 760.0),  # derived: 900 * 380 / 450, not measured
+    },
+    # PCIe 4.0 x16: 16 GT/s x 16 lanes x 128b/130b / 8 = 31.5 GB/s per direction (PCIe 4.0
+    # specification arithmetic). nvbandwidth measures 26.3 GB/s GPU-to-GPU over Gen4 without
+    # NVLink, "almost 80% of full PCIe Gen 4" (NVIDIA/nvbandwidth#50).
+    "pcie4": {
+        "line-rate": (1.0, 31.5),  # tuning.cc PCI LL; 16 GT/s * 16 * 128/130 / 8
+        "achievable": (5.7, 26.3),  # tuning.cc PCI Simple; NVIDIA/nvbandwidth#50
+    },
+    # PCIe 5.0 x16: 32 GT/s x 16 lanes x 128b/130b / 8 = 63.0 GB/s per direction. nvbandwidth
+    # measures 52.8 GB/s device-to-host on H100 (NVIDIA/nvbandwidth#24).
+    "pcie5": {
+        "line-rate": (1.0, 63.0),  # tuning.cc PCI LL; 32 GT/s * 16 * 128/130 / 8
+        "achievable": (5.7, 52.8),  # tuning.cc PCI Simple; NVIDIA/nvbandwidth#24
+    },
+    # InfiniBand HDR, one 200 Gb/s NIC per GPU: 25 GB/s. NCCL's maintainers "usually consider
+    # 24GB/s is the peak performance per 200G NIC" (NVIDIA/nccl-tests#119).
+    "ib-hdr": {
+        "line-rate": (2.7, 25.0),  # tuning.cc NET LL; 200 Gb/s / 8
+        "achievable": (14.0, 24.0),  # tuning.cc NET Simple; nccl-tests#119
+    },
+    # InfiniBand NDR, one 400 Gb/s NIC per GPU (ConnectX-7): 50 GB/s. Achievable scales the
+    # 24 GB/s-per-200G rule above to 48 GB/s.
+    "ib-ndr": {
+        "line-rate": (2.7, 50.0),  # tuning.cc NET LL; 400 Gb/s / 8
+        "achievable": (14.0, 48.0),  # nccl-tests#119 rule, 2 x 24 GB/s
+    },
+    # RoCE v2 at 400 Gb/s (ConnectX-7 Ethernet): 50 GB/s. perftest reaches 392 Gb/s = 49 GB/s
+    # on one rail (NVIDIA/nccl#2409); 48 GB/s keeps the same rule as InfiniBand NDR.
+    "roce-400": {
+        "line-rate": (2.7, 50.0),  # tuning.cc NET LL; 400 Gb/s / 8
+        "achievable": (14.0, 48.0),  # nccl-tests#119 rule; perftest 49 GB/s in nccl#2409
+    },
+}
+
+LINK_VARIANTS = ("line-rate", "achievable")
+
+
+def link_profile(name: str, variant: str = "achievable") -> Link:
+    """The ``Link`` of a named interconnect, e.g. ``link_profile("nvlink4", "line-rate")``."""
+    if name not in LINK_PROFILES:
+        allowed = ", ".join(LINK_PROFILES)
+        raise UnknownProfileError(f"unknown link profile {name!r}; allowed: {allowed}")
+    if variant not in LINK_VARIANTS:
+        allowed = ", ".join(LINK_VARIANTS)
+        raise UnknownProfileError(f"unknown link variant {variant!r}; allowed: {allowed}")
+    latency_us, bandwidth_gbps = LINK_PROFILES[name][variant]
+    return Link(latency_us=latency_us, bandwidth_gbps=bandwidth_gbps, name=f"{name}/{variant}")
+
+
+# -- GPU profiles --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProfile:
+    """What one GPU can do: dense bf16 tensor-core TFLOP/s (no 2:4 sparsity), memory
+    bandwidth in GB/s and memory capacity in bytes. Vendors write "80 GB" for HBM stacks
+    that hold 80 GiB; capacities here are in GiB * 2**30, close to what the driver reports."""
+
+    name: str
+    peak_tflops: float
+    memory_bandwidth_gbps: float
+    memory_bytes: int
+
+
+_GIB = 2**30
+
+GPU_PROFILES: dict[str, GpuProfile] = {
+    gpu.name: gpu
+    for gpu in (
+        # H100 SXM5: 989.4 TFLOP/s bf16 dense, 3.35 TB/s HBM3, 80 GB (NVIDIA H100 data sheet;
+        # table at glennklockwood.com/garden/processors/h100; torchao roofline_utils 989e12).
+        GpuProfile("h100-sxm", 989.4, 3350.0, 80 * _GIB),
+        # H100 PCIe: 1,513 TFLOP/s bf16 with sparsity -> 756 dense, 2.0 TB/s HBM2e, 80 GB
+        # (NVIDIA H100 data sheet, PCIe column).
+        GpuProfile("h100-pcie", 756.0, 2000.0, 80 * _GIB),
+        # A100 SXM4: 312 TFLOP/s bf16 dense; 40 GB at 1,555 GB/s, 80 GB at 2,039 GB/s
+        # (NVIDIA A100 data sheet).
+        GpuProfile("a100-sxm-40gb", 312.0, 1555.0, 40 * _GIB),
+        GpuProfile("a100-sxm-80gb", 312.0, 2039.0, 80 * _GIB),
+        # H200 SXM: same Hopper die as H100 (989 TFLOP/s bf16 dense), 141 GB HBM3e at
+        # 4.8 TB/s (NVIDIA H200 data sheet).
+        GpuProfile("h200", 989.4, 4800.0, 141 * _GIB),
+        # B200 in HGX B200 (1,000 W): 2,250 TFLOP/s bf16 dense, 8 TB/s, 180 GB HBM3e (HGX B200
+        # specifications; glennklockwood.com/garden/processors/B200; torchao 2.25e15).
+        GpuProfile("b200", 2250.0, 8000.0, 180 * _GIB),
+        # L40S: 362 TFLOP/s bf16 dense (733 with sparsity), 48 GB GDDR6 at 864 GB/s
+        # (NVIDIA L40S data sheet).
+        GpuProfile("l40s", 362.0, 864.0, 48 * _GIB),
+    )
+}
+
+
+def gpu_profile(name: str) -> GpuProfile:
+    """The ``GpuProfile`` of a named GPU, e.g. ``gpu_profile("h100-sxm")``."""
+    if name not in GPU_PROFILES:
+        allowed = ", ".join(GPU_PROFILES)
+        raise UnknownProfileError(f"unknown GPU profile {name!r}; allowed: {allowed}")
+    return GPU_PROFILES[name]
+
+
+# -- topology building ---------------------------------------------------------------------
+
+
+def build_topology(
+    devices: int,
+    gpus_per_node: int,
+    intra_node_link: Link | str,
+    inter_node_link: Link | str,
+    placement: Sequence[int] | None = None,
+    pcie_switch_share: int | None = None,
+    comm_overlap: bool = True,
+    variant: str = "achievable",
+) -> Topology:
+    """A cluster of nodes: fast links inside a node, a network between nodes.
+
+    Device ``d`` sits on node ``d // gpus_per_node`` unless ``placement[d]`` names its node.
+    A pair of devices on one node talks over ``intra_node_link``; a pair on different nodes
+    over ``inter_node_link``. A link may be a ``Link`` or a profile name (``"nvlink4"``),
+    looked up with ``variant``.
+
+    ``pcie_switch_share=k`` models GPUs that hang, ``k`` at a time, off one PCIe switch whose
+    single upstream link leads to the host. Number the devices of each node in order
+    (local index 0, 1, ...); local indices ``[0, k)`` form group 0, ``[k, 2k)`` group 1, and
+    so on. A directed pair (src, dst) on one node whose devices lie in *different* groups
+    must leave src's switch through its upstream link, so every such pair with the same
+    source group shares one queue, the channel ``"node{n}/pcie{g}/up"`` (g: src's group).
+    Pairs inside one group go peer to peer through the switch and keep their own queue;
+    pairs between nodes keep their own queue too. The shared channel models contention on
+    the upstream direction only; the downstream link into dst's group is not queued.
+    """
+    if devices < 1 or gpus_per_node < 1:
+        raise ValueError(
+            f"devices and gpus_per_node must be >= 1, got {devices=}, {gpus_per_node=}"
+        )
+    nodes = _node_of_each_device(devices, gpus_per_node, placement)
+    intra = _as_link(intra_node_link, variant)
+    inter = _as_link(inter_node_link, variant)
+    links = {
+        (src, dst): intra
+        for src in range(devices)
+        for dst in range(devices)
+        if src != dst and nodes[src] == nodes[dst]
+    }
+    channels = _pcie_channels(nodes, pcie_switch_share) if pcie_switch_share else {}
+    return Topology(
+        devices=devices, default=inter, links=links, channels=channels, comm_overlap=comm_overlap
+    )
+
+
+def _node_of_each_device(
+    devices: int, gpus_per_node: int, placement: Sequence[int] | None
+) -> tuple[int, ...]:
+    if placement is None:
+        return tuple(d // gpus_per_node for d in range(devices))
+    if len(placement) != devices:
+        raise ValueError(
+            f"placement has {len(placement)} entries, expected {devices} (one per device)"
+        )
+    for node in set(placement):
+        count = sum(1 for n in placement if n == node)
+        if count > gpus_per_node:
+            raise ValueError(f"placement puts {count} devices on node {node}, but {gpus_per_node=}")
+    return tuple(int(n) for n in placement)
+
+
+def _pcie_channels(nodes: tuple[int, ...], share: int) -> dict[tuple[int, int], str]:
+    if share < 1:
+        raise ValueError(f"pcie_switch_share must be >= 1, got {share}")
+    seen: dict[int, int] = {}
+    group = []
+    for node in nodes:
+        local = seen.get(node, 0)
+        seen[node] = local + 1
+        group.append(local // share)
+    return {
+        (src, dst): f"node{nodes[src]}/pcie{group[src]}/up"
+        for src in range(len(nodes))
+        for dst in range(len(nodes))
+        if src != dst and nodes[src] == nodes[dst] and group[src] != group[dst]
+    }
+
+
+def _as_link(link: Link | str, variant: str) -> Link:
+    return link if isinstance(link, Link) else link_profile(link, variant)

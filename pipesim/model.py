@@ -1,0 +1,263 @@
+"""From a transformer's shape and a GPU to what each pipeline stage costs.
+
+``pipesim.transformer`` counts FLOPs and bytes; this module decides how the layers are split
+into stages (``partition_layers``), how fast the GPU runs them (``Efficiency``), what tensor
+and data parallelism add (``pipesim.parallel``), and assembles the per-stage ``Costs`` the
+engine consumes (``stage_costs``).
+
+    model = TransformerModel(layers=32, hidden=4096, heads=32, seq_len=4096, vocab=50304)
+    partition = partition_layers(model, stages=4, mode="balanced")
+    costs = stage_costs(model, partition, microbatch_size=1, gpu="h100-sxm")
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipesim.costs import Costs
+from pipesim.hardware import GpuProfile, Link, gpu_profile
+from pipesim.parallel import ring_allreduce_ms, tensor_parallel_comm_ms
+from pipesim.transformer import (
+    PassFlops,
+    StaticMemory,
+    TransformerModel,
+    activation_message_bytes,
+    layer_activation_memory_bytes,
+    layer_flops,
+    layer_parameters,
+    lm_head_flops,
+    model_flops_per_step,
+    stage_extra_activation_bytes,
+    stage_flops,
+    stage_parameters,
+    static_memory,
+)
+
+__all__ = [
+    "Efficiency",
+    "PassFlops",
+    "StaticMemory",
+    "TransformerModel",
+    "activation_message_bytes",
+    "compute_ms",
+    "data_parallel_allreduce_ms",
+    "layer_activation_memory_bytes",
+    "layer_flops",
+    "layer_parameters",
+    "lm_head_flops",
+    "mfu",
+    "model_flops_per_step",
+    "partition_layers",
+    "stage_costs",
+    "stage_extra_activation_bytes",
+    "stage_flops",
+    "stage_parameters",
+    "stage_work_flops",
+    "static_memory",
+]
+
+
+def mfu(
+    model: TransformerModel, global_batch: int, step_ms: float, gpu: GpuProfile, gpus: int
+) -> float:
+    """Model FLOPs utilisation: useful FLOP/s over the peak of all ``gpus`` GPUs."""
+    achieved = model_flops_per_step(model, global_batch) / (step_ms / 1e3)
+    return achieved / (gpu.peak_tflops * 1e12 * gpus)
+
+
+# -- time ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Efficiency:
+    """How much of the GPU's peak a pass achieves, as a function of the tokens it processes.
+
+    A small microbatch gives thin matrix multiplications that cannot fill the GPU, so the
+    achieved fraction grows with the tokens per microbatch ``b * s`` and saturates:
+
+        fraction(tokens) = max_fraction * tokens / (tokens + half_tokens)
+
+    ``max_fraction`` is what large GEMMs reach (0.78 on H100, measured by torchao's roofline
+    utilities); ``half_tokens`` is the microbatch size, in tokens, at which half of it is
+    reached. The default 512 is an assumption, not a measurement: calibrate it against your
+    own runs. ``half_tokens = 0`` gives a constant efficiency. ``launch_overhead_ms`` is a
+    fixed cost added to every action (kernel launches, framework bookkeeping); it goes into
+    ``Costs.overhead_ms``.
+
+    Together they make splitting a fixed global batch into ever more microbatches slower past
+    some point: the pipeline bubble shrinks, but each microbatch runs less efficiently.
+    """
+
+    max_fraction: float = 0.78
+    half_tokens: float = 512.0
+    launch_overhead_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_fraction <= 1:
+            raise ValueError(f"max_fraction must be in (0, 1], got {self.max_fraction}")
+        if self.half_tokens < 0 or self.launch_overhead_ms < 0:
+            raise ValueError(f"half_tokens and launch_overhead_ms must be >= 0, got {self}")
+
+    def fraction(self, tokens: float) -> float:
+        return self.max_fraction * tokens / (tokens + self.half_tokens)
+
+
+def compute_ms(flops: float, gpu: GpuProfile, efficiency: Efficiency, tokens: float) -> float:
+    """``flops / (peak * efficiency(tokens))`` in milliseconds."""
+    return flops / (gpu.peak_tflops * 1e12 * efficiency.fraction(tokens)) * 1e3
+
+
+# -- partitioning --------------------------------------------------------------------------
+
+
+def partition_layers(
+    model: TransformerModel, stages: int, mode: str | Sequence[int] = "even"
+) -> tuple[int, ...]:
+    """How many layers each stage holds.
+
+    ``"even"``: ``layers // stages`` each, the remainder one by one to the first stages (the
+    last stage already carries the LM head). ``"balanced"``: the split that minimises the
+    slowest stage's forward + backward FLOPs per microbatch, LM head included; exact (a
+    binary search over the possible bottlenecks). Every stage gets at least one layer. A list
+    ``[n0, n1, ...]`` is taken as given once checked.
+    """
+    if stages < 1 or stages > model.layers:
+        raise ValueError(f"need 1 <= stages <= layers, got {stages=}, layers={model.layers}")
+    if isinstance(mode, str):
+        if mode == "even":
+            base, extra = divmod(model.layers, stages)
+            return tuple(base + (1 if k < extra else 0) for k in range(stages))
+        if mode == "balanced":
+            return _balanced(model, stages)
+        raise ValueError(f"unknown partition mode {mode!r}; allowed: 'even', 'balanced', or a list")
+    counts = tuple(int(n) for n in mode)
+    if len(counts) != stages:
+        raise ValueError(f"partition {list(counts)} has {len(counts)} entries, expected {stages}")
+    if min(counts) < 1 or sum(counts) != model.layers:
+        raise ValueError(
+            f"partition {list(counts)} must give every stage >= 1 layer and sum to {model.layers}"
+        )
+    return counts
+
+
+def stage_work_flops(model: TransformerModel, partition: Sequence[int]) -> tuple[int, ...]:
+    """Forward + backward FLOPs of one one-sequence microbatch on each stage (what
+    ``"balanced"`` equalises)."""
+    last = len(partition) - 1
+    return tuple(
+        stage_flops(model, n, 1, first=k == 0, last=k == last).total
+        for k, n in enumerate(partition)
+    )
+
+
+def _balanced(model: TransformerModel, stages: int) -> tuple[int, ...]:
+    per_layer = stage_flops(model, 1, 1, first=False, last=False).total
+    extras = [0] * stages
+    extras[-1] += lm_head_flops(model, 1).total
+    # The bottleneck is some stage's load n * per_layer + extra; try them in increasing order.
+    candidates = sorted({n * per_layer + e for e in extras for n in range(1, model.layers + 1)})
+
+    def capacity(limit: int) -> list[int] | None:
+        caps = [(limit - e) // per_layer for e in extras]
+        return caps if min(caps) >= 1 and sum(caps) >= model.layers else None
+
+    index = bisect.bisect_left(candidates, True, key=lambda c: capacity(c) is not None)
+    counts = capacity(candidates[index])
+    assert counts is not None, f"no feasible partition for {model.layers=}, {stages=}"
+    # Take the surplus away from the most loaded stages, so the rest stay as even as can be.
+    heap = [(-(n * per_layer + e), k) for k, (n, e) in enumerate(zip(counts, extras, strict=True))]
+    heapq.heapify(heap)
+    for _ in range(sum(counts) - model.layers):
+        while True:
+            _, k = heapq.heappop(heap)
+            if counts[k] > 1:
+                break
+        counts[k] -= 1
+        heapq.heappush(heap, (-(counts[k] * per_layer + extras[k]), k))
+    return tuple(counts)
+
+
+# -- assembling Costs ----------------------------------------------------------------------
+
+
+def stage_costs(
+    model: TransformerModel,
+    partition: Sequence[int],
+    microbatch_size: int,
+    gpu: GpuProfile | str,
+    efficiency: Efficiency | None = None,
+    tensor: int = 1,
+    tensor_link: Link | None = None,
+    sequence_parallel: bool = False,
+) -> Costs:
+    """Per-stage durations and sizes of ``model`` split as ``partition``, one microbatch of
+    ``microbatch_size`` sequences, on ``gpu``.
+
+    Compute time is the stage's FLOPs divided by ``tensor`` over the achieved rate
+    (``compute_ms``). With ``tensor > 1`` each layer adds two ring all-reduces of its
+    activation per pass over ``tensor_link`` (required then): to F, and to I (with
+    recomputation, twice to I: the recomputed forward has its own). W has no communication.
+    ``efficiency`` defaults to ``Efficiency()``.
+    """
+    gpu = gpu_profile(gpu) if isinstance(gpu, str) else gpu
+    efficiency = Efficiency() if efficiency is None else efficiency
+    if tensor < 1 or microbatch_size < 1:
+        raise ValueError(
+            f"tensor and microbatch_size must be >= 1, got {tensor=}, {microbatch_size=}"
+        )
+    if tensor > 1 and tensor_link is None:
+        raise ValueError(f"tensor parallelism ({tensor=}) needs tensor_link, the intra-node link")
+    message = activation_message_bytes(model, microbatch_size)
+    tp_pass_ms = 0.0 if tensor == 1 else tensor_parallel_comm_ms(message, tensor, tensor_link)
+    tokens = microbatch_size * model.seq_len
+    last = len(partition) - 1
+    fwd, inp, wgt, act, wgrad = [], [], [], [], []
+    for k, layers in enumerate(partition):
+        ends = {"first": k == 0, "last": k == last}
+        flops = stage_flops(model, layers, microbatch_size, **ends)
+        passes_in_input = 2 if model.recompute else 1
+        fwd.append(
+            compute_ms(flops.forward / tensor, gpu, efficiency, tokens) + layers * tp_pass_ms
+        )
+        inp.append(
+            compute_ms(flops.backward_input / tensor, gpu, efficiency, tokens)
+            + passes_in_input * layers * tp_pass_ms
+        )
+        wgt.append(compute_ms(flops.backward_weight / tensor, gpu, efficiency, tokens))
+        layer_mem, layer_w = layer_activation_memory_bytes(
+            model, microbatch_size, tensor, sequence_parallel
+        )
+        extra_mem, extra_w = stage_extra_activation_bytes(
+            model, microbatch_size, tensor=tensor, sequence_parallel=sequence_parallel, **ends
+        )
+        act.append(layers * layer_mem + extra_mem)
+        wgrad.append(layers * layer_w + extra_w)
+    return Costs(
+        forward_ms=tuple(fwd),
+        backward_ms=tuple(i + w for i, w in zip(inp, wgt, strict=True)),
+        backward_input_ms=tuple(inp),
+        backward_weight_ms=tuple(wgt),
+        activation_bytes=(float(message),) * len(partition),
+        activation_memory_bytes=tuple(act),
+        weight_grad_memory_bytes=tuple(wgrad),
+        overhead_ms=efficiency.launch_overhead_ms,
+    )
+
+
+def data_parallel_allreduce_ms(
+    model: TransformerModel,
+    partition: Sequence[int],
+    data_parallel: int,
+    link: Link,
+    tensor: int = 1,
+) -> tuple[float, ...]:
+    """End-of-step gradient all-reduce per stage: each GPU's share of the stage's gradients
+    (``params / tensor * dtype_bytes`` bytes) in a ring over the ``data_parallel`` replicas.
+    Pick ``link`` with ``pipesim.parallel.data_parallel_link``."""
+    return tuple(
+        ring_allreduce_ms(params / tensor * model.dtype_bytes, data_parallel, link)
+        for params in stage_parameters(model, partition)
+    )

@@ -1,0 +1,275 @@
+"""What a transformer's shape implies, before any hardware: FLOPs, bytes and parameters.
+
+A GPT-style decoder is a stack of identical layers between an embedding (first stage) and an
+output projection with its loss (last stage). Counting the multiply-adds of one layer gives
+its FLOPs; counting the tensors it keeps for the backward pass gives its activation memory;
+counting its weights gives what the optimizer must store. Every formula here works per layer
+and per microbatch, with these letters:
+
+    b  microbatch size (sequences)     s  sequence length         h  hidden size
+    a  attention heads                 f  FFN hidden size (4h by default)
+    V  vocabulary size                 t  tensor-parallel degree  n  data-parallel degree
+
+FLOPs follow the Zero Bubble paper (Qi et al. 2024, Table 1), which splits the backward into
+``I`` (input gradient) and ``W`` (weight gradient). For f = 4h they are
+
+    F = sbh(24h + 4s)      I = sbh(24h + 8s)      W = sbh(24h)          (per layer, b = 1)
+
+The 24h term is the layer's linear layers: QKV (3h^2), attention output (h^2) and the MLP
+(2hf = 8h^2), two FLOPs per multiply-add, so 2(4h^2 + 2hf) = 8h^2 + 4hf. pipesim keeps that
+general form, ``bsh(8h + 4f + 4s)`` for F, so a model with f != 4h is counted honestly. The
+s terms are the attention scores (QK^T and scores x V): they have no weights, so their
+backward lands wholly in I. Grouped-query attention and gated (SwiGLU) MLPs are not modelled.
+
+``pipesim.model`` turns these counts into time on a GPU and into ``Costs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + Adam v, 4 bytes each
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransformerModel:
+    """The shape of a GPT-style decoder. ``ffn_hidden`` defaults to ``4 * hidden``;
+    ``dtype_bytes`` is the width of weights, gradients and activations (2 for bf16);
+    ``recompute`` turns on full activation recomputation; ``tied_embeddings`` shares the
+    input embedding with the LM head (no separate LM-head weights on the last stage)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    vocab: int
+    ffn_hidden: int | None = None
+    dtype_bytes: int = 2
+    recompute: bool = False
+    tied_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ffn_hidden is None:
+            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        for name in ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "dtype_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"model {name} must be a positive integer, got {value!r}")
+        if self.hidden % self.heads:
+            raise ValueError(
+                f"hidden must be divisible by heads, got {self.hidden=}, {self.heads=}"
+            )
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden  # type: ignore[return-value]  # set in __post_init__
+
+
+@dataclass(frozen=True, slots=True)
+class PassFlops:
+    """FLOPs of the three passes: forward, input-gradient backward, weight-gradient backward."""
+
+    forward: int
+    backward_input: int
+    backward_weight: int
+
+    @property
+    def backward(self) -> int:
+        return self.backward_input + self.backward_weight
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.backward
+
+    def __add__(self, other: PassFlops) -> PassFlops:
+        return PassFlops(
+            self.forward + other.forward,
+            self.backward_input + other.backward_input,
+            self.backward_weight + other.backward_weight,
+        )
+
+    def scaled(self, factor: int) -> PassFlops:
+        return PassFlops(
+            self.forward * factor, self.backward_input * factor, self.backward_weight * factor
+        )
+
+
+# -- FLOPs ---------------------------------------------------------------------------------
+
+
+def layer_flops(model: TransformerModel, microbatch_size: int) -> PassFlops:
+    """FLOPs of one transformer layer for one microbatch (no recomputation)."""
+    b, s, h, f = microbatch_size, model.seq_len, model.hidden, model.ffn
+    linear = b * s * h * (8 * h + 4 * f)  # 24bsh^2 when f = 4h
+    scores = b * s * h * 4 * s  # QK^T and scores x V, 2 b s^2 h each
+    return PassFlops(
+        forward=linear + scores, backward_input=linear + 2 * scores, backward_weight=linear
+    )
+
+
+def lm_head_flops(model: TransformerModel, microbatch_size: int) -> PassFlops:
+    """The output projection h -> V: ``2bshV`` forward, the same again for each half of the
+    backward. The softmax and cross-entropy (a few FLOPs per logit) and the embedding lookup
+    (no multiply-adds) are left out."""
+    head = 2 * microbatch_size * model.seq_len * model.hidden * model.vocab
+    return PassFlops(forward=head, backward_input=head, backward_weight=head)
+
+
+def stage_flops(
+    model: TransformerModel, layers: int, microbatch_size: int, *, first: bool, last: bool
+) -> PassFlops:
+    """The FLOPs a stage really executes: its layers, the LM head if last, and, with
+    recomputation, one more forward of its layers inside the input-gradient backward."""
+    per_layer = layer_flops(model, microbatch_size)
+    flops = per_layer.scaled(layers)
+    if model.recompute:
+        flops = flops + PassFlops(0, per_layer.forward * layers, 0)
+    if last:
+        flops = flops + lm_head_flops(model, microbatch_size)
+    return flops
+
+
+def model_flops_per_step(model: TransformerModel, global_batch: int) -> int:
+    """Useful FLOPs of one training step over ``global_batch`` sequences, for MFU: forward and
+    backward of every layer and the LM head, recomputation not counted. For f = 4h this is
+    Megatron-LM's ``72 B s L h^2 (1 + s/(6h) + V/(12 h L))``."""
+    per_sequence = layer_flops(model, 1).total * model.layers + lm_head_flops(model, 1).total
+    return per_sequence * global_batch
+
+
+# -- bytes ---------------------------------------------------------------------------------
+
+
+def activation_message_bytes(model: TransformerModel, microbatch_size: int) -> int:
+    """The tensor one stage sends the next (and the gradient sent back): ``b s h`` elements."""
+    return microbatch_size * model.seq_len * model.hidden * model.dtype_bytes
+
+
+def layer_activation_memory_bytes(
+    model: TransformerModel, microbatch_size: int, tensor: int = 1, sequence_parallel: bool = False
+) -> tuple[float, float]:
+    """Activation memory one layer keeps for one microbatch, and the part of it the
+    weight-gradient pass ``W`` still needs after ``I`` has run. Returns ``(total, for_w)``.
+
+    Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+    Models") count ``sbh(34 + 5as/h)`` bytes per layer with 16-bit activations: 34sbh for the
+    linear, norm, dropout and GELU inputs, ``5as^2b`` for the attention scores, softmax and
+    its dropout mask. Tensor parallelism splits the scores and part of the rest:
+    ``sbh(10 + 24/t + 5as/(ht))``; with sequence parallelism too, ``sbh(34/t + 5as/(ht))``.
+    The constants assume 2-byte activations and 1-byte masks; ``dtype_bytes`` does not
+    rescale them.
+
+    The W part is what the Zero Bubble implementation uses: 32sbh of the 34sbh (the inputs of
+    the linear layers), scaled here with the same tensor-parallel split.
+
+    With full recomputation only the layer input survives the forward (``2sbh``, split by t
+    under sequence parallelism); it is kept until W, which needs the recomputed inputs.
+    """
+    b, s, h, a, t = microbatch_size, model.seq_len, model.hidden, model.heads, tensor
+    sbh = s * b * h
+    if model.recompute:
+        kept = 2 * sbh / (t if sequence_parallel else 1)
+        return kept, kept
+    linear = 34 * sbh / t if sequence_parallel else sbh * (10 + 24 / t)
+    scores = 5 * a * s * s * b / t
+    return linear + scores, linear * 32 / 34
+
+
+def stage_extra_activation_bytes(
+    model: TransformerModel,
+    microbatch_size: int,
+    *,
+    first: bool,
+    last: bool,
+    tensor: int = 1,
+    sequence_parallel: bool = False,
+) -> tuple[float, float]:
+    """Activation memory outside the layers, as ``(total, for_w)`` (Korthikanti §4.3).
+
+    First stage: the embedding's dropout mask, ``sbh`` bytes. Last stage: the final norm's
+    and the LM head's inputs, ``4sbh`` bytes (the LM head input, ``2sbh``, is kept until W),
+    and the fp32 logits the cross-entropy backward needs, ``4sbV`` (split over t: the
+    output layer is vocabulary-parallel).
+    """
+    sbh = model.seq_len * microbatch_size * model.hidden
+    split = tensor if sequence_parallel else 1
+    total = for_w = 0.0
+    if first:
+        total += sbh / split
+    if last:
+        total += 4 * sbh / split + 4 * model.seq_len * microbatch_size * model.vocab / tensor
+        for_w += 2 * sbh / split
+    return total, for_w
+
+
+# -- parameters and static memory ----------------------------------------------------------
+
+
+def layer_parameters(model: TransformerModel) -> int:
+    """Weights of one layer: attention ``4h^2 + 4h`` (QKV and output projection with biases),
+    MLP ``2hf + f + h``, two layer norms ``4h``: ``12h^2 + 13h`` when f = 4h."""
+    h, f = model.hidden, model.ffn
+    return 4 * h * h + 2 * h * f + f + 9 * h
+
+
+def stage_parameters(model: TransformerModel, partition: Sequence[int]) -> tuple[int, ...]:
+    """Weights held by each stage: its layers, the word embedding ``Vh`` on the first stage,
+    the LM head ``Vh`` on the last unless embeddings are tied. (Position embeddings and the
+    final norm are left out. Megatron-LM keeps a copy of a tied embedding on the last stage
+    when there are several stages; set ``tied_embeddings=False`` to count it.)"""
+    stages = len(partition)
+    embedding = model.vocab * model.hidden
+    params = []
+    for k, layers in enumerate(partition):
+        count = layers * layer_parameters(model)
+        count += embedding if k == 0 else 0
+        count += embedding if k == stages - 1 and not model.tied_embeddings else 0
+        params.append(count)
+    return tuple(params)
+
+
+@dataclass(frozen=True, slots=True)
+class StaticMemory:
+    """Bytes that live for the whole step on one GPU of a stage."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+
+def static_memory(
+    model: TransformerModel,
+    partition: Sequence[int],
+    data_parallel: int = 1,
+    zero_stage: int = 0,
+    tensor: int = 1,
+) -> tuple[StaticMemory, ...]:
+    """Weights, gradients and optimizer states per GPU of each stage.
+
+    Mixed-precision Adam keeps 16 bytes per parameter (ZeRO paper, Rajbhandari et al. 2020):
+    2 for the bf16 weights, 2 for their gradients, 12 for the fp32 master copy and Adam's two
+    moments. ZeRO shards over the ``data_parallel`` replicas: stage 1 the 12 optimizer bytes,
+    stage 2 the gradients too, stage 3 the weights too. Tensor parallelism divides all of it
+    by ``tensor``.
+    """
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
+    if data_parallel < 1 or tensor < 1:
+        raise ValueError(f"data_parallel and tensor must be >= 1, got {data_parallel=}, {tensor=}")
+    n, width = data_parallel, model.dtype_bytes
+    result = []
+    for params in stage_parameters(model, partition):
+        local = params / tensor
+        result.append(
+            StaticMemory(
+                weights_bytes=width * local / (n if zero_stage >= 3 else 1),
+                gradients_bytes=width * local / (n if zero_stage >= 2 else 1),
+                optimizer_bytes=OPTIMIZER_BYTES_PER_PARAM * local / (n if zero_stage >= 1 else 1),
+            )
+        )
+    return tuple(result)
