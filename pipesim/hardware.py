@@ -242,7 +242,7 @@ def build_topology(
         for dst in range(devices)
         if src != dst and nodes[src] == nodes[dst]
     }
-    channels = _pcie_channels(nodes, pcie_switch_share) if pcie_switch_share else {}
+    channels = {} if pcie_switch_share is None else _pcie_channels(nodes, pcie_switch_share)
     return Topology(
         devices=devices, default=inter, links=links, channels=channels, comm_overlap=comm_overlap
     )
