@@ -210,6 +210,7 @@ def stage_costs(
         )
     if tensor > 1 and tensor_link is None:
         raise ValueError(f"tensor parallelism ({tensor=}) needs tensor_link, the intra-node link")
+    partition = partition_layers(model, len(partition), partition)
     message = activation_message_bytes(model, microbatch_size)
     tp_pass_ms = 0.0 if tensor == 1 else tensor_parallel_comm_ms(message, tensor, tensor_link)
     tokens = microbatch_size * model.seq_len

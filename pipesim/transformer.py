@@ -37,7 +37,9 @@ class TransformerModel:
     """The shape of a GPT-style decoder. ``ffn_hidden`` defaults to ``4 * hidden``;
     ``dtype_bytes`` is the width of weights, gradients and activations (2 for bf16);
     ``recompute`` turns on full activation recomputation; ``tied_embeddings`` shares the
-    input embedding with the LM head (no separate LM-head weights on the last stage)."""
+    input embedding with the LM head (no separate LM-head weights on the last stage);
+    ``flash_attention`` means a fused attention kernel that never stores the s x s score
+    matrices, so their activation memory (``5as^2b``) is not kept (FLOPs are unchanged)."""
 
     layers: int
     hidden: int
@@ -48,6 +50,7 @@ class TransformerModel:
     dtype_bytes: int = 2
     recompute: bool = False
     tied_embeddings: bool = False
+    flash_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.ffn_hidden is None:
@@ -158,7 +161,8 @@ def layer_activation_memory_bytes(
     its dropout mask. Tensor parallelism splits the scores and part of the rest:
     ``sbh(10 + 24/t + 5as/(ht))``; with sequence parallelism too, ``sbh(34/t + 5as/(ht))``.
     The constants assume 2-byte activations and 1-byte masks; ``dtype_bytes`` does not
-    rescale them.
+    rescale them. With ``flash_attention`` the ``5as^2b`` term is dropped, leaving 34sbh
+    (what Korthikanti et al. call selective recomputation).
 
     The W part is what the Zero Bubble implementation uses: 32sbh of the 34sbh (the inputs of
     the linear layers), scaled here with the same tensor-parallel split.
@@ -172,7 +176,7 @@ def layer_activation_memory_bytes(
         kept = 2 * sbh / (t if sequence_parallel else 1)
         return kept, kept
     linear = 34 * sbh / t if sequence_parallel else sbh * (10 + 24 / t)
-    scores = 5 * a * s * s * b / t
+    scores = 0 if model.flash_attention else 5 * a * s * s * b / t
     return linear + scores, linear * 32 / 34
 
 

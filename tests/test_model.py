@@ -104,6 +104,12 @@ def test_activation_message_and_memory():
     assert layer_activation_memory_bytes(TINY, 1, 2, sequence_parallel=True) == (624, 512)
 
 
+def test_flash_attention_drops_the_score_matrices():
+    flash = TransformerModel(layers=4, hidden=8, heads=2, seq_len=4, vocab=16, flash_attention=True)
+    assert layer_activation_memory_bytes(flash, 1) == (34 * 32, 32 * 32)
+    assert layer_flops(flash, 1) == layer_flops(TINY, 1)
+
+
 def test_recomputation_keeps_only_the_layer_input():
     recompute = TransformerModel(layers=4, hidden=8, heads=2, seq_len=4, vocab=16, recompute=True)
     assert layer_activation_memory_bytes(recompute, 1) == (64, 64)  # 2 sbh
@@ -292,6 +298,11 @@ def test_stage_costs_tensor_parallel_adds_two_allreduces_per_layer_per_pass():
     assert again.backward_input_ms[0] == pytest.approx((14336 + 13312) / 2 / 500 + 2 * 4 * ring)
     with pytest.raises(ValueError, match="tensor_link"):
         stage_costs(TINY, (2, 2), 1, TOY_GPU, FLAT, tensor=2)
+
+
+def test_stage_costs_checks_the_partition():
+    with pytest.raises(ValueError, match="sum to 4"):
+        stage_costs(TINY, (2, 1), 1, TOY_GPU, FLAT)
 
 
 def test_launch_overhead_goes_to_costs():
