@@ -214,23 +214,22 @@ def stage_costs(
     message = activation_message_bytes(model, microbatch_size)
     tp_pass_ms = 0.0 if tensor == 1 else tensor_parallel_comm_ms(message, tensor, tensor_link)
     tokens = microbatch_size * model.seq_len
+    input_passes = 2 if model.recompute else 1  # the recomputed forward communicates too
+    layer_mem, layer_w = layer_activation_memory_bytes(
+        model, microbatch_size, tensor, sequence_parallel
+    )
+
+    def pass_ms(flops: int) -> float:
+        return compute_ms(flops / tensor, gpu, efficiency, tokens)
+
     last = len(partition) - 1
     fwd, inp, wgt, act, wgrad = [], [], [], [], []
     for k, layers in enumerate(partition):
         ends = {"first": k == 0, "last": k == last}
         flops = stage_flops(model, layers, microbatch_size, **ends)
-        passes_in_input = 2 if model.recompute else 1
-        fwd.append(
-            compute_ms(flops.forward / tensor, gpu, efficiency, tokens) + layers * tp_pass_ms
-        )
-        inp.append(
-            compute_ms(flops.backward_input / tensor, gpu, efficiency, tokens)
-            + passes_in_input * layers * tp_pass_ms
-        )
-        wgt.append(compute_ms(flops.backward_weight / tensor, gpu, efficiency, tokens))
-        layer_mem, layer_w = layer_activation_memory_bytes(
-            model, microbatch_size, tensor, sequence_parallel
-        )
+        fwd.append(pass_ms(flops.forward) + layers * tp_pass_ms)
+        inp.append(pass_ms(flops.backward_input) + input_passes * layers * tp_pass_ms)
+        wgt.append(pass_ms(flops.backward_weight))
         extra_mem, extra_w = stage_extra_activation_bytes(
             model, microbatch_size, tensor=tensor, sequence_parallel=sequence_parallel, **ends
         )
