@@ -1,0 +1,402 @@
+"""Click commands of the calibration workflow: profile, import-trace, crosscheck, fit.
+
+``pipesim.cli`` registers them on its ``main`` group. User mistakes print one line
+``pipesim: error: ...`` on stderr and exit with code 2; output files are written whole or
+not at all (temp file, then rename). torch is imported only when a command needs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from pipesim.calibrate.ops import StageSpec
+from pipesim.calibrate.profile import (
+    Profile,
+    ProfileError,
+    costs_from_profile,
+    load_profile,
+    profile_to_dict,
+    save_profile,
+    write_atomic,
+)
+
+EXIT_USAGE = 2
+
+
+class CalibrationError(Exception):
+    """Bad input to a calibration command (one line)."""
+
+
+def _user_errors(command: Callable) -> Callable:
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from pipesim.calibrate.realrun import RealRunError
+        from pipesim.calibrate.trace_import import TraceImportError
+        from pipesim.schedules.ir import ScheduleError
+
+        errors: tuple[type[BaseException], ...] = (
+            CalibrationError, ProfileError, TraceImportError, RealRunError, ScheduleError,
+        )  # fmt: skip
+        try:
+            from pipesim.scenario import ScenarioError
+
+            errors += (ScenarioError,)
+        except ImportError:  # pragma: no cover - scenario module not present
+            pass
+        try:
+            return command(*args, **kwargs)
+        except errors as exc:
+            click.echo(f"pipesim: error: {str(exc).splitlines()[0]}", err=True)
+            sys.exit(EXIT_USAGE)
+
+    return wrapper
+
+
+def _require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise CalibrationError("this command needs torch: pip install 'pipesim[torch]'") from None
+
+
+def _check_output(path: str | None, option: str, suffixes: tuple[str, ...]) -> None:
+    if path is None:
+        return
+    target = Path(path)
+    if target.suffix.lower() not in suffixes:
+        raise CalibrationError(
+            f"{option} {path}: unsupported file type; allowed: {', '.join(suffixes)}"
+        )
+    if not target.parent.exists():
+        raise CalibrationError(f"{option} {path}: directory {target.parent} does not exist")
+
+
+def _load_scenario(path: str, overrides: tuple[str, ...]):
+    from pipesim.scenario import load_scenario
+
+    return load_scenario(path, list(overrides))
+
+
+# Shapes of real stages, for scenarios without a model section.
+_SHAPE_OPTIONS = [
+    click.option(
+        "--hidden", type=click.IntRange(min=1), default=256, show_default=True, help="Stage width."
+    ),
+    click.option(
+        "--layers",
+        type=click.IntRange(min=1),
+        default=2,
+        show_default=True,
+        help="Layers per stage.",
+    ),
+    click.option(
+        "--batch",
+        type=click.IntRange(min=1),
+        default=8,
+        show_default=True,
+        help="Samples per microbatch.",
+    ),
+    click.option(
+        "--seq",
+        type=click.IntRange(min=1),
+        default=128,
+        show_default=True,
+        help="Tokens (transformer).",
+    ),
+    click.option(
+        "--heads",
+        type=click.IntRange(min=1),
+        default=4,
+        show_default=True,
+        help="Heads (transformer).",
+    ),
+    click.option(
+        "--dtype",
+        type=click.Choice(["float32", "float16", "bfloat16"]),
+        default="float32",
+        show_default=True,
+    ),
+]
+
+
+def _shape_options(command: Callable) -> Callable:
+    for option in reversed(_SHAPE_OPTIONS):
+        command = option(command)
+    return command
+
+
+def stage_specs(scenario, ops: str, shapes: dict) -> list[StageSpec]:
+    """One StageSpec per model stage: the scenario's costs as sleeps, or real layers."""
+    stages = scenario.schedule.model_stages
+    costs = scenario.costs
+    try:
+        if ops == "synthetic":
+            return [
+                StageSpec(
+                    "synthetic",
+                    hidden=16,
+                    batch=1,
+                    forward_ms=costs.forward_ms[s],
+                    backward_input_ms=costs.backward_input_ms[s],
+                    backward_weight_ms=costs.backward_weight_ms[s],
+                )  # fmt: skip
+                for s in range(stages)
+            ]
+        kind = "transformer" if ops == "transformer" else "mlp"
+        return [StageSpec(kind, **shapes)] * stages
+    except ValueError as exc:
+        raise CalibrationError(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------
+# profile
+
+
+@click.command("profile")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, help="Profile file to write (.json).")
+@click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario field."
+)
+@click.option(
+    "--ops", type=click.Choice(["mlp", "transformer", "synthetic"]), default="mlp", show_default=True,
+    help="Stage computation: MLP or GPT blocks at the given shapes, or sleeps of the scenario's costs.",
+)  # fmt: skip
+@_shape_options
+@click.option("--repeats", type=click.IntRange(min=20), default=20, show_default=True)
+@click.option(
+    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True
+)
+@click.option(
+    "--links/--no-links", default=True, show_default=True, help="Time point-to-point transfers."
+)
+@_user_errors
+def profile_command(scenario, output, overrides, ops, repeats, device, links, **shapes) -> None:
+    """Time each stage's F, I, W and B (and the links) and write a profile file."""
+    _check_output(output, "-o", (".json",))
+    _require_torch()
+    import torch
+
+    from pipesim.calibrate.harness import cuda_links, gloo_link, profile_stages
+
+    loaded = _load_scenario(scenario, overrides)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CalibrationError("--device cuda: no CUDA device is available")
+    specs = stage_specs(loaded, ops, shapes)
+    result = profile_stages(specs, repeats=repeats, device=device)
+    if links:
+        fits = tuple(cuda_links()) if device == "cuda" else (gloo_link(),)
+        result = replace(result, links=fits)
+    result = replace(result, provenance={**result.provenance, "scenario": str(scenario)})
+    save_profile(result, output)
+    click.echo(_profile_summary(result))
+
+
+def _profile_summary(result: Profile) -> str:
+    lines = [f"{'stage':>5} {'F ms':>9} {'B ms':>9} {'I ms':>9} {'W ms':>9}"]
+    for timing in result.stages:
+        cells = [
+            f"{timing.median_ms(k):9.3f}" if timing.median_ms(k) is not None else f"{'-':>9}"
+            for k in "FBIW"
+        ]
+        lines.append(f"{timing.stage:>5} " + " ".join(cells))
+    for fit in result.links:
+        lines.append(
+            f"link {fit.name}: latency {fit.latency_us:.1f} us, bandwidth {fit.bandwidth_gbps:.2f} GB/s"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# import-trace
+
+
+@click.command("import-trace")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, help="Profile file to write (.json).")
+@click.option(
+    "--timeline", default=None, help="Also write the measured timeline as a Perfetto trace (.json)."
+)
+@click.option("--timeline-csv", default=None, help="Also write the measured timeline as CSV.")
+@_user_errors
+def import_trace_command(traces, output, timeline, timeline_csv) -> None:
+    """Read PyTorch profiler traces (one per rank) of a real pipeline run into a profile."""
+    from pipesim.calibrate.trace_import import import_traces, profile_from_spans, trace_from_spans
+    from pipesim.trace import to_chrome_trace, to_csv
+
+    _check_output(output, "-o", (".json",))
+    _check_output(timeline, "--timeline", (".json",))
+    _check_output(timeline_csv, "--timeline-csv", (".csv",))
+    spans = import_traces(list(traces))
+    result = profile_from_spans(spans, {"traces": [str(t) for t in traces]})
+    measured = trace_from_spans(spans)
+    save_profile(result, output)
+    if timeline:
+        write_atomic(timeline, json.dumps(to_chrome_trace(measured, label="measured")))
+    if timeline_csv:
+        write_atomic(timeline_csv, to_csv(measured))
+    click.echo(
+        f"{len(spans)} PP spans from {len(traces)} rank(s), makespan {measured.makespan_ms:.3f} ms"
+    )
+    click.echo(_profile_summary(result))
+
+
+# ---------------------------------------------------------------------------
+# crosscheck
+
+
+@click.command("crosscheck")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario field."
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Timed runs per schedule.",
+)
+@click.option("--ops", type=click.Choice(["real", "synthetic"]), default="real", show_default=True)
+@click.option(
+    "--real-ops", type=click.Choice(["mlp", "transformer"]), default="mlp", show_default=True
+)
+@_shape_options
+@click.option(
+    "--profile",
+    "profile_path",
+    default=None,
+    help="Predict from this profile instead of timing ops now.",
+)
+@click.option(
+    "--schedules", default=None, help="Comma-separated schedules to rank alongside the scenario's."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+@click.option(
+    "--trace", "trace_path", default=None, help="Perfetto trace, measured and simulated (.json)."
+)
+@click.option("--gantt", default=None, help="Comparison Gantt chart (.png, .svg, .pdf).")
+@click.option(
+    "--save-runs",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Folder for the raw runs (for fit).",
+)
+@_user_errors
+def crosscheck_command(
+    scenario,
+    overrides,
+    runs,
+    ops,
+    real_ops,
+    profile_path,
+    schedules,
+    fmt,
+    trace_path,
+    gantt,
+    save_runs,
+    **shapes,
+) -> None:
+    """Run the scenario's schedule for real, simulate it, and report the errors."""
+    _check_output(trace_path, "--trace", (".json",))
+    _check_output(gantt, "--gantt", (".png", ".svg", ".pdf"))
+    _require_torch()
+    from pipesim.calibrate.suite import check_schedules, other_schedules
+
+    loaded = _load_scenario(scenario, overrides)
+    specs = stage_specs(loaded, "synthetic" if ops == "synthetic" else real_ops, shapes)
+    profile = load_profile(profile_path) if profile_path else None
+    names = [s.strip() for s in schedules.split(",") if s.strip()] if schedules else []
+    plan = [loaded.schedule] + other_schedules(loaded.schedule, names)
+    outcome = check_schedules(plan, specs, runs=runs, profile=profile, save_runs=save_runs)
+    if trace_path:
+        write_atomic(trace_path, json.dumps(outcome.chrome_trace()))
+    if gantt:
+        _save_gantt(outcome, gantt)
+    click.echo(outcome.render_json() if fmt == "json" else outcome.render_table(), nl=False)
+
+
+def _save_gantt(outcome, path: str) -> None:
+    import os
+    import tempfile
+
+    from pipesim.plot import save_figure
+
+    target = Path(path)
+    handle, temp = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent
+    )
+    os.close(handle)
+    try:
+        save_figure(outcome.figure(), temp)
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------
+# fit
+
+
+@click.command("fit")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, help="Profile file to write (.json).")
+@click.option(
+    "--profile",
+    "base",
+    default=None,
+    help="Profile to add the host fit to (else op medians of the runs).",
+)
+@_user_errors
+def fit_command(runs, output, base) -> None:
+    """Fit per-action host overhead and per-hop cost from saved real runs (crosscheck --save-runs)."""
+    from pipesim.calibrate.fit import fit_host, timeline
+    from pipesim.calibrate.profile import HostOverhead, Spread, StageTiming
+    from pipesim.calibrate.realrun import MeasuredRun
+
+    _check_output(output, "-o", (".json",))
+    measured = []
+    for path in runs:
+        try:
+            measured.append(MeasuredRun.from_dict(json.loads(Path(path).read_text())))
+        except FileNotFoundError:
+            raise CalibrationError(f"{path}: no such run file") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CalibrationError(f"{path}: not a pipesim run file ({exc})") from None
+    host: HostOverhead = fit_host(measured)
+    if base:
+        result = replace(load_profile(base), host=host)
+    else:
+        from pipesim.calibrate.crosscheck import measured_costs
+
+        lines = [timeline(run) for run in measured]
+        costs = measured_costs(lines)
+        timings = tuple(
+            StageTiming(s, {k: Spread(getattr(costs, f)[s], getattr(costs, f)[s], getattr(costs, f)[s], len(lines))
+                            for k, f in (("F", "forward_ms"), ("B", "backward_ms"), ("I", "backward_input_ms"),
+                                         ("W", "backward_weight_ms"))})
+            for s in range(costs.stages)
+        )  # fmt: skip
+        result = Profile(timings, (), host, {"source": "pipesim fit", "runs": list(runs)})
+    save_profile(result, output)
+    click.echo(
+        f"host overhead {host.overhead_ms:.4f} ms per action, hop {host.hop_ms:.4f} ms, "
+        f"from {len(measured)} run(s) ({host.samples} samples)"
+    )
+
+
+COMMANDS = (profile_command, import_trace_command, crosscheck_command, fit_command)
+
+__all__ = ["COMMANDS", "costs_from_profile", "profile_to_dict"]

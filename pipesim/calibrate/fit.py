@@ -1,0 +1,127 @@
+"""Read a measured run as a timeline, and fit the host overhead model from real runs.
+
+A real runtime does more than compute. Between two compute calls a rank posts sends and
+receives, runs Python bookkeeping and launches kernels; and a message between ranks takes
+time to arrive. pipesim models both with two numbers (DESIGN: engine semantics):
+
+* ``overhead_ms``: added to every compute action's duration (the device is busy for it);
+* ``hop_ms``: the latency of every cross-device hop, from the producer's end (its
+  overhead included) until the consumer can start.
+
+Fitting them from a run: on each rank, the gaps between consecutive compute calls are
+either waiting for a message (the time spent inside the runtime's receive waits) or
+overhead; ``overhead_ms`` is the non-waiting gap time per gap. A hop is observed where the
+consumer actually waited: then its start is the message's arrival, and
+``hop = consumer start - (producer end + overhead)``; ``hop_ms`` is the median of those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipesim.calibrate.profile import HostOverhead
+from pipesim.calibrate.realrun import COMPUTE, WAIT, MeasuredRun
+from pipesim.schedules.ir import B, F, I, Kind, Schedule, from_csv, parse_action
+
+# A wait shorter than this found its message already there: it is overhead, not waiting.
+WAITED_MS = 0.05
+
+ActionKey = tuple[int, Kind, int]  # (stage, kind, microbatch)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A measured run as compute intervals (ms from the first compute start) and waits."""
+
+    schedule: Schedule
+    start: dict[ActionKey, float]
+    end: dict[ActionKey, float]
+    device: dict[ActionKey, int]
+    waited_before: dict[ActionKey, float]  # time spent in receive waits just before it
+
+    @property
+    def makespan_ms(self) -> float:
+        return max(self.end.values())
+
+    def duration_ms(self, key: ActionKey) -> float:
+        return self.end[key] - self.start[key]
+
+
+def schedule_of(run: MeasuredRun) -> Schedule:
+    return from_csv(run.meta["csv"], run.schedule_name)
+
+
+def timeline(run: MeasuredRun, schedule: Schedule | None = None) -> Timeline:
+    """The compute intervals of a run, keyed by action, with the waits before each."""
+    schedule = schedule or schedule_of(run)
+    starts, ends, devices, waited = {}, {}, {}, {}
+    for device, spans in enumerate(run.ranks):
+        pending_wait = 0.0
+        for span in sorted(spans, key=lambda s: (s.start_ms, s.end_ms)):
+            if span.category == WAIT:
+                pending_wait += span.end_ms - span.start_ms
+            elif span.category == COMPUTE:
+                action = parse_action(span.name)
+                key = (action.stage, action.kind, action.microbatch)
+                starts[key], ends[key], devices[key] = span.start_ms, span.end_ms, device
+                waited[key] = pending_wait
+                pending_wait = 0.0
+    if not starts:
+        raise ValueError(f"run of {run.schedule_name} holds no compute spans")
+    origin = min(starts.values())
+    starts = {k: v - origin for k, v in starts.items()}
+    ends = {k: v - origin for k, v in ends.items()}
+    return Timeline(schedule, starts, ends, devices, waited)
+
+
+def overhead_gaps(line: Timeline) -> list[float]:
+    """Per rank, each gap between consecutive compute calls minus the waiting inside it."""
+    gaps = []
+    by_device: dict[int, list[ActionKey]] = {}
+    for key, device in line.device.items():
+        by_device.setdefault(device, []).append(key)
+    for keys in by_device.values():
+        keys.sort(key=lambda k: line.start[k])
+        for before, after in zip(keys, keys[1:], strict=False):
+            gap = line.start[after] - line.end[before] - line.waited_before[after]
+            gaps.append(max(gap, 0.0))
+    return gaps
+
+
+def hop_samples(line: Timeline, overhead_ms: float) -> list[float]:
+    """Observed hop times: consumer start - (producer end + overhead), where it waited."""
+    schedule, samples = line.schedule, []
+    for key, start in line.start.items():
+        stage, kind, mb = key
+        if kind == F and schedule.prev_stage(stage) is not None:
+            producer_stage = stage - 1
+            candidates = [(producer_stage, F, mb)]
+        elif kind in (B, I) and schedule.next_stage(stage) is not None:
+            producer_stage = stage + 1
+            candidates = [(producer_stage, B, mb), (producer_stage, I, mb)]
+        else:
+            continue
+        if schedule.placement[producer_stage] == schedule.placement[stage]:
+            continue
+        producer = next((c for c in candidates if c in line.end), None)
+        if producer is not None and line.waited_before[key] > WAITED_MS:
+            samples.append(start - (line.end[producer] + overhead_ms))
+    return samples
+
+
+def fit_host(runs: Iterable[MeasuredRun]) -> HostOverhead:
+    """Fit ``overhead_ms`` and ``hop_ms`` over one or more measured runs (module docstring)."""
+    gaps, lines = [], []
+    for run in runs:
+        line = timeline(run)
+        lines.append(line)
+        gaps += overhead_gaps(line)
+    if not gaps:
+        return HostOverhead(0.0, 0.0, 0)
+    overhead = float(np.mean(gaps))
+    hops = [h for line in lines for h in hop_samples(line, overhead)]
+    hop = max(float(np.median(hops)), 0.0) if hops else 0.0
+    return HostOverhead(overhead, hop, len(gaps) + len(hops))

@@ -1,0 +1,154 @@
+"""Import PyTorch profiler (Kineto) traces of a real pipeline run.
+
+torch.distributed.pipelining wraps every action it runs in
+``record_function("PP:<action>")``, so a profiler trace of a real run names each action in
+pipesim's own text form (``PP:2F0``, ``PP:1SEND_B3``). A Kineto trace is Chrome-trace JSON
+(plain or gzipped), one file per rank; the user annotations appear as complete (``X``)
+events with category ``user_annotation`` (host side) and, on a GPU, a second copy with
+category ``gpu_user_annotation`` that spans the kernels the action launched.
+
+The import takes the GPU-side spans when a trace has them (they measure the device's
+work), else the CPU-side ones. On CPU a compute action's span also holds any time it
+sat blocked on a receive, so the profile keeps medians, which such waits rarely move.
+It returns a profile (per stage and kind: median, p10, p90) and the measured timeline as
+a pipesim Trace, so a real run can be drawn and compared like a simulated one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipesim.calibrate.profile import KINDS, Profile, ProfileError, StageTiming, summarize
+from pipesim.schedules.ir import Action, ScheduleError, parse_action
+
+PREFIX = "PP:"
+HOST, DEVICE = "user_annotation", "gpu_user_annotation"
+
+
+class TraceImportError(ValueError):
+    """A trace file that cannot be read or holds no ``PP:`` actions (one line, naming it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpan:
+    """One ``PP:`` action span of one rank; times in ms from the earliest span of all ranks."""
+
+    rank: int
+    name: str
+    start_ms: float
+    end_ms: float
+
+    @property
+    def duration_ms(self) -> float:
+        return self.end_ms - self.start_ms
+
+
+def read_trace(path: str | Path) -> dict:
+    """Load a Kineto trace, plain JSON or gzipped."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        data = json.loads(raw)
+    except FileNotFoundError:
+        raise TraceImportError(f"{path}: no such trace file") from None
+    except (OSError, ValueError) as exc:
+        raise TraceImportError(f"{path}: not a readable profiler trace ({exc})") from None
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceImportError(f"{path}: no traceEvents list (is this a torch profiler trace?)")
+    return data
+
+
+def action_spans(data: dict, rank: int, where: str = "trace") -> list[tuple[str, float, float]]:
+    """``(name, start_us, end_us)`` of the ``PP:`` spans of one trace, GPU-side if present."""
+    events = [
+        e for e in data["traceEvents"]
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith(PREFIX) and "dur" in e
+    ]  # fmt: skip
+    device = [e for e in events if e.get("cat") == DEVICE]
+    chosen = device if device else [e for e in events if e.get("cat") != DEVICE]
+    if not chosen:
+        raise TraceImportError(
+            f"{where}: no PP:<action> spans (was the run profiled with record_function?)"
+        )
+    spans = [
+        (e["name"][len(PREFIX) :], float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in chosen
+    ]
+    return sorted(spans, key=lambda s: s[1])
+
+
+def import_traces(paths: list[str | Path]) -> list[ActionSpan]:
+    """Every ``PP:`` span of every rank (file order = rank order), on one time axis."""
+    if not paths:
+        raise TraceImportError("give at least one trace file, one per rank")
+    raw = []
+    for position, path in enumerate(paths):
+        data = read_trace(path)
+        rank = int(data.get("distributedInfo", {}).get("rank", position))
+        raw += [(rank, *span) for span in action_spans(data, rank, str(path))]
+    origin = min(start for _, _, start, _ in raw)
+    return [ActionSpan(r, n, (s - origin) / 1000.0, (e - origin) / 1000.0) for r, n, s, e in raw]
+
+
+def compute_actions(spans: list[ActionSpan]) -> list[tuple[ActionSpan, Action]]:
+    """The spans that are compute actions (F, B, I, W, overlapped), parsed."""
+    out = []
+    for span in spans:
+        try:
+            out.append((span, parse_action(span.name)))
+        except ScheduleError:
+            continue  # SEND_F, RECV_B, UNSHARD, REDUCE_GRAD, ...: not compute
+    return out
+
+
+def profile_from_spans(spans: list[ActionSpan], provenance: dict | None = None) -> Profile:
+    """Per stage and kind, the spread of the measured compute spans."""
+    table: dict[tuple[int, str], list[float]] = {}
+    for span, action in compute_actions(spans):
+        if action.sub_actions is None:
+            table.setdefault((action.stage, str(action.kind)), []).append(span.duration_ms)
+    if not table:
+        raise TraceImportError("the traces hold no compute actions (F, B, I, W)")
+    stages = max(stage for stage, _ in table) + 1
+    timings = []
+    for stage in range(stages):
+        kinds = {k: summarize(table[(stage, k)]) for k in KINDS if (stage, k) in table}
+        if "F" not in kinds:
+            raise ProfileError(f"the traces hold no forward of stage {stage}")
+        timings.append(StageTiming(stage, kinds))
+    info = {"source": "pipesim import-trace", **(provenance or {})}
+    return Profile(tuple(timings), (), None, info)
+
+
+def trace_from_spans(spans: list[ActionSpan]):
+    """The measured compute timeline as a pipesim Trace (devices = ranks)."""
+    import pandas as pd
+
+    from pipesim.trace import trace_from_frame
+
+    pairs = compute_actions(spans)
+    rank_of: dict[int, int] = {}
+    for span, action in pairs:
+        for atom in action.atoms:
+            rank_of.setdefault(atom.stage, span.rank)
+    chunk = {s: sorted(t for t in rank_of if rank_of[t] == rank_of[s]).index(s) for s in rank_of}
+    rows = {"device": [], "lane": [], "stage": [], "chunk": [], "microbatch": [], "kind": []}
+    rows.update(start=[], end=[], peer=[])
+    for span, action in pairs:
+        rows["device"].append(span.rank)
+        rows["lane"].append("compute")
+        rows["stage"].append(action.stage)
+        rows["chunk"].append(chunk.get(action.stage, -1))
+        rows["microbatch"].append(action.microbatch)
+        rows["kind"].append(str(action.kind))
+        rows["start"].append(span.start_ms)
+        rows["end"].append(span.end_ms)
+        rows["peer"].append(-1)
+    devices = max(span.rank for span in spans) + 1
+    return trace_from_frame(pd.DataFrame(rows), devices, [a for _, a in pairs])
