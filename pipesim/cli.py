@@ -54,7 +54,7 @@ def user_errors(command: Callable) -> Callable:
             text = str(exc)
             head, _, rest = text.partition("\n")
             click.echo(f"pipesim: error: {head}", err=True)
-            if rest and isinstance(exc, ScheduleError | DeadlockError):
+            if rest:
                 click.echo(rest, err=True)  # the step x rank grid with the bad entry marked
             sys.exit(EXIT_USAGE)
 

@@ -22,8 +22,9 @@ Semantics (DESIGN.md, "Engine semantics"):
 * ``comm_overlap=False``: the sender is busy until its transfer has arrived.
 * A schedule that can never finish raises DeadlockError naming the blocked actions.
 
-Only SimPy events that something waits on are created: an input that has already
-arrived costs a set lookup, so a run costs about one event per action.
+Only SimPy events that something waits on are created: an input whose arrival time is
+already known costs a dict lookup (and a timeout if it is still on the wire), so a run
+costs little more than one event per action.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import simpy
 
 from pipesim.costs import Costs
 from pipesim.hardware import Topology
-from pipesim.schedules.ir import OVERLAP_F_B, Action, B, F, I, Schedule, W, format_grid
-from pipesim.trace import KIND_CODES, Trace, TraceBuilder
+from pipesim.schedules.ir import Action, B, F, I, Schedule, W, format_grid
+from pipesim.trace import COMM, COMPUTE, KIND_CODE, KIND_CODES, SEND_B, SEND_F, Trace, TraceBuilder
 
 
 class DeadlockError(RuntimeError):
@@ -90,13 +91,44 @@ class _Run:
         self.next = [schedule.next_stage(s) for s in range(stages)]
         self.placement = schedule.placement
         self.chunk = _chunks(schedule.placement)
-        self.arrived: set[int] = set()
+        # key -> time the input is (or will be) on its device; set when the producer ends
+        self.arrival_at: dict[int, float] = {}
         self.waiting: dict[int, simpy.Event] = {}
         self.channel_free: dict[object, float] = {}
         self.links: dict[tuple[int, int], tuple[object, object]] = {}
         self.position = [0] * schedule.devices
         self.blocked_on: dict[int, int] = {}
         self.out = TraceBuilder(schedule.devices)
+        self._stage_tables()
+
+    def _stage_tables(self) -> None:
+        """Per-stage lookups so the hot loop does list indexing only."""
+        costs, width = self.costs, self.width
+        ms = self.model_stage
+        self.durations = {
+            kind: [costs.duration_ms(kind, ms[s]) for s in range(self.schedule.stages)]
+            for kind in (F, B, I, W)
+        }
+        act = costs.activation_memory_bytes
+        wgrad = costs.weight_grad_memory_bytes
+        self.take = [act[m] for m in ms]
+        self.free_b = [-act[m] for m in ms]
+        self.free_i = [-(act[m] - wgrad[m]) for m in ms]
+        self.free_w = [-wgrad[m] for m in ms]
+        # input key bases: activation into s, gradient into s (None: no input to wait for)
+        self.need_act = [None if p is None else 2 * s * width for s, p in enumerate(self.prev)]
+        self.need_grad = [None if n is None else 2 * s * width + 1 for s, n in enumerate(self.next)]
+        # output: (key base at the receiver, receiver device, bytes) or None
+        self.send_fwd = [
+            None if n is None else (2 * n * width, self.placement[n], costs.activation_bytes[ms[s]])
+            for s, n in enumerate(self.next)
+        ]
+        self.send_bwd = [
+            None
+            if p is None
+            else (2 * p * width + 1, self.placement[p], costs.activation_bytes[ms[p]])
+            for p in self.prev
+        ]
 
     def execute(self) -> Trace:
         for device, actions in enumerate(self.schedule.device_actions):
@@ -115,81 +147,98 @@ class _Run:
     # -- the worker ------------------------------------------------------------------
 
     def _device(self, device: int, actions: tuple[Action, ...]):
-        env, arrived, waiting = self.env, self.arrived, self.waiting
-        width, prev, nxt, model_stage = self.width, self.prev, self.next, self.model_stage
-        costs, out, scale = self.costs, self.out, self.duration_scale
-        act_mem, wgrad_mem = costs.activation_memory_bytes, costs.weight_grad_memory_bytes
+        env, arrival_at, waiting = self.env, self.arrival_at, self.waiting
+        costs, scale, model_stage = self.costs, self.duration_scale, self.model_stage
+        need_act, need_grad, send_fwd, send_bwd = (
+            self.need_act,
+            self.need_grad,
+            self.send_fwd,
+            self.send_bwd,
+        )
+        durations, chunk = self.durations, self.chunk
+        take, free_b, free_i, free_w = self.take, self.free_b, self.free_i, self.free_w
         overhead = costs.overhead_ms
+        rows, trace_actions, mem = self.out.rows, self.out.actions, self.out.mem[device]
+        send = self._send
+        blocking = not self.topology.comm_overlap
         # Inference keeps an activation only while its forward runs; training keeps it
         # for the backward.
         keeps = self.schedule.is_training
         for step, action in enumerate(actions):
             self.position[device] = step
-            for atom in action.atoms:
+            sub = action.sub_actions
+            atoms = (action,) if sub is None else sub
+            for atom in atoms:
                 kind = atom.kind
-                if kind is F:
-                    if prev[atom.stage] is None:
-                        continue
-                    key = (atom.stage * width + atom.microbatch) * 2 + _ACT
-                elif kind is B or kind is I:
-                    if nxt[atom.stage] is None:
-                        continue
-                    key = (atom.stage * width + atom.microbatch) * 2 + _GRAD
-                else:
+                base = (
+                    need_act[atom.stage]
+                    if kind is F
+                    else need_grad[atom.stage]
+                    if (kind is B or kind is I)
+                    else None
+                )
+                if base is None:
                     continue
-                if key not in arrived:
-                    event = waiting.get(key)
-                    if event is None:
-                        event = waiting[key] = env.event()
+                key = base + 2 * atom.microbatch
+                ready = arrival_at.get(key)
+                if ready is None:
                     self.blocked_on[device] = key
+                    event = waiting[key] = env.event()
                     yield event
+                    ready = arrival_at[key]
+                if ready > env.now:
+                    yield env.timeout(ready - env.now)
             start = env.now
-            if action.kind is OVERLAP_F_B:
-                fwd, bwd = action.sub_actions
+            if sub is None:
+                duration = durations[action.kind][action.stage]
+            else:
+                fwd, bwd = sub
                 duration = costs.overlapped_ms(
                     model_stage[fwd.stage], bwd.kind, model_stage[bwd.stage]
                 )
-            else:
-                duration = costs.duration_ms(action.kind, model_stage[action.stage])
             if scale is not None:
                 duration *= scale(device, action)
-            duration += overhead
-            yield env.timeout(duration)
+            yield env.timeout(duration + overhead)
             end = env.now
-            out.compute(device, action, start, end, self.chunk)
+            stage = action.stage
+            rows.append(
+                (
+                    device,
+                    COMPUTE,
+                    stage,
+                    chunk[stage] if stage >= 0 else -1,
+                    action.microbatch,
+                    KIND_CODE[action.kind],
+                    start,
+                    end,
+                    -1,
+                )
+            )
+            trace_actions.append(action)
             last_arrival = end
-            for atom in action.atoms:
-                ms = model_stage[atom.stage]
-                kind = atom.kind
+            for atom in atoms:
+                kind, stage = atom.kind, atom.stage
                 if kind is F:
-                    out.memory(device, start, act_mem[ms], 1)
+                    mem.append((start, take[stage], 1))
                     if not keeps:
-                        out.memory(device, end, -act_mem[ms], -1)
-                    dst_stage = nxt[atom.stage]
-                    direction = _ACT
+                        mem.append((end, -take[stage], -1))
+                    target = send_fwd[stage]
                 elif kind is B:
-                    out.memory(device, end, -act_mem[ms], -1)
-                    dst_stage = prev[atom.stage]
-                    direction = _GRAD
+                    mem.append((end, free_b[stage], -1))
+                    target = send_bwd[stage]
                 elif kind is I:
-                    out.memory(device, end, -(act_mem[ms] - wgrad_mem[ms]), -1)
-                    dst_stage = prev[atom.stage]
-                    direction = _GRAD
+                    mem.append((end, free_i[stage], -1))
+                    target = send_bwd[stage]
                 else:  # W
-                    out.memory(device, end, -wgrad_mem[ms], 0)
+                    mem.append((end, free_w[stage], 0))
                     continue
-                if dst_stage is not None:
-                    key = (dst_stage * width + atom.microbatch) * 2 + direction
-                    boundary = model_stage[min(atom.stage, dst_stage)]
-                    arrival = self._send(
-                        device,
-                        self.placement[dst_stage],
-                        key,
-                        atom,
-                        costs.activation_bytes[boundary],
+                if target is not None:
+                    arrival = send(
+                        device, target[1], target[0] + 2 * atom.microbatch, atom, target[2]
                     )
-                    last_arrival = max(last_arrival, arrival)
-            if not self.topology.comm_overlap and last_arrival > end:
+                    if arrival > last_arrival:
+                        last_arrival = arrival
+            if blocking and last_arrival > end:
                 yield env.timeout(last_arrival - end)
         self.position[device] = len(actions)
 
@@ -198,38 +247,40 @@ class _Run:
     def _send(self, src: int, dst: int, key: int, atom: Action, nbytes: float) -> float:
         """Ship an output to ``dst``; returns its arrival time."""
         now = self.env.now
-        if src == dst:
-            self._arrive(key)
-            return now
-        link_info = self.links.get((src, dst))
-        if link_info is None:
-            link = self.topology.link(src, dst)
-            link_info = self.links[(src, dst)] = (
-                link,
-                None if link.is_ideal else self.topology.channel(src, dst),
-            )
-        link, channel = link_info
-        if channel is None:
-            self._arrive(key)
-            return now
-        cost = link.transfer_ms(nbytes)
-        if self.link_scale is not None:
-            cost *= self.link_scale(src, dst)
-        begin = max(now, self.channel_free.get(channel, 0.0))
-        arrival = self.channel_free[channel] = begin + cost
-        self.out.transfer(src, dst, atom, begin, arrival, self.chunk)
-        if arrival == now:
-            self._arrive(key)
-        else:
-            timer = self.env.timeout(arrival - now)
-            timer.callbacks.append(lambda _event, key=key: self._arrive(key))
-        return arrival
-
-    def _arrive(self, key: int) -> None:
-        self.arrived.add(key)
+        arrival = now
+        if src != dst:
+            link_info = self.links.get((src, dst))
+            if link_info is None:
+                link = self.topology.link(src, dst)
+                channel = None if link.is_ideal else self.topology.channel(src, dst)
+                link_info = self.links[(src, dst)] = (link, channel)
+            link, channel = link_info
+            if channel is not None:
+                cost = link.transfer_ms(nbytes)
+                if self.link_scale is not None:
+                    cost *= self.link_scale(src, dst)
+                free = self.channel_free.get(channel, 0.0)
+                begin = free if free > now else now
+                arrival = self.channel_free[channel] = begin + cost
+                self.out.rows.append(
+                    (
+                        src,
+                        COMM,
+                        atom.stage,
+                        self.chunk[atom.stage],
+                        atom.microbatch,
+                        SEND_F if atom.kind is F else SEND_B,
+                        begin,
+                        arrival,
+                        dst,
+                    )
+                )
+                self.out.actions.append(atom)
+        self.arrival_at[key] = arrival
         event = self.waiting.pop(key, None)
         if event is not None:
-            event.succeed()
+            event.succeed()  # the receiver wakes now and sleeps on until the arrival
+        return arrival
 
     # -- diagnostics -----------------------------------------------------------------
 

@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from pipesim.analytic import closed_form
 from pipesim.costs import Costs
+from pipesim.hardware import Topology
 from pipesim.schedules.ir import Schedule
 from pipesim.trace import COMPUTE, Trace
 
@@ -76,9 +78,14 @@ def build_report(
     *,
     scenario: str = "",
     seq_len: int | None = None,
-    analytic: dict[str, float] | None = None,
+    topology: Topology | None = None,
 ) -> Report:
-    """Compute every metric of ``trace`` (a pure function of its arrays)."""
+    """Compute every metric of ``trace`` (a pure function of its arrays).
+
+    With ``costs`` (and ``topology``, default ideal links) the closed form for the schedule,
+    where one applies, goes into ``analytic``.
+    """
+    analytic = closed_form(schedule, costs, topology) if costs is not None else None
     devices = trace.devices
     makespan = trace.makespan_ms
     compute = trace.lane == COMPUTE

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipesim.analytic import closed_form
 from pipesim.engine import simulate
 from pipesim.metrics import Report, build_report
 from pipesim.scenario import Scenario
@@ -28,6 +27,6 @@ def run_scenario(scenario: Scenario) -> Result:
         scenario.microbatch_size,
         scenario=scenario.name,
         seq_len=scenario.seq_len,
-        analytic=closed_form(scenario.schedule, scenario.costs, scenario.topology),
+        topology=scenario.topology,
     )
     return Result(scenario, trace, report)

@@ -255,7 +255,6 @@ def _build_costs(spec: CostsSpec, stages: int, source: str, pipe: PipelineSpec) 
 
 def _describe(exc: ValidationError) -> str:
     error = exc.errors()[0]
-    loc = ".".join(str(p) for p in error["loc"] if not isinstance(p, int) or True)
     loc = _tidy_loc(error["loc"])
     if error["type"] == "extra_forbidden":
         parent = _model_at(error["loc"][:-1])
@@ -269,16 +268,15 @@ def _describe(exc: ValidationError) -> str:
 
 
 def _tidy_loc(loc: tuple) -> str:
-    # pydantic adds union branch names ('float', 'list[...]', 'LinkSpec'); drop them.
-    parts = [
-        str(p)
-        for p in loc
-        if not (
-            isinstance(p, str)
-            and ("[" in p or p[:1].isupper() or p in ("float", "int", "str", "bool"))
-        )
-    ]
+    """Dotted field path, without the union-branch tags pydantic adds (``constrained-float``)."""
+    parts = [str(p) for p in loc if not _is_branch_tag(p)]
     return ".".join(parts) if parts else "(top level)"
+
+
+def _is_branch_tag(part: object) -> bool:
+    if not isinstance(part, str):
+        return False
+    return any(c in part for c in "[-") or part[:1].isupper() or part in ("float", "int", "str", "bool")
 
 
 def _model_at(loc: tuple) -> type[BaseModel] | None:

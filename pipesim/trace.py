@@ -27,13 +27,18 @@ import pandas as pd
 from pipesim.schedules.ir import Action, Kind
 
 KIND_CODES: tuple[str, ...] = ("F", "B", "I", "W", "OVERLAP_F_B", "SEND_F", "SEND_B")
-_CODE = {Kind(k): i for i, k in enumerate(KIND_CODES[:5])}
+KIND_CODE = {Kind(k): i for i, k in enumerate(KIND_CODES[:5])}
 SEND_F, SEND_B = 5, 6
 COMPUTE, COMM = 0, 1
 
 
 class TraceBuilder:
-    """Collects rows while the engine runs; ``build()`` freezes them into a Trace."""
+    """Collects rows while the engine runs; ``build()`` freezes them into a Trace.
+
+    A row is ``(device, lane, stage, chunk, microbatch, kind code, start, end, peer)``; a
+    memory event is ``(time, change in activation bytes, change in in-flight count)``.
+    The engine appends to ``rows``, ``actions`` and ``mem[device]`` directly (its hot loop).
+    """
 
     def __init__(self, devices: int) -> None:
         self.devices = devices
@@ -47,7 +52,7 @@ class TraceBuilder:
         stage = action.stage
         self.rows.append(
             (device, COMPUTE, stage, chunk[stage] if stage >= 0 else -1, action.microbatch,
-             _CODE[action.kind], start, end, -1)
+             KIND_CODE[action.kind], start, end, -1)
         )  # fmt: skip
         self.actions.append(action)
 

@@ -27,8 +27,16 @@ _POLICY_MODULES = (
     "one_f_one_b",
     "interleaved",
     "looped_bfs",
+    "zb_h1",
+    "zb_h2",
+    "eager_1f1b",
+    "interleaved_zero_bubble",
     "dualpipe",
     "dualpipev",
+    "zbv",
+    "v_half",
+    "v_min",
+    "chimera",
 )
 
 
@@ -46,6 +54,19 @@ POLICIES: dict[str, ModuleType] = _load()
 def list_schedules() -> list[tuple[str, str, str]]:
     """``(name, summary, constraints)`` for every built-in policy."""
     return [(name, m.SUMMARY, m.CONSTRAINTS) for name, m in POLICIES.items()]
+
+
+def fit_virtual_stages(name: str, requested: int) -> int:
+    """The number of virtual stages ``name`` runs with when ``requested`` does not fit it.
+
+    A policy declares ``VIRTUAL_STAGES`` (an exact count, e.g. 1 for 1F1B, 2 for V shapes)
+    or ``MIN_VIRTUAL_STAGES`` (e.g. 2 for interleaved 1F1B); otherwise any count fits.
+    """
+    module = POLICIES[name]
+    exact = getattr(module, "VIRTUAL_STAGES", None)
+    if exact is not None:
+        return exact
+    return max(requested, getattr(module, "MIN_VIRTUAL_STAGES", 1))
 
 
 def get_schedule(
@@ -79,6 +100,7 @@ __all__ = [
     "POLICIES",
     "Schedule",
     "ScheduleError",
+    "fit_virtual_stages",
     "get_schedule",
     "list_schedules",
     "validate",
