@@ -90,197 +90,126 @@ class _Run:
         self.prev = [schedule.prev_stage(s) for s in range(stages)]
         self.next = [schedule.next_stage(s) for s in range(stages)]
         self.placement = schedule.placement
-        self.chunk = _chunks(schedule.placement)
         # key -> time the input is (or will be) on its device; set when the producer ends
         self.arrival_at: dict[int, float] = {}
         self.waiting: dict[int, simpy.Event] = {}
         self.channel_free: dict[object, float] = {}
-        self.links: dict[tuple[int, int], tuple[object, object]] = {}
-        self.position = [0] * schedule.devices
+        self.position = [0] * schedule.devices  # the step a device is blocked at
+        self.finished = [False] * schedule.devices
         self.blocked_on: dict[int, int] = {}
         self.out = TraceBuilder(schedule.devices)
         self._stage_tables()
 
     def _stage_tables(self) -> None:
-        """Per-stage lookups so the hot loop does list indexing only."""
-        costs, width = self.costs, self.width
-        ms = self.model_stage
-        self.durations = {
-            kind: [costs.duration_ms(kind, ms[s]) for s in range(self.schedule.stages)]
-            for kind in (F, B, I, W)
-        }
-        act = costs.activation_memory_bytes
-        wgrad = costs.weight_grad_memory_bytes
-        self.take = [act[m] for m in ms]
-        self.free_b = [-act[m] for m in ms]
-        self.free_i = [-(act[m] - wgrad[m]) for m in ms]
-        self.free_w = [-wgrad[m] for m in ms]
-        # input key bases: activation into s, gradient into s (None: no input to wait for)
-        self.need_act = [None if p is None else 2 * s * width for s, p in enumerate(self.prev)]
-        self.need_grad = [None if n is None else 2 * s * width + 1 for s, n in enumerate(self.next)]
-        # output: (key base at the receiver, receiver device, bytes) or None
-        self.send_fwd = [
-            None if n is None else (2 * n * width, self.placement[n], costs.activation_bytes[ms[s]])
-            for s, n in enumerate(self.next)
-        ]
-        self.send_bwd = [
-            None
-            if p is None
-            else (2 * p * width + 1, self.placement[p], costs.activation_bytes[ms[p]])
-            for p in self.prev
-        ]
+        """Per-kind, per-stage lookups, so the hot loop only indexes lists."""
+        costs, width, ms = self.costs, self.width, self.model_stage
+        stages = range(self.schedule.stages)
+        self.durations = {k: [costs.duration_ms(k, ms[s]) for s in stages] for k in (F, B, I, W)}
+        # The input an action waits for: key base (+ 2 * microbatch), or None.
+        act = [None if p is None else 2 * s * width for s, p in enumerate(self.prev)]
+        grad = [None if n is None else 2 * s * width + 1 for s, n in enumerate(self.next)]
+        self.needs = {F: act, B: grad, I: grad, W: [None] * len(act)}
+        # The output an action sends: (key base at the receiver, receiver, ms, channel) or
+        # None; channel None means it arrives the moment it is produced.
+        fwd = [self._target(s, n, 0) for s, n in enumerate(self.next)]
+        bwd = [self._target(s, p, 1) for s, p in enumerate(self.prev)]
+        self.sends = {F: fwd, B: bwd, I: bwd, W: [None] * len(fwd)}
+
+    def _target(self, stage: int, other: int | None, direction: int):
+        if other is None:
+            return None
+        src, dst = self.placement[stage], self.placement[other]
+        boundary = self.model_stage[min(stage, other)]
+        link = self.topology.link(src, dst)
+        if src == dst or link.is_ideal:
+            return (2 * other * self.width + direction, dst, 0.0, None)
+        cost = link.transfer_ms(self.costs.activation_bytes[boundary])
+        return (2 * other * self.width + direction, dst, cost, self.topology.channel(src, dst))
 
     def execute(self) -> Trace:
         for device, actions in enumerate(self.schedule.device_actions):
             if actions:
                 self.env.process(self._device(device, actions))
+            else:
+                self.finished[device] = True
         self.env.run()
-        stuck = [
-            d
-            for d, actions in enumerate(self.schedule.device_actions)
-            if self.position[d] < len(actions)
-        ]
+        stuck = [d for d in range(self.schedule.devices) if not self.finished[d]]
         if stuck:
             raise DeadlockError(self._deadlock_message(stuck))
-        return self.out.build()
+        return self.out.build(self.schedule, self.costs)
 
     # -- the worker ------------------------------------------------------------------
 
     def _device(self, device: int, actions: tuple[Action, ...]):
         env, arrival_at, waiting = self.env, self.arrival_at, self.waiting
-        costs, scale, model_stage = self.costs, self.duration_scale, self.model_stage
-        need_act, need_grad, send_fwd, send_bwd = (
-            self.need_act,
-            self.need_grad,
-            self.send_fwd,
-            self.send_bwd,
-        )
-        durations, chunk = self.durations, self.chunk
-        take, free_b, free_i, free_w = self.take, self.free_b, self.free_i, self.free_w
+        needs, sends, durations = self.needs, self.sends, self.durations
+        costs, scale, link_scale = self.costs, self.duration_scale, self.link_scale
+        channel_free = self.channel_free
         overhead = costs.overhead_ms
-        rows, trace_actions, mem = self.out.rows, self.out.actions, self.out.mem[device]
-        send = self._send
+        rows, trace_actions = self.out.rows, self.out.actions
         blocking = not self.topology.comm_overlap
-        # Inference keeps an activation only while its forward runs; training keeps it
-        # for the backward.
-        keeps = self.schedule.is_training
         for step, action in enumerate(actions):
-            self.position[device] = step
-            sub = action.sub_actions
+            stage, kind, microbatch, sub = action
             atoms = (action,) if sub is None else sub
+            # 1. wait for the inputs
             for atom in atoms:
-                kind = atom.kind
-                base = (
-                    need_act[atom.stage]
-                    if kind is F
-                    else need_grad[atom.stage]
-                    if (kind is B or kind is I)
-                    else None
-                )
+                base = needs[atom.kind][atom.stage]
                 if base is None:
                     continue
                 key = base + 2 * atom.microbatch
                 ready = arrival_at.get(key)
                 if ready is None:
-                    self.blocked_on[device] = key
+                    self.position[device], self.blocked_on[device] = step, key
                     event = waiting[key] = env.event()
                     yield event
                     ready = arrival_at[key]
                 if ready > env.now:
                     yield env.timeout(ready - env.now)
+            # 2. compute
             start = env.now
             if sub is None:
-                duration = durations[action.kind][action.stage]
+                duration = durations[kind][stage]
             else:
                 fwd, bwd = sub
                 duration = costs.overlapped_ms(
-                    model_stage[fwd.stage], bwd.kind, model_stage[bwd.stage]
+                    self.model_stage[fwd.stage], bwd.kind, self.model_stage[bwd.stage]
                 )
             if scale is not None:
                 duration *= scale(device, action)
             yield env.timeout(duration + overhead)
             end = env.now
-            stage = action.stage
-            rows.append(
-                (
-                    device,
-                    COMPUTE,
-                    stage,
-                    chunk[stage] if stage >= 0 else -1,
-                    action.microbatch,
-                    KIND_CODE[action.kind],
-                    start,
-                    end,
-                    -1,
-                )
-            )
+            rows.append((device, COMPUTE, stage, microbatch, KIND_CODE[kind], start, end, -1))
             trace_actions.append(action)
+            # 3. ship the outputs
             last_arrival = end
             for atom in atoms:
-                kind, stage = atom.kind, atom.stage
-                if kind is F:
-                    mem.append((start, take[stage], 1))
-                    if not keeps:
-                        mem.append((end, -take[stage], -1))
-                    target = send_fwd[stage]
-                elif kind is B:
-                    mem.append((end, free_b[stage], -1))
-                    target = send_bwd[stage]
-                elif kind is I:
-                    mem.append((end, free_i[stage], -1))
-                    target = send_bwd[stage]
-                else:  # W
-                    mem.append((end, free_w[stage], 0))
+                target = sends[atom.kind][atom.stage]
+                if target is None:
                     continue
-                if target is not None:
-                    arrival = send(
-                        device, target[1], target[0] + 2 * atom.microbatch, atom, target[2]
+                base, dst, cost, channel = target
+                arrival = end
+                if channel is not None:
+                    if link_scale is not None:
+                        cost *= link_scale(device, dst)
+                    free = channel_free.get(channel, 0.0)
+                    begin = free if free > end else end
+                    arrival = channel_free[channel] = begin + cost
+                    code = SEND_F if atom.kind is F else SEND_B
+                    rows.append(
+                        (device, COMM, atom.stage, atom.microbatch, code, begin, arrival, dst)
                     )
+                    trace_actions.append(atom)
                     if arrival > last_arrival:
                         last_arrival = arrival
+                key = base + 2 * atom.microbatch
+                arrival_at[key] = arrival
+                if waiting:
+                    event = waiting.pop(key, None)
+                    if event is not None:
+                        event.succeed()  # the receiver wakes now, sleeps on until arrival
             if blocking and last_arrival > end:
                 yield env.timeout(last_arrival - end)
-        self.position[device] = len(actions)
-
-    # -- links -----------------------------------------------------------------------
-
-    def _send(self, src: int, dst: int, key: int, atom: Action, nbytes: float) -> float:
-        """Ship an output to ``dst``; returns its arrival time."""
-        now = self.env.now
-        arrival = now
-        if src != dst:
-            link_info = self.links.get((src, dst))
-            if link_info is None:
-                link = self.topology.link(src, dst)
-                channel = None if link.is_ideal else self.topology.channel(src, dst)
-                link_info = self.links[(src, dst)] = (link, channel)
-            link, channel = link_info
-            if channel is not None:
-                cost = link.transfer_ms(nbytes)
-                if self.link_scale is not None:
-                    cost *= self.link_scale(src, dst)
-                free = self.channel_free.get(channel, 0.0)
-                begin = free if free > now else now
-                arrival = self.channel_free[channel] = begin + cost
-                self.out.rows.append(
-                    (
-                        src,
-                        COMM,
-                        atom.stage,
-                        self.chunk[atom.stage],
-                        atom.microbatch,
-                        SEND_F if atom.kind is F else SEND_B,
-                        begin,
-                        arrival,
-                        dst,
-                    )
-                )
-                self.out.actions.append(atom)
-        self.arrival_at[key] = arrival
-        event = self.waiting.pop(key, None)
-        if event is not None:
-            event.succeed()  # the receiver wakes now and sleeps on until the arrival
-        return arrival
+        self.finished[device] = True
 
     # -- diagnostics -----------------------------------------------------------------
 
@@ -309,15 +238,6 @@ class _Run:
             return f"the activation of {source}F{microbatch} (device {self.placement[source]})"
         source = self.next[stage]
         return f"the gradient of {source}B{microbatch} (device {self.placement[source]})"
-
-
-def _chunks(placement: tuple[int, ...]) -> list[int]:
-    seen: dict[int, int] = {}
-    chunks = []
-    for device in placement:
-        chunks.append(seen.get(device, 0))
-        seen[device] = chunks[-1] + 1
-    return chunks
 
 
 __all__ = ["DeadlockError", "simulate", "KIND_CODES", "W"]

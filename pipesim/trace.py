@@ -18,13 +18,15 @@ files is left to the caller.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
-from pipesim.schedules.ir import Action, Kind
+from pipesim.costs import Costs
+from pipesim.schedules.ir import Action, Kind, Schedule
 
 KIND_CODES: tuple[str, ...] = ("F", "B", "I", "W", "OVERLAP_F_B", "SEND_F", "SEND_B")
 KIND_CODE = {Kind(k): i for i, k in enumerate(KIND_CODES[:5])}
@@ -35,69 +37,97 @@ COMPUTE, COMM = 0, 1
 class TraceBuilder:
     """Collects rows while the engine runs; ``build()`` freezes them into a Trace.
 
-    A row is ``(device, lane, stage, chunk, microbatch, kind code, start, end, peer)``; a
-    memory event is ``(time, change in activation bytes, change in in-flight count)``.
-    The engine appends to ``rows``, ``actions`` and ``mem[device]`` directly (its hot loop).
+    A row is ``(device, lane, stage, microbatch, kind code, start, end, peer)``; the engine
+    appends to ``rows`` and ``actions`` directly (its hot loop). Chunks and the memory
+    timelines are derived afterwards, in bulk.
     """
 
     def __init__(self, devices: int) -> None:
         self.devices = devices
         self.rows: list[tuple] = []
         self.actions: list[Action] = []
-        self.mem: list[list[tuple[float, float, int]]] = [[] for _ in range(devices)]
 
-    def compute(
-        self, device: int, action: Action, start: float, end: float, chunk: list[int]
-    ) -> None:
-        stage = action.stage
-        self.rows.append(
-            (device, COMPUTE, stage, chunk[stage] if stage >= 0 else -1, action.microbatch,
-             KIND_CODE[action.kind], start, end, -1)
-        )  # fmt: skip
-        self.actions.append(action)
-
-    def transfer(
-        self, src: int, dst: int, atom: Action, start: float, end: float, chunk: list[int]
-    ) -> None:
-        code = SEND_F if atom.kind == Kind.F else SEND_B
-        self.rows.append(
-            (src, COMM, atom.stage, chunk[atom.stage], atom.microbatch, code, start, end, dst)
-        )
-        self.actions.append(atom)
-
-    def memory(self, device: int, time: float, delta_bytes: float, delta_inflight: int) -> None:
-        self.mem[device].append((time, delta_bytes, delta_inflight))
-
-    def build(self) -> Trace:
-        if self.rows:
-            ints = np.array([r[:6] + (r[8],) for r in self.rows], dtype=np.int64)
-            times = np.array([r[6:8] for r in self.rows], dtype=np.float64)
-        else:
-            ints, times = np.zeros((0, 7), np.int64), np.zeros((0, 2))
-        memory = []
-        for events in self.mem:
-            arr = np.array(events, dtype=np.float64).reshape(-1, 3)
-            order = np.argsort(arr[:, 0], kind="stable")
-            arr = arr[order]
-            memory.append(
-                MemoryTimeline(
-                    arr[:, 0], np.cumsum(arr[:, 1]), np.cumsum(arr[:, 2]).astype(np.int64)
-                )
-            )
+    def build(self, schedule: Schedule, costs: Costs) -> Trace:
+        flat = itertools.chain.from_iterable(self.rows)
+        table = np.fromiter(flat, np.float64, count=8 * len(self.rows)).reshape(-1, 8)
+        ints = table[:, :5].astype(np.int64)
+        peer = table[:, 7].astype(np.int64)
+        stage = ints[:, 2]
+        chunk_of = np.array([schedule.chunk(s) for s in range(schedule.stages)] + [-1])
         return Trace(
             devices=self.devices,
             device=ints[:, 0],
             lane=ints[:, 1],
-            stage=ints[:, 2],
-            chunk=ints[:, 3],
-            microbatch=ints[:, 4],
-            kind=ints[:, 5],
-            peer=ints[:, 6],
-            start=times[:, 0],
-            end=times[:, 1],
+            stage=stage,
+            chunk=chunk_of[stage],  # stage -1 (an overlapped pair) picks the trailing -1
+            microbatch=ints[:, 3],
+            kind=ints[:, 4],
+            peer=peer,
+            start=table[:, 5].copy(),
+            end=table[:, 6].copy(),
             actions=self.actions,
-            memory=tuple(memory),
+            memory=memory_timelines(self.devices, ints, table, self.actions, schedule, costs),
         )
+
+
+def memory_timelines(devices, ints, table, actions, schedule: Schedule, costs: Costs):
+    """Activation bytes and microbatch-chunks in flight on each device over time.
+
+    An activation is taken when its F starts; a full B gives it all back when it ends; a
+    split backward gives back all but ``weight_grad_memory_bytes`` when I ends and the rest
+    when W ends. Inference (no backward at all) keeps an activation only while its F runs.
+    At one instant a device first gives back (an action that ends) and then takes (the
+    next action that starts), as it runs them in that order.
+    """
+    model_stage = np.array([schedule.model_stage(s) for s in range(schedule.stages)] + [0])
+    act = np.asarray(costs.activation_memory_bytes, dtype=np.float64)
+    wgrad = np.asarray(costs.weight_grad_memory_bytes, dtype=np.float64)
+    keeps = schedule.is_training
+    compute = ints[:, 1] == COMPUTE
+    index = np.flatnonzero(compute)
+    kinds, stages = ints[index, 4], ints[index, 2]
+    events: list[tuple[np.ndarray, ...]] = []  # (device, time, row, order, bytes, count)
+
+    def add(rows, time, change_bytes, change_count, order):
+        events.append(
+            (ints[rows, 0], time, rows.astype(np.float64), np.full(len(rows), order),
+             change_bytes, np.full(len(rows), change_count, dtype=np.float64))
+        )  # fmt: skip
+
+    def simple(code):
+        chosen = kinds == code
+        return index[chosen], model_stage[stages[chosen]]
+
+    rows, ms = simple(KIND_CODE[Kind.F])
+    add(rows, table[rows, 5], act[ms], 1, 0)
+    if not keeps:
+        add(rows, table[rows, 6], -act[ms], -1, 1)
+    rows, ms = simple(KIND_CODE[Kind.B])
+    add(rows, table[rows, 6], -act[ms], -1, 1)
+    rows, ms = simple(KIND_CODE[Kind.I])
+    add(rows, table[rows, 6], -(act[ms] - wgrad[ms]), -1, 1)
+    rows, ms = simple(KIND_CODE[Kind.W])
+    add(rows, table[rows, 6], -wgrad[ms], 0, 1)
+    for row in index[kinds == KIND_CODE[Kind.OVERLAP_F_B]]:
+        fwd, bwd = actions[row].sub_actions
+        f_ms, b_ms = schedule.model_stage(fwd.stage), schedule.model_stage(bwd.stage)
+        freed = act[b_ms] if bwd.kind == Kind.B else act[b_ms] - wgrad[b_ms]
+        one = np.array([row])
+        add(one, table[one, 5], act[[f_ms]], 1, 0)
+        add(one, table[one, 6], np.array([-freed]), -1, 1)
+    device, time, row, order, change, count = (np.concatenate(c) for c in zip(*events, strict=True))
+    sort = np.lexsort((order, row, time, device))
+    device, time, change, count = device[sort], time[sort], change[sort], count[sort]
+    bounds = np.searchsorted(device, np.arange(devices + 1))
+    timelines = []
+    for d in range(devices):
+        part = slice(bounds[d], bounds[d + 1])
+        timelines.append(
+            MemoryTimeline(
+                time[part], np.cumsum(change[part]), np.cumsum(count[part]).astype(np.int64)
+            )
+        )
+    return tuple(timelines)
 
 
 @dataclass(frozen=True, slots=True)

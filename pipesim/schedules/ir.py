@@ -276,7 +276,74 @@ def validate(schedule: Schedule) -> None:
     Rules: every stage is placed on a device, each action sits on its stage's device, every
     required action appears exactly once (F; and B, or I and W, when training), a forward
     precedes its backward and I precedes its W on the device.
+
+    A vectorised pass accepts a valid schedule quickly; only when it finds a fault does the
+    step-by-step pass run, to say exactly where.
     """
+    if _looks_valid(schedule):
+        return
+    _explain_invalid(schedule)
+
+
+def _looks_valid(schedule: Schedule) -> bool:
+    """True when every rule holds (NumPy over all actions); False means "look closer"."""
+    import numpy as np
+
+    if any(a.sub_actions is not None for actions in schedule.device_actions for a in actions):
+        return False  # overlapped pairs: leave them to the detailed pass
+    placement = np.asarray(schedule.placement)
+    if placement.size == 0 or placement.min() < 0 or placement.max() >= schedule.devices:
+        return False
+    width = 1 + max((c.microbatches.stop for c in schedule.chains), default=0)
+    codes = {F: 0, B: 1, I: 2, W: 3}
+    columns = []
+    for device, actions in enumerate(schedule.device_actions):
+        if not actions:
+            continue
+        stages, kinds, microbatches, _ = zip(*actions, strict=True)
+        n = len(actions)
+        columns.append(
+            (
+                np.array(stages),
+                np.fromiter((codes[k] for k in kinds), np.int64, n),
+                np.array(microbatches),
+                np.full(n, device),
+                np.arange(n),
+            )
+        )
+    if not columns:
+        return False
+    stage, kind, mb, device, step = (np.concatenate(c) for c in zip(*columns, strict=True))
+    if stage.min() < 0 or stage.max() >= schedule.stages or (placement[stage] != device).any():
+        return False
+    chain = np.asarray(schedule._stage_chain)[stage]
+    lo = np.array([c.microbatches.start for c in schedule.chains])[chain]
+    hi = np.array([c.microbatches.stop for c in schedule.chains])[chain]
+    if (mb < lo).any() or (mb >= hi).any():
+        return False
+    cell = stage * width + mb
+    by_kind = {}
+    for name, code in codes.items():
+        chosen = kind == code
+        order = np.argsort(cell[chosen], kind="stable")
+        by_kind[name] = (cell[chosen][order], step[chosen][order])
+    expected = sum(len(c.stages) * len(c.microbatches) for c in schedule.chains)
+    f_cells, f_steps = by_kind[F]
+    if len(f_cells) != expected or (len(f_cells) > 1 and (np.diff(f_cells) == 0).any()):
+        return False
+    if not schedule.is_training:
+        return True
+    back_cells = np.concatenate([by_kind[B][0], by_kind[I][0]])
+    back_steps = np.concatenate([by_kind[B][1], by_kind[I][1]])
+    order = np.argsort(back_cells, kind="stable")
+    if not np.array_equal(back_cells[order], f_cells) or (back_steps[order] < f_steps).any():
+        return False  # every F has exactly one B or I, after it on the same device
+    i_cells, i_steps = by_kind[I]
+    w_cells, w_steps = by_kind[W]
+    return np.array_equal(i_cells, w_cells) and not (w_steps < i_steps).any()
+
+
+def _explain_invalid(schedule: Schedule) -> None:
     devices = schedule.devices
     problems: dict[tuple[int, int], str] = {}
     bad_place = [s for s, d in enumerate(schedule.placement) if not 0 <= d < devices]

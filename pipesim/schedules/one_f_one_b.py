@@ -21,8 +21,11 @@ CONSTRAINTS = "virtual_stages = 1"
 VIRTUAL_STAGES = 1
 
 
-def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ...]:
-    warmup = min(devices - rank - 1, microbatches)
+def rank_actions(
+    rank: int, devices: int, microbatches: int, warmup: int | None = None
+) -> tuple[Action, ...]:
+    """Rank ``rank``'s list; ``warmup`` overrides the ``p - r - 1`` warm-up forwards."""
+    warmup = min(devices - rank - 1 if warmup is None else warmup, microbatches)
     actions = [Action(rank, F, i) for i in range(warmup)]  # warm-up
     for k in range(microbatches - warmup):  # steady state: 1F then 1B
         actions += [Action(rank, F, warmup + k), Action(rank, B, k)]

@@ -1,0 +1,94 @@
+"""Interleaved zero bubble (torch.distributed.pipelining's ``ScheduleInterleavedZeroBubble``).
+
+Interleaved 1F1B's loop placement (stage s on device s mod p, v chunks per device) with the
+backward split as in ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024):
+``I`` (input gradient) stays on the critical path, and each rank holds its ``W`` (weight
+gradient) passes back by its rank, so that they fill the tail of the pipeline.
+
+Microbatches move in rounds, as in torch: ``rounds = max(1, m // p)`` rounds of
+``n = m / rounds`` microbatches each (m must be a multiple of ``rounds``). Forward step k
+(0 <= k < m v) on rank r runs chunk ``(k // n) mod v`` on microbatch
+``(k // (n v)) n + k mod n``; backward step k runs chunk ``v - 1 - (k // n) mod v`` on
+the microbatch given by the same formula. When p divides m, n = p and the forwards and
+input gradients run in interleaved 1F1B's order.
+
+Phases on rank r (torch's ``_get_1f1b_rank_ops`` with ``enable_zero_bubble``):
+
+* warm-up: ``min((v - 1) n + p - 1 - r, m v)`` forward steps (interleaved 1F1B's warm-up
+  with one step per rank below instead of two);
+* steady state: one forward step, the next ``I``, and, from the r-th backward step on, the
+  ``W`` of the oldest ``I`` whose ``W`` is owed;
+* cool-down: the ``I`` steps still owed, each followed by a ``W`` as above;
+* flush: the ``r`` W's still owed.
+
+With p dividing m and ``T_W`` no larger than ``T_F`` and ``T_I`` (times of one chunk), the
+step takes ``m v (T_F + T_I + T_W) + (p-1)(T_F + T_I - T_W)``: ZB-H1's bubble on chunk
+times, v times smaller than ZB-H1's on the same model.
+"""
+
+from __future__ import annotations
+
+from pipesim.schedules.ir import (
+    Action,
+    F,
+    I,
+    Kind,
+    Schedule,
+    W,
+    loop_placement,
+    require,
+    single_chain,
+)
+
+NAME = "interleaved-zero-bubble"
+SUMMARY = "interleaved 1F1B with split backward, W deferred by rank (torch)"
+CONSTRAINTS = "virtual_stages >= 2; microbatches a multiple of max(1, microbatches // devices)"
+MIN_VIRTUAL_STAGES = 2
+
+
+def _rounds(devices: int, microbatches: int) -> int:
+    return max(1, microbatches // devices)
+
+
+def _step(
+    k: int, rank: int, devices: int, chunks: int, per_round: int, backward: bool
+) -> tuple[int, int]:
+    """Stage and microbatch of forward (or backward) step k on ``rank``."""
+    chunk = (k // per_round) % chunks
+    if backward:
+        chunk = chunks - 1 - chunk
+    microbatch = (k // (per_round * chunks)) * per_round + k % per_round
+    return chunk * devices + rank, microbatch
+
+
+def rank_actions(rank: int, devices: int, microbatches: int, chunks: int) -> tuple[Action, ...]:
+    per_round = microbatches // _rounds(devices, microbatches)
+    total = microbatches * chunks
+    warmup = min((chunks - 1) * per_round + devices - 1 - rank, total)
+
+    def action(k: int, kind: Kind, backward: bool) -> Action:
+        stage, microbatch = _step(k, rank, devices, chunks, per_round, backward)
+        return Action(stage, kind, microbatch)
+
+    actions = [action(k, F, False) for k in range(warmup)]  # warm-up
+    for k in range(total):  # steady state while forwards remain, then cool-down
+        if warmup + k < total:
+            actions.append(action(warmup + k, F, False))
+        actions.append(action(k, I, True))
+        if k >= rank:
+            actions.append(action(k - rank, W, True))
+    actions += [action(k, W, True) for k in range(max(total - rank, 0), total)]  # flush
+    return tuple(actions)
+
+
+def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object) -> Schedule:
+    p, m, v = devices, microbatches, virtual_stages
+    require(v >= 2, f"interleaved-zero-bubble needs virtual_stages >= 2, got virtual_stages={v}")
+    rounds = _rounds(p, m)
+    require(
+        m % rounds == 0,
+        f"interleaved-zero-bubble runs microbatches={m} in max(1, microbatches // devices)="
+        f"{rounds} rounds of equal size: use a multiple of {rounds}, e.g. {m - m % rounds}",
+    )
+    device_actions = tuple(rank_actions(r, p, m, v) for r in range(p))
+    return Schedule(device_actions, loop_placement(p, v), single_chain(p * v, m), NAME)

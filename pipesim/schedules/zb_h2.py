@@ -1,0 +1,44 @@
+"""ZB-H2 (Qi, Wan, Huang, Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024, section 2.2).
+
+ZB-H1's split backward with a longer warm-up: enough extra forwards to fill the wait before
+each device's first ``I``, and the W passes pushed to the tail, so that with equal F, I and
+W times every device works without a gap from its first action to its last (the paper's
+figure 3, bottom: the trapezoid of 1F1B becomes a parallelogram).
+
+Rank r (0-based) of p runs, in the figure's order:
+
+* warm-up: ``2(p - r) - 1`` forwards (device 1 of the figure runs F1..F7, device 4 F1);
+* steady state: ``I``, then the ``W`` of the oldest microbatch once more than ``2r`` are
+  owed, then the next ``F``;
+* cool-down: the same without the ``F``;
+* flush: the ``2r`` W's still owed (device 4 of the figure ends B8 W2 W3 ... W8).
+
+With m >= 2p - 1 and ``T_W`` no larger than ``T_F`` and ``T_I``, the bubble is
+``(p-1)(T_F + T_I - 2 T_W)`` (table 2), zero when the three are equal. By the paper's
+convention it is measured on a device's own span: device r starts r forwards late, so the
+step as a whole takes longer than any one device's span (27 against 24 with p = 4, m = 8
+and unit times). The price is activation memory: rank r holds up to
+``2(p-r) - 1`` activations awaiting their ``I`` and ``2r`` awaiting their ``W``, a peak of
+``(2p-2r-1) M_B + 2r M_W``, about twice 1F1B's ``p M_B``. Fewer than 2p - 1 microbatches
+still give a valid schedule, with a bubble.
+"""
+
+from __future__ import annotations
+
+from pipesim.schedules.ir import Schedule, require, single_chain
+from pipesim.schedules.zb_h1 import split_backward_rank_actions
+
+NAME = "zb-h2"
+SUMMARY = "Zero Bubble ZB-H2: split backward, longer warm-up; zero bubble at 2x 1F1B's memory"
+CONSTRAINTS = "virtual_stages = 1"
+VIRTUAL_STAGES = 1
+
+
+def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
+    require(virtual_stages == 1, f"zb-h2 takes virtual_stages = 1, got {virtual_stages=}")
+    p = devices
+    device_actions = tuple(
+        split_backward_rank_actions(r, microbatches, warmup=2 * (p - r) - 1, weight_delay=2 * r)
+        for r in range(p)
+    )
+    return Schedule(device_actions, tuple(range(p)), single_chain(p, microbatches), NAME)
