@@ -42,6 +42,7 @@ from pipesim.schedules.ir import Action, B, Chain, F, I, Kind, Schedule, W, over
 NAME = "dualpipe"
 SUMMARY = "DeepSeek-V3 DualPipe: two model copies in opposite directions, overlapped F&B pairs"
 CONSTRAINTS = "devices even; microbatches even and >= 2 * devices; virtual_stages = 1"
+VIRTUAL_STAGES = 1
 
 
 @dataclass

@@ -22,6 +22,7 @@ from pipesim.schedules.ir import Schedule, require, single_chain, v_placement
 NAME = "dualpipev"
 SUMMARY = "DualPipeV: DualPipe cut in half on a V-shaped placement (two chunks per device)"
 CONSTRAINTS = "virtual_stages = 2; microbatches >= 2 * devices"
+VIRTUAL_STAGES = 2
 
 
 def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object) -> Schedule:

@@ -1,0 +1,66 @@
+"""Chimera (Li & Hoefler, SC'21): two pipelines running in opposite directions.
+
+Two copies of the model share the devices: the *down* pipeline has stage k on device k,
+the *up* pipeline has stage k on device D-1-k, so every device holds two stages (twice
+the parameters) and the two ends of the machine both start work at time 0. In the IR the
+down pipeline is chain 0 (stages 0..D-1, microbatches 0..m/2-1) and the up pipeline is
+chain 1 (stage D+k on device D-1-k, microbatches m/2..m-1).
+
+The schedule is the paper's timetable in unit steps (forward = backward = one step):
+
+* basic unit: D microbatches, D/2 per pipeline. Each pipeline injects one microbatch
+  every two steps; microbatch j of the unit runs its forward on its k-th stage at step
+  ``2j + k`` and its backward there at step ``2j + 2D-1-k``, turning round at the last
+  stage (the forward and backward of one pipeline fall on steps of opposite parity);
+* the two pipelines interleave without collision: on a device the down pipeline's
+  forwards and the up pipeline's backwards share a parity but not a window, and so do
+  the down backwards and the up forwards;
+* more microbatches: basic units concatenated every 2D steps (the paper's direct
+  concatenation), so m must be a multiple of D.
+
+Each device runs its passes in timetable order. With F = B each device idles D-2 steps
+(D/2-1 forward and D/2-1 backward slots) against 1F1B's 2(D-1): makespan 2m + D - 2 in
+forward units, bubble fraction (D-2)/(2m+D-2) with the paper's N = m.
+"""
+
+from __future__ import annotations
+
+from pipesim.schedules.ir import Action, B, Chain, F, Schedule, require
+
+NAME = "chimera"
+SUMMARY = "Chimera: two pipelines in opposite directions (two stages per device)"
+CONSTRAINTS = "devices even; microbatches a multiple of devices; virtual_stages = 1"
+VIRTUAL_STAGES = 1
+
+
+def _timetable(devices: int, microbatches: int) -> list[list[tuple[int, Action]]]:
+    """(step, action) for every pass, listed per device."""
+    d, half = devices, microbatches // 2
+    per_device: list[list[tuple[int, Action]]] = [[] for _ in range(d)]
+    for unit in range(microbatches // d):
+        start = 2 * d * unit  # basic units follow each other every 2D steps
+        for j in range(d // 2):
+            for chain in (0, 1):
+                mb = chain * half + unit * (d // 2) + j
+                for k in range(d):
+                    stage, device = (k, k) if chain == 0 else (d + k, d - 1 - k)
+                    per_device[device].append((start + 2 * j + k, Action(stage, F, mb)))
+                    per_device[device].append((start + 2 * j + 2 * d - 1 - k, Action(stage, B, mb)))
+    return per_device
+
+
+def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
+    d, m = devices, microbatches
+    require(virtual_stages == 1, f"chimera takes virtual_stages = 1, got {virtual_stages=}")
+    require(d % 2 == 0, f"chimera needs an even number of devices, got devices={d}")
+    require(
+        m % d == 0,
+        f"chimera runs basic units of devices={d} microbatches; microbatches={m} is not a multiple",
+    )
+    device_actions = tuple(
+        tuple(action for _, action in sorted(passes, key=lambda e: e[0]))
+        for passes in _timetable(d, m)
+    )
+    chains = (Chain(0, d - 1, range(m // 2)), Chain(d, 2 * d - 1, range(m // 2, m)))
+    placement = tuple(range(d)) + tuple(d - 1 - k for k in range(d))
+    return Schedule(device_actions, placement, chains, NAME)
