@@ -20,7 +20,9 @@ from pipesim.schedules.ir import to_csv
 OVERHEAD, HOP = 0.25, 0.5
 
 
-def synthetic_run(name="1f1b", devices=2, microbatches=4, offset=1000.0, stretch=1.0) -> MeasuredRun:
+def synthetic_run(
+    name="1f1b", devices=2, microbatches=4, offset=1000.0, stretch=1.0
+) -> MeasuredRun:
     schedule = get_schedule(name, devices, microbatches)
     costs = uniform_costs(devices, 1.0 * stretch, 2.0 * stretch, overhead_ms=OVERHEAD)
     trace = simulate(schedule, costs, host_topology(devices, HostOverhead(OVERHEAD, HOP)))
@@ -63,23 +65,35 @@ def test_cross_check_of_an_exact_run_reports_zero_error():
     assert result.measured_spread == pytest.approx(0.0)
     assert result.prediction_error == pytest.approx(0.0, abs=1e-9)
     assert result.replay_error == pytest.approx(0.0, abs=1e-9)
-    assert (result.start_error_p50_ms, result.start_error_p90_ms) == pytest.approx((0.0, 0.0), abs=1e-9)
+    assert (result.start_error_p50_ms, result.start_error_p90_ms) == pytest.approx(
+        (0.0, 0.0), abs=1e-9
+    )
 
 
 def test_prediction_error_is_signed_simulated_over_measured():
     slow = synthetic_run(stretch=1.2)  # the real ops ran 20% longer than the profile says
     result, _ = cross_check([slow], uniform_costs(2, 1.0, 2.0), host=HostOverhead(OVERHEAD, HOP))
     costs = with_overhead(uniform_costs(2, 1.0, 2.0), OVERHEAD)
-    expected = simulate(get_schedule("1f1b", 2, 4), costs, host_topology(2, HostOverhead(OVERHEAD, HOP)))
+    expected = simulate(
+        get_schedule("1f1b", 2, 4), costs, host_topology(2, HostOverhead(OVERHEAD, HOP))
+    )
     assert result.simulated_makespan_ms == pytest.approx(expected.makespan_ms - OVERHEAD)
-    assert result.prediction_error == pytest.approx(result.simulated_makespan_ms / result.measured_makespan_ms - 1)
+    assert result.prediction_error == pytest.approx(
+        result.simulated_makespan_ms / result.measured_makespan_ms - 1
+    )
     assert result.prediction_error < 0
-    assert result.replay_error == pytest.approx(0.0, abs=1e-9)  # replay uses the run's own durations
+    assert result.replay_error == pytest.approx(
+        0.0, abs=1e-9
+    )  # replay uses the run's own durations
 
 
 def test_rankings_agree_with_ties_inside_the_tolerance():
-    a, _ = cross_check([synthetic_run("gpipe")], uniform_costs(2, 1.0, 2.0), host=HostOverhead(OVERHEAD, HOP))
-    b, _ = cross_check([synthetic_run("1f1b")], uniform_costs(2, 1.0, 2.0), host=HostOverhead(OVERHEAD, HOP))
+    a, _ = cross_check(
+        [synthetic_run("gpipe")], uniform_costs(2, 1.0, 2.0), host=HostOverhead(OVERHEAD, HOP)
+    )
+    b, _ = cross_check(
+        [synthetic_run("1f1b")], uniform_costs(2, 1.0, 2.0), host=HostOverhead(OVERHEAD, HOP)
+    )
     assert rankings_agree([a, b])
     swapped = type(a)(**{**a.__dict__, "simulated_makespan_ms": b.simulated_makespan_ms + 100})
     assert rankings_agree([swapped, b]) == (a.measured_makespan_ms == b.measured_makespan_ms)

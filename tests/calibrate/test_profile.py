@@ -43,7 +43,12 @@ def test_round_trip(tmp_path):
     assert load_profile(path) == two_stage_profile()
     data = json.loads(path.read_text())
     assert data["format"] == "pipesim-profile" and data["version"] == 1
-    assert data["stages"][1]["I"] == {"median_ms": 1.25, "p10_ms": 1.125, "p90_ms": 1.375, "samples": 20}
+    assert data["stages"][1]["I"] == {
+        "median_ms": 1.25,
+        "p10_ms": 1.125,
+        "p90_ms": 1.375,
+        "samples": 20,
+    }
 
 
 def test_costs_from_profile_fills_split_and_full_backward():
@@ -69,7 +74,9 @@ def test_stage_count_mismatch_is_one_clear_error():
 
 
 def test_topology_uses_the_fitted_hop_else_the_link():
-    assert topology_from_profile(two_stage_profile(), 2).link(0, 1).latency_us == pytest.approx(300.0)
+    assert topology_from_profile(two_stage_profile(), 2).link(0, 1).latency_us == pytest.approx(
+        300.0
+    )
     no_host = Profile(two_stage_profile().stages, two_stage_profile().links)
     link = topology_from_profile(no_host, 2).link(0, 1)
     assert (link.latency_us, link.bandwidth_gbps) == (80.0, 4.0)
@@ -80,8 +87,14 @@ def test_topology_uses_the_fitted_hop_else_the_link():
     [
         ({"format": "other"}, "not a pipesim profile"),
         ({"format": "pipesim-profile", "version": 9}, "profile version 9"),
-        ({"format": "pipesim-profile", "version": 1, "stages": [{"stage": 0}]}, "needs at least a forward"),
-        ({"format": "pipesim-profile", "version": 1, "stages": [{"stage": 1, "F": {}}]}, "stages.*0"),
+        (
+            {"format": "pipesim-profile", "version": 1, "stages": [{"stage": 0}]},
+            "needs at least a forward",
+        ),
+        (
+            {"format": "pipesim-profile", "version": 1, "stages": [{"stage": 1, "F": {}}]},
+            "stages.*0",
+        ),
     ],
 )
 def test_bad_profiles_are_rejected(tmp_path, data, message):

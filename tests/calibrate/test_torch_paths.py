@@ -88,13 +88,17 @@ def test_import_trace_recovers_names_and_durations(tmp_path):
         assert compute[name].duration_ms == pytest.approx(ms, abs=0.2), name
         assert compute[name].rank == (0 if name.startswith("0") else 1)
     profile = profile_from_spans(spans)
-    assert profile.stages[0].median_ms("B") == pytest.approx((rank0["0B0"] + rank0["0B1"]) / 2, abs=0.2)
+    assert profile.stages[0].median_ms("B") == pytest.approx(
+        (rank0["0B0"] + rank0["0B1"]) / 2, abs=0.2
+    )
     assert profile.stages[1].median_ms("I") == pytest.approx(rank1["1I0"], abs=0.2)
     trace = trace_from_spans(spans)
     assert sorted(trace.frame["name"]) == sorted(compute)
 
     out = tmp_path / "profile.json"
-    result = CliRunner().invoke(import_trace_command, [str(tmp_path / "r0.json"), str(gz), "-o", str(out)])
+    result = CliRunner().invoke(
+        import_trace_command, [str(tmp_path / "r0.json"), str(gz), "-o", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert load_profile(out).stages[1].median_ms("W") == pytest.approx(rank1["1W0"], abs=0.2)
 
