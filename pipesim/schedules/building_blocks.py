@@ -19,7 +19,8 @@ Building a schedule takes three steps:
 1. repeat: microbatch i's F and I passes at ``offset + 6 i``;
 2. squeeze: the repeated blocks leave gaps while the pipeline fills and drains; walk the
    passes in time order and pull each one into the earliest free slot after its inputs,
-   as long as the device's activation memory stays within the steady state's peak;
+   as long as the device's activation memory (with the W placed as step 3 would place
+   them) stays within the steady state's peak, so the squeeze never costs memory;
 3. fill: every W takes the first free slot after its I, oldest first, and memory is
    counted until that W ends (the weight gradient still needs the activation).
 
@@ -29,9 +30,10 @@ the real costs allow.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, single_chain, v_placement
 
@@ -40,7 +42,7 @@ BlockOffsets = tuple[int, int, int, int]  # (F0, F1, I1, I0) start units of micr
 
 
 class _Pass(NamedTuple):
-    """One pass of the unit-time grid: ``kind`` (F, I or W) of ``chunk`` on ``device``."""
+    """One F or I pass of the unit-time grid: ``kind`` of ``chunk`` on ``device``."""
 
     device: int
     kind: Kind
@@ -52,10 +54,9 @@ def build_v_schedule(
     devices: int, microbatches: int, blocks: Sequence[BlockOffsets], name: str
 ) -> Schedule:
     """Repeat ``blocks[d]`` on each device d, squeeze, fill in the W, return the Schedule."""
-    grid = _repeat(blocks, microbatches)
-    cap = max(_peak(_device_grid(grid, d)) for d in range(devices))
-    grid = _squeeze(grid, devices, cap)
-    device_actions = tuple(_device_order(grid, d, devices) for d in range(devices))
+    grids = [_DeviceGrid(offsets, microbatches) for offsets in blocks]  # 1. repeat
+    _squeeze(grids, microbatches)  # 2. squeeze
+    device_actions = tuple(_device_order(grid, d, devices) for d, grid in enumerate(grids))
     return Schedule(
         device_actions, v_placement(devices), single_chain(2 * devices, microbatches), name
     )
@@ -70,19 +71,56 @@ def check_blocks(blocks: Sequence[BlockOffsets]) -> None:
 
 
 # ---------------------------------------------------------------------------
-# 1. repeat
+# 1. repeat, and 3. fill in the W: one device's grid
 
 
-def _repeat(blocks: Sequence[BlockOffsets], microbatches: int) -> dict[_Pass, int]:
-    grid = {}
-    for device, (f0, f1, i1, i0) in enumerate(blocks):
-        for mb in range(microbatches):
-            shift = INTERVAL * mb
-            grid[_Pass(device, F, 0, mb)] = f0 + shift
-            grid[_Pass(device, F, 1, mb)] = f1 + shift
-            grid[_Pass(device, I, 1, mb)] = i1 + shift
-            grid[_Pass(device, I, 0, mb)] = i0 + shift
-    return grid
+class _DeviceGrid:
+    """One device's F and I slots on the unit grid; W passes are implied (step 3).
+
+    ``slots[kind][chunk, microbatch]`` is a pass's slot; ``taken`` marks occupied slots.
+    The grid is long enough for every W to fit after the last F or I.
+    """
+
+    def __init__(self, offsets: BlockOffsets, microbatches: int) -> None:
+        f0, f1, i1, i0 = offsets
+        shift = INTERVAL * np.arange(microbatches)
+        self.slots = {
+            F: np.stack([f0 + shift, f1 + shift]),
+            I: np.stack([i0 + shift, i1 + shift]),
+        }
+        self.taken = np.zeros(max(offsets) + INTERVAL * microbatches + 2 * microbatches + 2, bool)
+        for slots in self.slots.values():
+            self.taken[slots.ravel()] = True
+
+    def slot(self, p: _Pass) -> int:
+        return int(self.slots[p.kind][p.chunk, p.microbatch])
+
+    def move(self, p: _Pass, slot: int) -> None:
+        self.taken[self.slot(p)] = False
+        self.taken[slot] = True
+        self.slots[p.kind][p.chunk, p.microbatch] = slot
+
+    def weights(self) -> tuple[np.ndarray, np.ndarray]:
+        """Step 3: W slots, first free slot after their I, oldest I first.
+
+        Returns the I passes in that order (flat ``chunk * m + microbatch``) and the slot of
+        each one's W. The k-th W takes the first free slot at or after both its I's end and
+        the slot after the (k-1)-th W: a running maximum over free-slot indices.
+        """
+        backward = self.slots[I].ravel()
+        order = np.argsort(backward, kind="stable")
+        free = np.flatnonzero(~self.taken)
+        first = np.searchsorted(free, backward[order] + 1)
+        k = np.arange(len(order))
+        return order, free[k + np.maximum.accumulate(first - k)]
+
+    def peak(self) -> int:
+        """Peak chunk activations held: taken when an F starts, released when its W ends."""
+        _, weight_slots = self.weights()
+        length = len(self.taken) + 2
+        takes = np.bincount(self.slots[F].ravel(), minlength=length)
+        releases = np.bincount(weight_slots + 1, minlength=length)  # before a take at equal times
+        return int((np.cumsum(takes) - np.cumsum(releases)).max())
 
 
 def _inputs(p: _Pass, devices: int) -> list[_Pass]:
@@ -102,71 +140,44 @@ def _inputs(p: _Pass, devices: int) -> list[_Pass]:
 # 2. squeeze
 
 
-def _squeeze(grid: dict[_Pass, int], devices: int, cap: int) -> dict[_Pass, int]:
-    """Pull each pass into the earliest free slot after its inputs that keeps memory <= cap."""
-    per_device = [_device_grid(grid, d) for d in range(devices)]
-    squeezed = dict(grid)
-    for p in sorted(grid, key=lambda q: (grid[q], q.device)):
-        own = per_device[p.device]
-        old = own[p]
-        ready = max((squeezed[q] + 1 for q in _inputs(p, devices)), default=0)
-        taken = set(own.values())
+def _squeeze(grids: list[_DeviceGrid], microbatches: int) -> None:
+    """Pull each pass into the earliest free slot after its inputs that keeps memory <= cap.
+
+    Passes are visited in slot order, so a pass's inputs have already found their place.
+    """
+    cap = max(grid.peak() for grid in grids)
+    passes = [
+        _Pass(d, kind, chunk, mb)
+        for d in range(len(grids))
+        for kind in (F, I)
+        for chunk in (0, 1)
+        for mb in range(microbatches)
+    ]
+    passes.sort(key=lambda p: (grids[p.device].slot(p), p.device))
+    for p in passes:
+        grid = grids[p.device]
+        old = grid.slot(p)
+        inputs = _inputs(p, len(grids))
+        ready = max((grids[q.device].slot(q) + 1 for q in inputs), default=0)
         for slot in range(ready, old):
-            if slot in taken:
+            if grid.taken[slot]:
                 continue
-            own[p] = slot
-            if _peak(own) <= cap:
-                squeezed[p] = slot
+            grid.move(p, slot)
+            if grid.peak() <= cap:
                 break
-            own[p] = old
-    return squeezed
+            grid.move(p, old)
 
 
-def _device_grid(grid: dict[_Pass, int], device: int) -> dict[_Pass, int]:
-    return {p: t for p, t in grid.items() if p.device == device}
-
-
-# ---------------------------------------------------------------------------
-# 3. fill in the W passes, and count memory
-
-
-def _fill_weights(own: dict[_Pass, int]) -> dict[_Pass, int]:
-    """Each W in the first free slot after its I, oldest I first."""
-    taken = set(own.values())
-    inputs = deque(sorted((t, p) for p, t in own.items() if p.kind == I))
-    pending: deque[_Pass] = deque()
-    weights = {}
-    slot = 0
-    while inputs or pending:
-        while inputs and inputs[0][0] < slot:
-            p = inputs.popleft()[1]
-            pending.append(p._replace(kind=W))
-        if slot not in taken and pending:
-            weights[pending.popleft()] = slot
-        slot += 1
-    return weights
-
-
-def _peak(own: dict[_Pass, int]) -> int:
-    """Peak chunk activations held: taken when an F starts, released when its W ends."""
-    changes = [(t, 1) for p, t in own.items() if p.kind == F]
-    changes += [(t + 1, -1) for t in _fill_weights(own).values()]
-    return _running_max(sorted(changes))
-
-
-def _running_max(changes: Iterable[tuple[int, int]]) -> int:
-    held = peak = 0
-    for _, delta in changes:  # at equal times a release (-1) sorts before a take
-        held += delta
-        peak = max(peak, held)
-    return peak
-
-
-def _device_order(grid: dict[_Pass, int], device: int, devices: int) -> tuple[Action, ...]:
-    own = _device_grid(grid, device)
-    own.update(_fill_weights(own))
+def _device_order(grid: _DeviceGrid, device: int, devices: int) -> tuple[Action, ...]:
+    """The device's actions in slot order, W included (step 3)."""
+    m = grid.slots[F].shape[1]
     stage = (device, 2 * devices - 1 - device)
-    return tuple(
-        Action(stage[p.chunk], p.kind, p.microbatch)
-        for p, _ in sorted(own.items(), key=lambda e: e[1])
-    )
+    timed = []
+    for kind in (F, I):
+        for (chunk, mb), slot in np.ndenumerate(grid.slots[kind]):
+            timed.append((int(slot), Action(stage[chunk], kind, mb)))
+    order, weight_slots = grid.weights()
+    for flat, slot in zip(order, weight_slots, strict=True):
+        chunk, mb = divmod(int(flat), m)
+        timed.append((int(slot), Action(stage[chunk], W, mb)))
+    return tuple(action for _, action in sorted(timed, key=lambda e: e[0]))
