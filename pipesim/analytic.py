@@ -1,11 +1,12 @@
 """Closed forms for the classic schedules, used to cross-check the engine.
 
-With every stage costing the same (forward F, backward B per microbatch-chunk) and a link
-that adds only a pure latency c per cross-device hop:
+With every stage costing the same (forward F, backward B per microbatch-chunk) and every
+stage boundary costing the same hop time c (latency + bytes / bandwidth, no longer than F
+or B, so messages never queue):
 
 * GPipe and 1F1B, training, no latency: makespan = (m + p - 1)(F + B); bubble fraction
   (p - 1)/(m + p - 1) (GPipe paper); bubble overhead (p - 1)/m (Megatron-LM).
-* GPipe with latency c: the first microbatch crosses p - 1 hops forward and p - 1 back,
+* GPipe with hop time c: the first microbatch crosses p - 1 hops forward and p - 1 back,
   (m + p - 1)(F + B) + 2(p - 1)c.
 * Interleaved 1F1B with v chunks (m a multiple of p, no latency):
   (m v + p - 1)(F + B), bubble overhead (p - 1)/(v m) (Narayanan et al. 2021).
@@ -17,8 +18,6 @@ simulated numbers.
 
 from __future__ import annotations
 
-import math
-
 from pipesim.costs import Costs
 from pipesim.hardware import Topology
 from pipesim.schedules.ir import Schedule
@@ -28,7 +27,7 @@ def closed_form(
     schedule: Schedule, costs: Costs, topology: Topology | None
 ) -> dict[str, float] | None:
     """Analytic makespan, bubble fraction and bubble overhead, or None if none applies."""
-    latency_ms = _uniform_latency_ms(costs, topology)
+    latency_ms = _uniform_latency_ms(schedule, costs, topology)
     if latency_ms is None or costs.overhead_ms or not _uniform(costs, schedule.model_stages):
         return None
     p, m, s = schedule.devices, schedule.microbatches, schedule.stages
@@ -61,16 +60,29 @@ def _uniform(costs: Costs, stages: int) -> bool:
     )
 
 
-def _uniform_latency_ms(costs: Costs, topology: Topology | None) -> float | None:
-    """The pure per-hop latency in ms, or None if links differ or carry a size cost."""
+def _uniform_latency_ms(
+    schedule: Schedule, costs: Costs, topology: Topology | None
+) -> float | None:
+    """The time of one hop when every stage boundary costs the same, else None.
+
+    A hop is ``latency + bytes / bandwidth`` of the link; the closed forms also need it to
+    be no longer than a forward or a backward, so that messages never queue on a link.
+    """
     if topology is None:
         return 0.0
-    if topology.links or not topology.comm_overlap:
+    if not topology.comm_overlap or topology.channels:
         return None
-    link = topology.default
-    if not math.isinf(link.bandwidth_gbps) and any(costs.activation_bytes):
+    pairs = {(schedule.placement[s], schedule.placement[s + 1]) for s in range(schedule.stages - 1)}
+    links = {topology.link(a, b) for a, b in pairs} | {topology.link(b, a) for a, b in pairs}
+    sizes = set(costs.activation_bytes[: schedule.model_stages])
+    if len(links) > 1 or len(sizes) > 1:
         return None
-    return link.latency_us / 1000.0
+    if not links:
+        return 0.0
+    hop = links.pop().transfer_ms(sizes.pop())
+    if hop > min(costs.forward_ms[0], costs.backward_ms[0]) and schedule.microbatches > 1:
+        return None  # messages would queue on the link
+    return hop
 
 
 def gpipe_bubble_fraction(devices: int, microbatches: int) -> float:

@@ -116,14 +116,31 @@ def render_table(report: Report) -> str:
     line("throughput", f"{report.samples_per_second:,.1f} samples/s")
     if report.tokens_per_second:
         line("", f"{report.tokens_per_second:,.0f} tokens/s")
+    if report.mfu is not None:
+        line("MFU", f"{report.mfu:.1%}")
+    if any(d.static_memory_bytes for d in report.per_device):
+        worst = max(report.per_device, key=lambda d: d.peak_memory_bytes)
+        verdict = "OUT OF MEMORY" if report.oom else "fits"
+        line(
+            "peak memory", f"{_bytes(worst.peak_memory_bytes)} on device {worst.device} ({verdict})"
+        )
     lines.append("")
     header = f"  {'device':>6} {'busy ms':>10} {'idle ms':>10} {'span ms':>10} {'bubble':>8} {'peak in-flight':>15} {'peak activations':>18} {'at ms':>9}"
     lines.append(header)
+    with_static = any(d.static_memory_bytes for d in report.per_device)
+    if with_static:
+        lines[-1] += f" {'static':>12} {'peak total':>12}"
     for d in report.per_device:
+        static = (
+            f" {_bytes(d.static_memory_bytes):>12} {_bytes(d.peak_memory_bytes):>12}"
+            if with_static
+            else ""
+        )
+        oom = "  OOM" if d.oom else ""
         lines.append(
             f"  {d.device:>6} {d.busy_ms:>10.3f} {d.idle_ms:>10.3f} {d.span_ms:>10.3f} "
             f"{d.bubble_fraction:>8.4f} {d.peak_inflight:>15d} {_bytes(d.peak_activation_bytes):>18} "
-            f"{d.peak_activation_time_ms:>9.3f}"
+            f"{d.peak_activation_time_ms:>9.3f}" + static + oom
         )
     return "\n".join(lines) + "\n"
 
@@ -401,6 +418,18 @@ def _render_compare(rows: list[dict], fmt: str) -> str:
             + (f"  ({row['note']})" if row["note"] else "")
         )
     return "\n".join(lines) + "\n"
+
+
+def _register_calibration() -> None:
+    """The calibration commands (profile, import-trace, crosscheck, fit) need torch only
+    when they run, so they are always listed."""
+    from pipesim.calibrate.commands import COMMANDS
+
+    for command in COMMANDS:
+        main.add_command(command)
+
+
+_register_calibration()
 
 
 if __name__ == "__main__":  # pragma: no cover

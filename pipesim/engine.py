@@ -29,14 +29,24 @@ costs little more than one event per action.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import simpy
 
 from pipesim.costs import Costs
 from pipesim.hardware import Topology
 from pipesim.schedules.ir import Action, B, F, I, Schedule, W, format_grid
-from pipesim.trace import COMM, COMPUTE, KIND_CODE, KIND_CODES, SEND_B, SEND_F, Trace, TraceBuilder
+from pipesim.trace import (
+    ALLREDUCE,
+    COMM,
+    COMPUTE,
+    KIND_CODE,
+    KIND_CODES,
+    SEND_B,
+    SEND_F,
+    Trace,
+    TraceBuilder,
+)
 
 
 class DeadlockError(RuntimeError):
@@ -57,11 +67,17 @@ def simulate(
     *,
     duration_scale: DurationScale | None = None,
     link_scale: Callable[[int, int], float] | None = None,
+    tail_ms: Sequence[float] | None = None,
+    tail_after_flush: bool = True,
 ) -> Trace:
     """Simulate ``schedule`` and return its Trace.
 
     ``duration_scale(device, action)`` multiplies an action's duration and
     ``link_scale(src, dst)`` a transfer's time (stochastic runs; default 1).
+    ``tail_ms[d]`` is end-of-step work on device d (the data-parallel gradient all-reduce),
+    counted in the makespan: after the pipeline flush (every device done computing), or,
+    with ``tail_after_flush=False``, as soon as the device's own last action ends
+    (overlapped with the other devices' cool-down).
     """
     if costs.stages < schedule.model_stages:
         raise ValueError(
@@ -69,6 +85,10 @@ def simulate(
         )
     topology = topology or Topology(schedule.devices)
     run = _Run(schedule, costs, topology, duration_scale, link_scale)
+    if tail_ms is not None:
+        if len(tail_ms) != schedule.devices:
+            raise ValueError(f"tail_ms has {len(tail_ms)} entries, expected {schedule.devices}")
+        run.tail_ms, run.tail_after_flush = tuple(tail_ms), tail_after_flush
     return run.execute()
 
 
@@ -98,6 +118,10 @@ class _Run:
         self.finished = [False] * schedule.devices
         self.blocked_on: dict[int, int] = {}
         self.out = TraceBuilder(schedule.devices)
+        self.tail_ms: tuple[float, ...] | None = None
+        self.tail_after_flush = True
+        self.flush = self.env.event()  # every device has run its last action
+        self.computing = schedule.devices
         self._stage_tables()
 
     def _stage_tables(self) -> None:
@@ -128,10 +152,7 @@ class _Run:
 
     def execute(self) -> Trace:
         for device, actions in enumerate(self.schedule.device_actions):
-            if actions:
-                self.env.process(self._device(device, actions))
-            else:
-                self.finished[device] = True
+            self.env.process(self._device(device, actions))
         self.env.run()
         stuck = [d for d in range(self.schedule.devices) if not self.finished[d]]
         if stuck:
@@ -209,7 +230,21 @@ class _Run:
                         event.succeed()  # the receiver wakes now, sleeps on until arrival
             if blocking and last_arrival > end:
                 yield env.timeout(last_arrival - end)
+        self.computing -= 1
+        if self.computing == 0:
+            self.flush.succeed()
+        if self.tail_ms is not None and self.tail_ms[device] > 0:
+            yield from self._tail(device)
         self.finished[device] = True
+
+    def _tail(self, device: int):
+        """End-of-step work: the gradient all-reduce, after the flush or overlapped."""
+        if self.tail_after_flush and not self.flush.triggered:
+            yield self.flush
+        start = self.env.now
+        yield self.env.timeout(self.tail_ms[device])
+        self.out.rows.append((device, COMM, -1, -1, ALLREDUCE, start, self.env.now, -1))
+        self.out.actions.append(None)
 
     # -- diagnostics -----------------------------------------------------------------
 

@@ -35,6 +35,26 @@ class DeviceReport:
     peak_inflight: int
     peak_activation_bytes: float
     peak_activation_time_ms: float
+    static_memory_bytes: float = 0.0
+    peak_memory_bytes: float = 0.0  # static + peak activations
+    oom: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    """What a model and cluster add to a report: static memory, capacity, replicas, FLOPs.
+
+    ``static_memory_bytes[d]``: weights, gradients and optimizer states on device d;
+    ``memory_capacity_bytes``: one GPU's memory (0: unknown, no OOM check);
+    ``replicas``: data-parallel copies of the pipeline (samples/s counts all of them);
+    ``flops_per_step`` and ``peak_flops`` (all GPUs of the job, FLOP/s) give MFU.
+    """
+
+    static_memory_bytes: tuple[float, ...]
+    memory_capacity_bytes: float = 0.0
+    replicas: int = 1
+    flops_per_step: float = 0.0
+    peak_flops: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +73,9 @@ class Report:
     tokens_per_second: float | None
     per_device: tuple[DeviceReport, ...]
     analytic: dict[str, float] | None = None
+    step_time_ms: float = 0.0  # the makespan, end-of-step collectives included
+    mfu: float | None = None
+    oom: bool = False
     extra: dict[str, object] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -67,6 +90,7 @@ class Report:
         data = {k: v for k, v in self.to_dict().items() if not isinstance(v, list | dict)}
         data["peak_activation_bytes_max"] = max(d.peak_activation_bytes for d in self.per_device)
         data["peak_inflight_max"] = max(d.peak_inflight for d in self.per_device)
+        data["peak_memory_bytes_max"] = max(d.peak_memory_bytes for d in self.per_device)
         return data
 
 
@@ -79,12 +103,16 @@ def build_report(
     scenario: str = "",
     seq_len: int | None = None,
     topology: Topology | None = None,
+    accounting: Accounting | None = None,
 ) -> Report:
     """Compute every metric of ``trace`` (a pure function of its arrays).
 
     With ``costs`` (and ``topology``, default ideal links) the closed form for the schedule,
-    where one applies, goes into ``analytic``.
+    where one applies, goes into ``analytic``. ``accounting`` adds static memory, the OOM
+    check, data-parallel replicas and MFU.
     """
+    accounting = accounting or Accounting((0.0,) * trace.devices)
+    capacity = accounting.memory_capacity_bytes
     analytic = closed_form(schedule, costs, topology) if costs is not None else None
     devices = trace.devices
     makespan = trace.makespan_ms
@@ -104,6 +132,7 @@ def build_report(
             peak_inflight = int(max(timeline.inflight.max(), 0))
         else:
             peak_bytes, peak_time, peak_inflight = 0.0, 0.0, 0
+        static = float(accounting.static_memory_bytes[d])
         per_device.append(
             DeviceReport(
                 device=d,
@@ -114,10 +143,13 @@ def build_report(
                 peak_inflight=peak_inflight,
                 peak_activation_bytes=peak_bytes,
                 peak_activation_time_ms=peak_time,
+                static_memory_bytes=static,
+                peak_memory_bytes=static + peak_bytes,
+                oom=bool(capacity) and static + peak_bytes > capacity,
             )
         )
     longest = max(per_device, key=lambda r: r.span_ms)
-    samples = schedule.microbatches * microbatch_size
+    samples = schedule.microbatches * microbatch_size * accounting.replicas
     per_second = samples / (makespan / 1000.0) if makespan > 0 else 0.0
     return Report(
         scenario=scenario,
@@ -134,4 +166,11 @@ def build_report(
         tokens_per_second=per_second * seq_len if seq_len else None,
         per_device=tuple(per_device),
         analytic=analytic,
+        step_time_ms=makespan,
+        mfu=(
+            accounting.flops_per_step / (makespan / 1000.0) / accounting.peak_flops
+            if accounting.peak_flops and makespan > 0
+            else None
+        ),
+        oom=any(d.oom for d in per_device),
     )

@@ -21,6 +21,7 @@ COLOURS = {
     "OVERLAP_F_B": "#DD8452",
     "SEND_F": "#9FB7D9",
     "SEND_B": "#A9D8B3",
+    "ALLREDUCE": "#C44E52",
 }
 _LABEL_LIMIT = 1500  # above this many boxes, numbers would be unreadable
 

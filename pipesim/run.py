@@ -19,7 +19,13 @@ class Result:
 
 def run_scenario(scenario: Scenario) -> Result:
     """Simulate one step of ``scenario`` and measure it."""
-    trace = simulate(scenario.schedule, scenario.costs, scenario.topology)
+    trace = simulate(
+        scenario.schedule,
+        scenario.costs,
+        scenario.topology,
+        tail_ms=scenario.tail_ms,
+        tail_after_flush=scenario.tail_after_flush,
+    )
     report = build_report(
         trace,
         scenario.schedule,
@@ -28,5 +34,6 @@ def run_scenario(scenario: Scenario) -> Result:
         scenario=scenario.name,
         seq_len=scenario.seq_len,
         topology=scenario.topology,
+        accounting=scenario.accounting,
     )
     return Result(scenario, trace, report)

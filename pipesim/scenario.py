@@ -23,7 +23,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipesim.costs import Costs, uniform_costs
-from pipesim.hardware import Link, Topology
+from pipesim.hardware import GPU_PROFILES, LINK_PROFILES, Topology
+from pipesim.metrics import Accounting
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError, forward_only, from_csv, validate
 
@@ -44,7 +45,7 @@ class PipelineSpec(_Strict):
     schedule: str
     schedule_file: str | None = None
     devices: int = Field(ge=1)
-    microbatches: int = Field(ge=1)
+    microbatches: int | None = Field(default=None, ge=1)  # from model.global_batch if omitted
     virtual_stages: int = Field(default=1, ge=1)
     microbatch_size: int = Field(default=1, ge=1)
     mode: Literal["train", "forward"] = "train"
@@ -69,6 +70,7 @@ class CostsSpec(_Strict):
     activation_memory_bytes: PerStage = 0.0
     weight_grad_memory_bytes: PerStage = 0.0
     overhead_ms: NonNegative = 0.0
+    profile: str | None = None  # measured costs: a profile file from `pipesim profile`
 
 
 class LinkSpec(_Strict):
@@ -76,9 +78,69 @@ class LinkSpec(_Strict):
     bandwidth_gbps: float = Field(default=float("inf"), gt=0)
 
 
+LinkChoice = (
+    str | LinkSpec
+)  # "ideal", a profile name (see `pipesim.hardware.LINK_PROFILES`), or numbers
+
+
+def _check_link_name(value: LinkChoice | None) -> LinkChoice | None:
+    if isinstance(value, str) and value != "ideal" and value not in LINK_PROFILES:
+        raise ValueError(
+            f"unknown link {value!r}; allowed: ideal, {', '.join(LINK_PROFILES)}, or {{latency_us, bandwidth_gbps}}"
+        )
+    return value
+
+
 class HardwareSpec(_Strict):
-    link: Literal["ideal"] | LinkSpec = "ideal"
+    link: LinkChoice = "ideal"
+    link_variant: Literal["achievable", "line-rate"] = "achievable"
+    gpu: str | None = None
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    intra_node_link: LinkChoice | None = None
+    inter_node_link: LinkChoice | None = None
+    placement: list[Annotated[int, Field(ge=0)]] | None = None
+    pcie_switch_share: int | None = Field(default=None, ge=1)
     comm_overlap: bool = True
+
+    _links = field_validator("link", "intra_node_link", "inter_node_link")(_check_link_name)
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str | None) -> str | None:
+        if value is not None and value not in GPU_PROFILES:
+            raise ValueError(f"unknown gpu {value!r}; allowed: {', '.join(GPU_PROFILES)}")
+        return value
+
+
+class EfficiencySpec(_Strict):
+    max_fraction: float = Field(default=0.78, gt=0, le=1)
+    half_tokens: NonNegative = 512.0
+    launch_overhead_ms: NonNegative = 0.0
+
+
+class ModelSpec(_Strict):
+    layers: int = Field(ge=1)
+    hidden: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    vocab: int = Field(ge=1)
+    ffn_hidden: int | None = Field(default=None, ge=1)
+    dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    recompute: bool = False
+    tied_embeddings: bool = False
+    flash_attention: bool = False
+    partition: Literal["even", "balanced"] | list[Annotated[int, Field(ge=0)]] = "even"
+    microbatch_size: int | None = Field(default=None, ge=1)
+    global_batch: int | None = Field(default=None, ge=1)
+    efficiency: EfficiencySpec = EfficiencySpec()
+
+
+class ParallelSpec(_Strict):
+    data: int = Field(default=1, ge=1)
+    tensor: int = Field(default=1, ge=1)
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    dp_overlap: bool = False
+    sequence_parallel: bool = False
 
 
 class ScenarioSpec(_Strict):
@@ -88,6 +150,8 @@ class ScenarioSpec(_Strict):
     pipeline: PipelineSpec
     costs: CostsSpec = CostsSpec()
     hardware: HardwareSpec = HardwareSpec()
+    model: ModelSpec | None = None
+    parallel: ParallelSpec = ParallelSpec()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +167,9 @@ class Scenario:
     mode: str
     seq_len: int | None
     spec: ScenarioSpec
+    accounting: Accounting | None = None
+    tail_ms: tuple[float, ...] | None = None  # end-of-step all-reduce per device
+    tail_after_flush: bool = True
 
 
 # ---------------------------------------------------------------------------
@@ -177,26 +244,52 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
 
 def build_scenario(spec: ScenarioSpec, source: str) -> Scenario:
     """Turn a validated spec into core objects (schedule, costs, topology)."""
+    from pipesim import derive  # the model/cluster arithmetic, only when needed
+
     pipe = spec.pipeline
-    schedule = _build_schedule(spec, source)
-    costs = _build_costs(spec.costs, schedule.model_stages, source, pipe)
-    link = spec.hardware.link
-    default = Link() if link == "ideal" else Link(link.latency_us, link.bandwidth_gbps, "custom")
-    topology = Topology(schedule.devices, default=default, comm_overlap=spec.hardware.comm_overlap)
+    sizes = derive.batch_sizes(spec, source)
+    schedule = _build_schedule(spec, source, sizes.microbatches)
+    topology = derive.topology(spec, schedule.devices, source)
+    if spec.model is None:
+        costs = _build_costs(spec.costs, schedule.model_stages, source, pipe)
+        return Scenario(
+            spec.name,
+            spec.description,
+            schedule,
+            costs,
+            topology,
+            sizes.microbatch_size,
+            pipe.mode,
+            None,
+            spec,
+        )
+    _no_hand_costs(spec, source)
+    derived = derive.model_costs(spec, schedule, topology, sizes.microbatch_size, source)
     return Scenario(
         name=spec.name,
         description=spec.description,
         schedule=schedule,
-        costs=costs,
+        costs=derived.costs,
         topology=topology,
-        microbatch_size=pipe.microbatch_size,
+        microbatch_size=sizes.microbatch_size,
         mode=pipe.mode,
-        seq_len=None,
+        seq_len=spec.model.seq_len,
         spec=spec,
+        accounting=derived.accounting,
+        tail_ms=derived.tail_ms,
+        tail_after_flush=not spec.parallel.dp_overlap,
     )
 
 
-def _build_schedule(spec: ScenarioSpec, source: str) -> Schedule:
+def _no_hand_costs(spec: ScenarioSpec, source: str) -> None:
+    typed = sorted(spec.costs.model_fields_set)
+    if typed:
+        raise ScenarioError(
+            f"{source}: costs.{typed[0]}: not allowed with a model section (costs are derived from the model)"
+        )
+
+
+def _build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Schedule:
     pipe = spec.pipeline
     forward = pipe.mode == "forward"
     if pipe.schedule == "csv":
@@ -205,7 +298,7 @@ def _build_schedule(spec: ScenarioSpec, source: str) -> Schedule:
         raise ScenarioError(f"{source}: pipeline.schedule_file: only used with schedule: csv")
     try:
         return get_schedule(
-            pipe.schedule, pipe.devices, pipe.microbatches, pipe.virtual_stages, forward=forward
+            pipe.schedule, pipe.devices, microbatches, pipe.virtual_stages, forward=forward
         )
     except ScheduleError as exc:
         raise ScenarioError(f"{source}: pipeline: {_first_line(exc)}") from None
@@ -228,7 +321,7 @@ def _schedule_from_file(pipe: PipelineSpec, source: str, forward: bool) -> Sched
         ("devices", pipe.devices, schedule.devices),
         ("microbatches", pipe.microbatches, schedule.microbatches),
     ):
-        if given != found:
+        if given is not None and given != found:
             raise ScenarioError(
                 f"{source}: pipeline.{field_name}: {given} given but {csv_path.name} has {found}"
             )
@@ -236,7 +329,9 @@ def _schedule_from_file(pipe: PipelineSpec, source: str, forward: bool) -> Sched
 
 
 def _build_costs(spec: CostsSpec, stages: int, source: str, pipe: PipelineSpec) -> Costs:
-    values = spec.model_dump()
+    if spec.profile is not None:
+        return _profile_costs(spec, stages, source)
+    values = spec.model_dump(exclude={"profile"})
     for key, value in values.items():
         if isinstance(value, list) and len(value) != stages:
             raise ScenarioError(
@@ -247,6 +342,21 @@ def _build_costs(spec: CostsSpec, stages: int, source: str, pipe: PipelineSpec) 
         return uniform_costs(stages, **values)
     except ValueError as exc:
         raise ScenarioError(f"{source}: costs: {exc}") from None
+
+
+def _profile_costs(spec: CostsSpec, stages: int, source: str) -> Costs:
+    from pipesim.calibrate.profile import ProfileError, costs_from_profile, load_profile
+
+    others = sorted(spec.model_fields_set - {"profile"})
+    if others:
+        raise ScenarioError(
+            f"{source}: costs.{others[0]}: not allowed with costs.profile (the profile gives every cost)"
+        )
+    path = Path(source).parent / spec.profile
+    try:
+        return costs_from_profile(load_profile(path), stages)
+    except (ProfileError, ValueError) as exc:
+        raise ScenarioError(f"{source}: costs.profile: {_first_line(exc)}") from None
 
 
 # ---------------------------------------------------------------------------
@@ -276,7 +386,11 @@ def _tidy_loc(loc: tuple) -> str:
 def _is_branch_tag(part: object) -> bool:
     if not isinstance(part, str):
         return False
-    return any(c in part for c in "[-") or part[:1].isupper() or part in ("float", "int", "str", "bool")
+    return (
+        any(c in part for c in "[-")
+        or part[:1].isupper()
+        or part in ("float", "int", "str", "bool")
+    )
 
 
 def _model_at(loc: tuple) -> type[BaseModel] | None:

@@ -28,9 +28,9 @@ import pandas as pd
 from pipesim.costs import Costs
 from pipesim.schedules.ir import Action, Kind, Schedule
 
-KIND_CODES: tuple[str, ...] = ("F", "B", "I", "W", "OVERLAP_F_B", "SEND_F", "SEND_B")
+KIND_CODES: tuple[str, ...] = ("F", "B", "I", "W", "OVERLAP_F_B", "SEND_F", "SEND_B", "ALLREDUCE")
 KIND_CODE = {Kind(k): i for i, k in enumerate(KIND_CODES[:5])}
-SEND_F, SEND_B = 5, 6
+SEND_F, SEND_B, ALLREDUCE = 5, 6, 7
 COMPUTE, COMM = 0, 1
 
 
@@ -160,6 +160,8 @@ class Trace:
 
     def name(self, row: int) -> str:
         """IR text of a row: ``2F0`` for compute, ``2F0->3`` for a transfer to device 3."""
+        if self.kind[row] == ALLREDUCE:
+            return "gradient all-reduce"
         text = str(self.actions[row])
         return f"{text}->{self.peer[row]}" if self.lane[row] == COMM else text
 
