@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipesim.engine import simulate
+from pipesim.engine import DurationScale, simulate
 from pipesim.metrics import Report, build_report
 from pipesim.scenario import Scenario
 from pipesim.trace import Trace
@@ -17,12 +18,20 @@ class Result:
     report: Report
 
 
-def run_scenario(scenario: Scenario) -> Result:
-    """Simulate one step of ``scenario`` and measure it."""
+def run_scenario(
+    scenario: Scenario,
+    *,
+    duration_scale: DurationScale | None = None,
+    link_scale: Callable[[int, int], float] | None = None,
+) -> Result:
+    """Simulate one step of ``scenario`` and measure it (``duration_scale`` and
+    ``link_scale``: one random step of a Monte Carlo study, see ``pipesim.variability``)."""
     trace = simulate(
         scenario.schedule,
         scenario.costs,
         scenario.topology,
+        duration_scale=duration_scale,
+        link_scale=link_scale,
         tail_ms=scenario.tail_ms,
         tail_after_flush=scenario.tail_after_flush,
     )

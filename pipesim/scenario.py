@@ -15,18 +15,31 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pipesim.costs import Costs, uniform_costs
 from pipesim.hardware import GPU_PROFILES, LINK_PROFILES, Topology
 from pipesim.metrics import Accounting
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError, forward_only, from_csv, validate
+from pipesim.variability import (
+    KIND_LETTERS,
+    Variability,
+    profile_stage_cvs,
+    variability_from_mapping,
+)
 
 
 class ScenarioError(ValueError):
@@ -143,6 +156,38 @@ class ParallelSpec(_Strict):
     sequence_parallel: bool = False
 
 
+class NoiseSpec(_Strict):
+    """Random factors with mean 1: lognormal or normal with ``cv``, or ``empirical`` draws
+    from ``samples``; ``profile`` (a profile file) takes a per-stage cv from its spread."""
+
+    distribution: Literal["lognormal", "normal", "empirical"] = "lognormal"
+    cv: NonNegative = 0.0
+    samples: list[Annotated[float, Field(gt=0)]] | None = None
+    profile: str | None = None
+
+    @model_validator(mode="after")
+    def _samples_for_empirical(self) -> NoiseSpec:
+        if self.distribution == "empirical" and not self.samples:
+            raise ValueError("the empirical distribution needs a non-empty list of samples")
+        return self
+
+
+class StragglerSpec(_Strict):
+    device: int = Field(ge=0)
+    factor: float = Field(gt=0)  # 1.1: 10% slower
+    probability: float = Field(default=1.0, ge=0, le=1)  # per step
+
+
+class VariabilitySpec(_Strict):
+    forward: NoiseSpec | None = None
+    backward: NoiseSpec | None = None  # B, I and W
+    backward_input: NoiseSpec | None = None
+    backward_weight: NoiseSpec | None = None
+    stragglers: list[StragglerSpec] = []
+    link_jitter: NoiseSpec | None = None
+    microbatch_scale: list[Annotated[float, Field(gt=0)]] | NoiseSpec | None = None
+
+
 class ScenarioSpec(_Strict):
     schema_version: Literal[1]
     name: str
@@ -152,6 +197,7 @@ class ScenarioSpec(_Strict):
     hardware: HardwareSpec = HardwareSpec()
     model: ModelSpec | None = None
     parallel: ParallelSpec = ParallelSpec()
+    variability: VariabilitySpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +216,7 @@ class Scenario:
     accounting: Accounting | None = None
     tail_ms: tuple[float, ...] | None = None  # end-of-step all-reduce per device
     tail_after_flush: bool = True
+    variability: Variability | None = None  # Monte Carlo runs only
 
 
 # ---------------------------------------------------------------------------
@@ -243,7 +290,40 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
 
 
 def build_scenario(spec: ScenarioSpec, source: str) -> Scenario:
-    """Turn a validated spec into core objects (schedule, costs, topology)."""
+    """Turn a validated spec into core objects (schedule, costs, topology, variability)."""
+    scenario = _build_deterministic(spec, source)
+    if spec.variability is None:
+        return scenario
+    variability = _build_variability(spec.variability, scenario.schedule, source)
+    return replace(scenario, variability=variability)
+
+
+def _build_variability(section: VariabilitySpec, schedule: Schedule, source: str) -> Variability:
+    """The variability section as core data; a kind section naming a profile file (relative
+    to the scenario) takes its per-stage spread from that profile."""
+    from pipesim.calibrate.profile import load_profile
+
+    data = section.model_dump(exclude_none=True)
+    cvs = {}
+    for key in KIND_LETTERS:
+        name = data.get(key, {}).get("profile")
+        if name is None:
+            continue
+        try:
+            cvs[key] = profile_stage_cvs(
+                load_profile(Path(source).parent / name), key, schedule.model_stages
+            )
+        except ValueError as exc:
+            raise ScenarioError(
+                f"{source}: variability.{key}.profile: {_first_line(exc)}"
+            ) from None
+    try:
+        return variability_from_mapping(data, schedule.devices, cvs)
+    except ValueError as exc:
+        raise ScenarioError(f"{source}: variability.{_first_line(exc)}") from None
+
+
+def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
     from pipesim import derive  # the model/cluster arithmetic, only when needed
 
     pipe = spec.pipeline

@@ -1,0 +1,284 @@
+"""Parameter sweeps: one scenario, many variations, one table.
+
+A sweep is a grid: for each key, a list of values (``pipeline.microbatches=4,8,16``,
+``pipeline.schedule=1f1b,zb-h1``). Every combination of values (the Cartesian product,
+the first key varying slowest) is one *point*: the base scenario with those overrides,
+validated and simulated exactly as ``pipesim run --set`` would.
+
+Points are independent, so they run in parallel: on a local process pool, or on a Dask
+cluster (``dask.distributed``) that already exists. Each worker returns a plain dict, the
+Report's scalar fields, or ``{"error": "one line"}`` for a point that cannot run (a
+schedule's constraint broken, a bad value): one bad point never aborts a sweep. Rows come
+back in grid order whatever order the workers finish in.
+
+The result is a pandas DataFrame: the grid keys, then the report's scalars
+(``makespan_ms``, ``bubble_fraction``, ``samples_per_second``, peak memory, ...), then
+``error``. Nothing here prints or writes files; ``progress`` is a callback the caller
+may turn into a progress bar.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+EXECUTORS = ("local", "dask")
+
+
+class SweepError(ValueError):
+    """A grid that cannot be swept (bad syntax, a repeated key); one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class GridAxis:
+    """One key of a grid and its values, each kept as typed (raw text) and parsed."""
+
+    key: str
+    raw: tuple[str, ...]
+    values: tuple[Any, ...]
+
+
+def parse_grid(items: Sequence[str]) -> tuple[GridAxis, ...]:
+    """``["pipeline.microbatches=4,8", ...]`` -> axes. Values are YAML (``4`` is an int);
+    commas inside brackets belong to the value (``costs.forward_ms=[1,2],[2,1]``)."""
+    axes: list[GridAxis] = []
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not text.strip():
+            raise SweepError(
+                f"--grid {item!r}: expected key.path=v1,v2,..., e.g. pipeline.microbatches=4,8,16"
+            )
+        if any(axis.key == key for axis in axes):
+            raise SweepError(f"--grid {key}: given twice; list all its values in one --grid")
+        raw = tuple(part.strip() for part in _split_top_level(text))
+        if any(not part for part in raw):
+            raise SweepError(f"--grid {item!r}: an empty value")
+        try:
+            values = tuple(yaml.safe_load(part) for part in raw)
+        except yaml.YAMLError:
+            raise SweepError(f"--grid {item!r}: a value is not valid YAML") from None
+        axes.append(GridAxis(key, raw, values))
+    return tuple(axes)
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for char in text:
+        if char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+def grid_points(axes: Sequence[GridAxis]) -> list[tuple[str, ...]]:
+    """Every combination of raw values, first axis slowest (the order rows come back in)."""
+    return list(itertools.product(*(axis.raw for axis in axes)))
+
+
+# ---------------------------------------------------------------------------
+# The worker: plain data in, plain data out (picklable, for processes and Dask)
+
+
+def run_point(base: dict, source: str, keys: Sequence[str], raw: Sequence[str]) -> dict:
+    """Simulate one point; the report's scalars, or ``{"error": text}``."""
+    from pipesim.run import run_scenario
+    from pipesim.scenario import apply_overrides, build_scenario, parse_spec
+
+    try:
+        overrides = [f"{key}={value}" for key, value in zip(keys, raw, strict=True)]
+        data = apply_overrides(base, overrides, source="--grid")
+        scenario = build_scenario(parse_spec(data, source), source)
+        row = run_scenario(scenario).report.scalars()
+        row.pop("analytic", None)  # None where no closed form applies; a dict is never a scalar
+        return row
+    except Exception as exc:  # noqa: BLE001 - one bad point is a row, never a lost sweep
+        return {"error": _one_line(exc, source)}
+
+
+def run_chunk(base: dict, source: str, keys: Sequence[str], chunk: Sequence) -> list:
+    """``[(index, row), ...]`` for a chunk of ``(index, raw values)`` points."""
+    return [(index, run_point(base, source, keys, raw)) for index, raw in chunk]
+
+
+def _one_line(exc: BaseException, source: str) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    line = line.removeprefix(f"{source}: ")
+    known = ("ScenarioError", "ScheduleError", "ConstraintError", "DeadlockError")
+    if type(exc).__name__ not in known:
+        line = f"{type(exc).__name__}: {line}"
+    return line
+
+
+# ---------------------------------------------------------------------------
+# Running a sweep
+
+Progress = Callable[[int], None]
+
+
+def run_sweep(
+    base: dict,
+    source: str,
+    axes: Sequence[GridAxis],
+    *,
+    jobs: int = 1,
+    executor: str = "local",
+    scheduler: str | None = None,
+    progress: Progress | None = None,
+) -> pd.DataFrame:
+    """Run every point of the grid over ``base`` (a scenario mapping read from ``source``).
+
+    ``jobs`` local processes (1: in this process), or ``executor="dask"`` on the cluster
+    at ``scheduler`` (``tcp://host:port``). ``progress(n)`` is called as ``n`` more
+    points finish.
+    """
+    keys = [axis.key for axis in axes]
+    points = list(enumerate(grid_points(axes)))
+    if executor == "dask":
+        if not scheduler:
+            raise SweepError("--executor dask needs --scheduler tcp://HOST:PORT")
+        results = _run_dask(base, source, keys, points, scheduler, progress)
+    elif executor == "local":
+        results = _run_local(base, source, keys, points, max(1, jobs), progress)
+    else:
+        raise SweepError(f"--executor {executor!r}: allowed: {', '.join(EXECUTORS)}")
+    rows = [row for _, row in sorted(results, key=lambda item: item[0])]
+    return sweep_frame(axes, [raw for _, raw in points], rows)
+
+
+def _chunks(points: list, parts: int) -> list[list]:
+    """Contiguous chunks, about four per worker: few enough that process start-up and
+    pickling stay small next to the work, enough to balance slow and fast points."""
+    size = max(1, math.ceil(len(points) / (parts * 4)))
+    return [points[i : i + size] for i in range(0, len(points), size)]
+
+
+def _run_local(base, source, keys, points, jobs, progress) -> list:
+    if jobs == 1 or len(points) <= 1:
+        results = []
+        for chunk in _chunks(points, 1):
+            results += run_chunk(base, source, keys, chunk)
+            if progress:
+                progress(len(chunk))
+        return results
+    results = []
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [
+            pool.submit(run_chunk, base, source, keys, chunk) for chunk in _chunks(points, jobs)
+        ]
+        for future in as_completed(futures):
+            done = future.result()
+            results += done
+            if progress:
+                progress(len(done))
+    return results
+
+
+def _run_dask(base, source, keys, points, scheduler, progress) -> list:
+    try:
+        from distributed import Client
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise SweepError(
+            "--executor dask needs dask.distributed: pip install 'pipesim[dask]'"
+        ) from None
+    try:
+        client = Client(scheduler, timeout="10s", set_as_default=False)
+    except OSError as exc:
+        raise SweepError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+    with client:
+        workers = max(1, len(client.scheduler_info().get("workers", {})))
+        futures = [
+            client.submit(run_chunk, base, source, keys, chunk, pure=False)
+            for chunk in _chunks(points, workers)
+        ]
+        results = []
+        for future in dask_completed(futures, loop=client.loop):
+            done = future.result()
+            results += done
+            if progress:
+                progress(len(done))
+    return results
+
+
+def sweep_frame(
+    axes: Sequence[GridAxis], points: Sequence[tuple[str, ...]], rows: Sequence[dict]
+) -> pd.DataFrame:
+    """The table: grid keys (parsed values), then report scalars, then ``error``."""
+    scalar_columns: list[str] = []
+    for row in rows:
+        for name in row:
+            if name != "error" and name not in scalar_columns:
+                scalar_columns.append(name)
+    parsed = {axis.key: dict(zip(axis.raw, axis.values, strict=True)) for axis in axes}
+    columns: dict[str, pd.Series] = {}
+    for n, axis in enumerate(axes):
+        columns[axis.key] = pd.Series([parsed[axis.key][raw[n]] for raw in points])
+    for name in scalar_columns:
+        columns[name] = _typed([row.get(name) for row in rows])
+    columns["error"] = pd.Series([row.get("error", "") for row in rows], dtype=object)
+    return pd.DataFrame(columns)
+
+
+def _typed(values: list) -> pd.Series:
+    """Counts stay integers and flags booleans where error rows leave holes (nullable)."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, bool | np.bool_) for v in present):
+        return pd.Series(values, dtype="boolean")
+    if present and all(isinstance(v, int | np.integer) for v in present):
+        return pd.Series(values, dtype="Int64")
+    if present and all(isinstance(v, float | int) for v in present):
+        return pd.Series([np.nan if v is None else v for v in values], dtype=np.float64)
+    return pd.Series(values, dtype=object)
+
+
+# ---------------------------------------------------------------------------
+# Reading a sweep
+
+
+def pareto_front(
+    frame: pd.DataFrame,
+    cost: str = "peak_activation_bytes_max",
+    benefit: str = "samples_per_second",
+) -> np.ndarray:
+    """Boolean mask of the points no other point beats: none has lower-or-equal ``cost``
+    and higher-or-equal ``benefit`` with one of them strictly better. Error rows are
+    never on the front."""
+    ok = frame["error"].fillna("") == "" if "error" in frame else np.ones(len(frame), bool)
+    costs = frame[cost].to_numpy(dtype=np.float64)
+    gains = frame[benefit].to_numpy(dtype=np.float64)
+    valid = np.asarray(ok) & np.isfinite(costs) & np.isfinite(gains)
+    mask = np.zeros(len(frame), dtype=bool)
+    for i in np.flatnonzero(valid):
+        others = valid & (costs <= costs[i]) & (gains >= gains[i])
+        others &= (costs < costs[i]) | (gains > gains[i])
+        mask[i] = not others.any()
+    return mask
+
+
+__all__ = [
+    "GridAxis",
+    "SweepError",
+    "grid_points",
+    "pareto_front",
+    "parse_grid",
+    "run_point",
+    "run_sweep",
+    "sweep_frame",
+]

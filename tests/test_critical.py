@@ -1,0 +1,165 @@
+"""Critical path and idle-gap causes: hand-derived timelines and random schedules."""
+
+import math
+
+from hypothesis import given, settings
+
+from pipesim.costs import uniform_costs
+from pipesim.critical import (
+    BUSY_LINK,
+    DONE,
+    DOWNSTREAM,
+    IN_ORDER,
+    SENDING,
+    UPSTREAM,
+    describe_gap,
+    explain,
+    idle_gaps,
+)
+from pipesim.engine import simulate
+from pipesim.hardware import Link, Topology
+from pipesim.metrics import build_report
+from pipesim.schedules.ir import Action, F, schedule_from_lists
+from tests.helpers import latency_topology, run_policy
+from tests.test_properties import random_schedules
+
+
+def path_text(path):
+    return [(e["name"], e["device"], e["start_ms"], e["end_ms"]) for e in path]
+
+
+def test_gpipe_with_latency_follows_the_first_microbatch_down_and_the_last_back():
+    # 4 devices, 4 microbatches, F 1 ms, B 2 ms, 0.5 ms per hop: the first microbatch
+    # walks down the pipeline, the last device runs its four forwards back to back, the
+    # last microbatch's gradient walks back up, then device 0 runs its remaining backwards.
+    topology = latency_topology(4, 0.5)
+    schedule, trace, report = run_policy(
+        "gpipe", 4, 4, topology=topology, forward_ms=1, backward_ms=2
+    )
+    path = explain(trace, schedule, topology).critical_path
+    assert report.makespan_ms == 24.0
+    assert path_text(path) == [
+        ("0F0", 0, 0.0, 1.0), ("0F0->1", 0, 1.0, 1.5), ("1F0", 1, 1.5, 2.5),
+        ("1F0->2", 1, 2.5, 3.0), ("2F0", 2, 3.0, 4.0), ("2F0->3", 2, 4.0, 4.5),
+        ("3F0", 3, 4.5, 5.5), ("3F1", 3, 5.5, 6.5), ("3F2", 3, 6.5, 7.5), ("3F3", 3, 7.5, 8.5),
+        ("3B3", 3, 8.5, 10.5), ("3B3->2", 3, 10.5, 11.0), ("2B3", 2, 11.0, 13.0),
+        ("2B3->1", 2, 13.0, 13.5), ("1B3", 1, 13.5, 15.5), ("1B3->0", 1, 15.5, 16.0),
+        ("0B3", 0, 16.0, 18.0), ("0B2", 0, 18.0, 20.0), ("0B1", 0, 20.0, 22.0),
+        ("0B0", 0, 22.0, 24.0),
+    ]  # fmt: skip
+
+
+def test_gpipe_gaps_have_their_causes_in_plain_words():
+    topology = latency_topology(4, 0.5)
+    schedule, trace, _ = run_policy("gpipe", 4, 4, topology=topology, forward_ms=1, backward_ms=2)
+    sentences = explain(trace, schedule, topology).sentences()
+    assert sentences == [
+        "device 0 idles 12.0 ms before 0B3: waiting for the gradient of 1B3 on device 1",
+        "device 1 idles 1.5 ms before 1F0: waiting for the activation of 0F0 on device 0",
+        "device 1 idles 8.0 ms before 1B3: waiting for the gradient of 2B3 on device 2",
+        "device 1 idles 2.5 ms after 1B0: its work is done; the step ends at 24.0 ms",
+        "device 2 idles 3.0 ms before 2F0: waiting for the activation of 1F0 on device 1",
+        "device 2 idles 4.0 ms before 2B3: waiting for the gradient of 3B3 on device 3",
+        "device 2 idles 5.0 ms after 2B0: its work is done; the step ends at 24.0 ms",
+        "device 3 idles 4.5 ms before 3F0: waiting for the activation of 2F0 on device 2",
+        "device 3 idles 7.5 ms after 3B0: its work is done; the step ends at 24.0 ms",
+    ]
+
+
+def test_1f1b_with_latency_holds_back_a_ready_forward():
+    # The steady state of 1F1B waits for a gradient while the next forward could run: the
+    # reason 1F1B with latency is slower than GPipe (DESIGN.md, engine semantics).
+    topology = latency_topology(4, 0.5)
+    schedule, trace, report = run_policy(
+        "1f1b", 4, 4, topology=topology, forward_ms=1, backward_ms=2
+    )
+    explanation = explain(trace, schedule, topology)
+    assert report.makespan_ms == 26.0
+    assert explanation.idle_by_cause()[1] == {
+        UPSTREAM: 1.5, IN_ORDER: 6.0, DOWNSTREAM: 4.0, DONE: 2.5
+    }  # fmt: skip
+    gap = next(g for g in explanation.gaps if g.cause == IN_ORDER and g.device == 1)
+    assert describe_gap(gap) == (
+        "device 1 idles 6.0 ms before 1B0: in-order blocking: 1F3 was ready at 4.5 ms but runs "
+        "after 1B0, which waits for the gradient of 2B0 on device 2"
+    )
+
+
+def test_busy_link_and_blocking_sends():
+    # Two forwards on device 0 send 1 MB each over a 1 GB/s link (1 ms per transfer). The
+    # second transfer waits for the first; with comm_overlap off device 0 is also held.
+    schedule = schedule_from_lists(
+        [[Action(0, F, 0), Action(0, F, 1)], [Action(1, F, 0), Action(1, F, 1)]]
+    )
+    costs = uniform_costs(2, forward_ms=0.25, activation_bytes=1_000_000)
+    link = Link(latency_us=0, bandwidth_gbps=1.0)
+    overlap = Topology(2, default=link)
+    trace = simulate(schedule, costs, overlap)
+    gaps = idle_gaps(trace, schedule, overlap)
+    busy = [g for g in gaps if g.cause == BUSY_LINK]
+    assert [(g.device, g.start_ms, g.end_ms, g.via, g.other) for g in busy] == [
+        (1, 1.5, 2.25, "0F1->1", "0F0->1")
+    ]
+    path = explain(trace, schedule, overlap).critical_path
+    assert [e["name"] for e in path] == ["0F0", "0F0->1", "0F1->1", "1F1"]
+    held = Topology(2, default=link, comm_overlap=False)
+    trace = simulate(schedule, costs, held)
+    sending = [g for g in idle_gaps(trace, schedule, held) if g.cause == SENDING]
+    assert [(g.device, g.start_ms, g.end_ms, g.via) for g in sending] == [
+        (0, 0.25, 1.25, "0F0->1"), (0, 1.5, 2.5, "0F1->1")
+    ]  # fmt: skip
+
+
+def check_path_and_gaps(schedule, costs, topology):
+    trace = simulate(schedule, costs, topology)
+    report = build_report(trace, schedule, costs, topology=topology)
+    explanation = explain(trace, schedule, topology)
+    path = explanation.critical_path
+    tol = 1e-9 * max(1.0, report.makespan_ms)
+    # From time 0 to the makespan, without gaps.
+    assert math.isclose(path[0]["start_ms"], 0.0, abs_tol=tol)
+    assert path[-1]["end_ms"] == report.makespan_ms
+    for before, after in zip(path, path[1:], strict=False):
+        assert math.isclose(before["end_ms"], after["start_ms"], abs_tol=tol)
+    # Every element is a real row of the trace.
+    rows = {
+        (name, int(d), float(s), float(e))
+        for name, d, s, e in zip(
+            trace.frame.name, trace.frame.device, trace.frame.start, trace.frame.end, strict=True
+        )
+    }
+    assert set(path_text(path)) <= rows
+    assert len({e["name"] for e in path}) == len(path)
+    # The gaps of each device add up to its idle time.
+    for device in report.per_device:
+        total = sum(g.duration_ms for g in explanation.gaps if g.device == device.device)
+        assert math.isclose(total, device.idle_ms, abs_tol=1e-6)
+        assert all(g.duration_ms > 0 for g in explanation.gaps)
+
+
+@settings(max_examples=50, deadline=None)
+@given(random_schedules())
+def test_random_schedules_have_a_gapless_critical_path(case):
+    check_path_and_gaps(*case)
+
+
+def test_every_policy_has_a_gapless_critical_path():
+    from pipesim.schedules import POLICIES, fit_virtual_stages
+
+    topology = latency_topology(4, 0.25)
+    for name in POLICIES:
+        v = fit_virtual_stages(name, 2)
+        schedule, trace, _ = run_policy(
+            name,
+            4,
+            8,
+            v,
+            topology=topology,
+            forward_ms=1,
+            backward_input_ms=1,
+            backward_weight_ms=0.5,
+        )
+        costs = uniform_costs(
+            schedule.model_stages, forward_ms=1, backward_input_ms=1, backward_weight_ms=0.5
+        )
+        check_path_and_gaps(schedule, costs, topology)
