@@ -120,8 +120,9 @@ def _legend(fig, kinds: set[str]) -> None:
     fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=len(handles))
 
 
-def gantt_figure(trace: Trace, report: Report, memory: bool = True):
-    """The Gantt chart, with the memory-over-time plot under it when memory is modelled."""
+def gantt_figure(trace: Trace, report: Report, memory: bool = True, critical_path=None):
+    """The Gantt chart, with the memory-over-time plot under it when memory is modelled;
+    ``critical_path`` (from ``pipesim.critical``) is outlined in red."""
     plt = _pyplot()
     with_memory = memory and _has_memory(trace)
     height = 0.45 * trace.devices + 1.6
@@ -134,10 +135,67 @@ def gantt_figure(trace: Trace, report: Report, memory: bool = True):
         gridspec_kw={"height_ratios": [height, 2.4]} if with_memory else None,
     )
     draw_gantt(axes[0][0], trace, _title(report))
+    if critical_path:
+        draw_critical_path(axes[0][0], critical_path)
     if with_memory:
         draw_memory(axes[1][0], trace)
     _legend(fig, {KIND_CODES[k] for k in np.unique(trace.kind)})
     fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return fig
+
+
+CRITICAL = "#D62728"
+
+
+def draw_critical_path(ax, path) -> None:
+    """Outline each element of the critical path and join them in time order."""
+    from matplotlib.patches import Rectangle
+
+    centres = []
+    for element in path:
+        device, start, end = element["device"], element["start_ms"], element["end_ms"]
+        y, height = (device + 0.22, 0.16) if "->" in element["name"] else (device - 0.4, 0.6)
+        ax.add_patch(
+            Rectangle(
+                (start, y), end - start, height, fill=False, edgecolor=CRITICAL, linewidth=1.6
+            )
+        )
+        centres.append(((start, y + height / 2), (end, y + height / 2)))
+    for (_, leave), (arrive, _) in zip(centres, centres[1:], strict=False):
+        ax.plot([leave[0], arrive[0]], [leave[1], arrive[1]], color=CRITICAL, linewidth=0.9)
+    ax.plot([], [], color=CRITICAL, linewidth=1.6, label="critical path")
+    ax.legend(loc="lower right", fontsize=7)
+
+
+def sweep_figure(frame):
+    """Two panels of a sweep: bubble fraction against microbatches per schedule, with
+    (p-1)/(m+p-1) for reference; throughput against peak activation memory, with the
+    Pareto front (no point has less memory and more throughput) marked."""
+    from pipesim.sweep import pareto_front
+
+    plt = _pyplot()
+    ok = frame[frame["error"].fillna("") == ""]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for schedule, group in ok.groupby("schedule", sort=True):
+        means = group.groupby("microbatches")["bubble_fraction"].mean()
+        left.plot(means.index, means.to_numpy(), marker="o", label=schedule)
+    for p in sorted(ok["devices"].dropna().unique()):
+        m = np.linspace(1, max(float(ok["microbatches"].max()), 1.0), 200)
+        left.plot(m, (p - 1) / (m + p - 1), "k--", linewidth=0.8, label=f"(p-1)/(m+p-1), p={p}")
+    left.set_xlabel("microbatches m")
+    left.set_ylabel("bubble fraction")
+    left.set_ylim(bottom=0)
+    left.legend(fontsize=7)
+    mib = ok["peak_activation_bytes_max"].astype(float) / 2**20
+    right.scatter(mib, ok["samples_per_second"], s=18, color="#7F7F7F", label="points")
+    front = pareto_front(ok)
+    order = np.argsort(mib.to_numpy()[front])
+    right.plot(mib.to_numpy()[front][order], ok["samples_per_second"].to_numpy()[front][order],
+               "o-", color=CRITICAL, label="Pareto front")  # fmt: skip
+    right.set_xlabel("peak activation memory per device (MiB)")
+    right.set_ylabel("throughput (samples/s)")
+    right.legend(fontsize=7)
+    fig.tight_layout()
     return fig
 
 
