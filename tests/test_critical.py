@@ -163,3 +163,38 @@ def test_every_policy_has_a_gapless_critical_path():
             schedule.model_stages, forward_ms=1, backward_input_ms=1, backward_weight_ms=0.5
         )
         check_path_and_gaps(schedule, costs, topology)
+
+
+def test_cli_explain_and_run_critical_path(tmp_path):
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from pipesim.cli import main
+
+    scenario = str(Path(__file__).parent.parent / "scenarios" / "gpipe-vs-1f1b.yaml")
+    latency = ["--set", "pipeline.microbatches=4", "--set", "hardware.link={latency_us: 500}"]
+    result = CliRunner().invoke(main, ["explain", scenario, *latency])
+    assert result.exit_code == 0 and result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0] == "pipesim explain - gpipe-vs-1f1b (gpipe): makespan 24.0 ms"
+    assert "  device 0: downstream gradient 12.0" in lines
+    assert (
+        "  device 0 idles 12.0 ms before 0B3: waiting for the gradient of 1B3 on device 1" in lines
+    )
+    data = json.loads(
+        CliRunner().invoke(main, ["explain", scenario, *latency, "--format", "json"]).stdout
+    )
+    assert data["critical_path"][-1] == {
+        "name": "0B0",
+        "device": 0,
+        "start_ms": 22.0,
+        "end_ms": 24.0,
+    }
+    gantt = tmp_path / "g.png"
+    args = ["run", scenario, *latency, "--critical-path", "--format", "json", "--gantt", str(gantt)]
+    report = json.loads(CliRunner().invoke(main, args).stdout)
+    assert [e["name"] for e in report["critical_path"]][:3] == ["0F0", "0F0->1", "1F0"]
+    assert report["idle_by_cause"]["3"] == {"upstream activation": 4.5, "done": 7.5}
+    assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,140 @@
+"""Sweeps: grid parsing, one row per point in grid order, error rows, Dask = local, CLI."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from pipesim.cli import main
+from pipesim.scenario import read_mapping
+from pipesim.sweep import SweepError, grid_points, pareto_front, parse_grid, run_sweep
+
+SCENARIOS = Path(__file__).parent.parent / "scenarios"
+GPIPE = str(SCENARIOS / "gpipe-vs-1f1b.yaml")  # 4 devices, F 1 ms, B 2 ms, 100 MiB per microbatch
+GRID = ["pipeline.microbatches=4,8", "pipeline.schedule=gpipe,1f1b,interleaved-1f1b"]
+
+
+def sweep(grid=GRID, **options):
+    return run_sweep(read_mapping(GPIPE), GPIPE, parse_grid(grid), **options)
+
+
+def test_grid_values_are_yaml_and_brackets_keep_their_commas():
+    axes = parse_grid(["pipeline.microbatches=4, 8", "costs.forward_ms=[1,2,3,4],1.5"])
+    assert [(a.key, a.values) for a in axes] == [
+        ("pipeline.microbatches", (4, 8)),
+        ("costs.forward_ms", ([1, 2, 3, 4], 1.5)),
+    ]
+    assert grid_points(axes) == [("4", "[1,2,3,4]"), ("4", "1.5"), ("8", "[1,2,3,4]"), ("8", "1.5")]
+    for bad in (["pipeline.microbatches"], ["=4"], ["a=1,,2"]):
+        with pytest.raises(SweepError):
+            parse_grid(bad)
+    with pytest.raises(SweepError, match="given twice"):
+        parse_grid(["a=1", "a=2"])
+
+
+def test_one_row_per_point_in_grid_order_with_closed_form_values():
+    frame = sweep(jobs=1)
+    assert list(frame.columns[:4]) == [
+        "pipeline.microbatches",
+        "pipeline.schedule",
+        "scenario",
+        "schedule",
+    ]
+    assert frame.columns[-1] == "error"
+    assert list(zip(frame["pipeline.microbatches"], frame["pipeline.schedule"], strict=True)) == [
+        (4, "gpipe"), (4, "1f1b"), (4, "interleaved-1f1b"),
+        (8, "gpipe"), (8, "1f1b"), (8, "interleaved-1f1b"),
+    ]  # fmt: skip
+    ok = frame[frame.error == ""]
+    # (m + p - 1)(F + B) and (p - 1)/(m + p - 1) for GPipe and 1F1B
+    assert list(ok.makespan_ms) == [21.0, 21.0, 33.0, 33.0]
+    assert np.allclose(ok.bubble_fraction, [3 / 7, 3 / 7, 3 / 11, 3 / 11])
+    assert list(ok.peak_activation_bytes_max) == [n * 100 * 2**20 for n in (4, 4, 8, 4)]
+    assert str(frame["devices"].dtype) == "Int64"
+    bad = frame[frame.error != ""]
+    assert list(bad["pipeline.schedule"]) == ["interleaved-1f1b"] * 2
+    assert bad.error.iloc[0] == (
+        "pipeline: interleaved-1f1b needs virtual_stages >= 2 (1 is plain 1f1b), got virtual_stages=1"
+    )
+    assert bad.makespan_ms.isna().all()
+
+
+def test_processes_give_the_same_frame_as_one_process():
+    pd.testing.assert_frame_equal(sweep(jobs=2), sweep(jobs=1))
+
+
+def test_progress_counts_every_point():
+    seen = []
+    sweep(jobs=1, progress=seen.append)
+    assert sum(seen) == 6
+
+
+def test_dask_local_cluster_gives_the_same_frame():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        remote = sweep(executor="dask", scheduler=cluster.scheduler_address)
+    pd.testing.assert_frame_equal(remote, sweep(jobs=1))
+
+
+def test_pareto_front():
+    frame = pd.DataFrame(
+        {
+            "peak_activation_bytes_max": [1.0, 2.0, 2.0, 3.0, 1.0, np.nan],
+            "samples_per_second": [10.0, 20.0, 15.0, 20.0, 5.0, 99.0],
+            "error": ["", "", "", "", "", "failed"],
+        }
+    )
+    assert list(pareto_front(frame)) == [True, True, False, False, False, False]
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_cli_writes_csv_json_and_plot(tmp_path):
+    out, plot = tmp_path / "r.csv", tmp_path / "s.png"
+    args = ["sweep", GPIPE, "--grid", GRID[0], "--grid", GRID[1], "--jobs", "1"]
+    result = invoke(*args, "-o", str(out), "--plot", str(plot))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "" and result.stderr == ""  # no bar: stderr is not a terminal
+    assert pd.read_csv(out, keep_default_na=False).shape[0] == 6
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    as_json = tmp_path / "r.json"
+    invoke(*args, "-o", str(as_json), "--no-progress")
+    rows = json.loads(as_json.read_text())
+    assert [r["makespan_ms"] for r in rows] == [21.0, 21.0, None, 33.0, 33.0, None]
+    printed = invoke(*args).stdout
+    assert printed.splitlines()[0].split()[:2] == ["pipeline.microbatches", "pipeline.schedule"]
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
+    result = invoke("sweep", GPIPE, "--grid", "pipeline.microbatches")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("pipesim: error: --grid 'pipeline.microbatches': expected")
+    result = invoke(
+        "sweep", GPIPE, "--grid", "pipeline.microbatches=4", "-o", str(tmp_path / "r.txt")
+    )
+    assert result.exit_code == 2 and "allowed: .csv, .parquet, .json" in result.stderr
+    result = invoke("sweep", GPIPE, "--grid", "pipeline.microbatches=4", "--executor", "dask")
+    assert result.exit_code == 2 and "--scheduler" in result.stderr
+
+
+def test_cli_parquet_needs_pyarrow(tmp_path):
+    out = tmp_path / "r.parquet"
+    result = invoke("sweep", GPIPE, "--grid", "pipeline.microbatches=4", "-o", str(out))
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        assert result.exit_code == 2
+        assert (
+            result.stderr
+            == f"pipesim: error: -o {out}: writing parquet needs pyarrow: pip install pyarrow\n"
+        )
+        assert not out.exists()
+    else:
+        assert result.exit_code == 0 and pd.read_parquet(out).shape[0] == 1
