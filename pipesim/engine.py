@@ -42,6 +42,7 @@ from pipesim.trace import (
     COMPUTE,
     KIND_CODE,
     KIND_CODES,
+    ROWS_PER_BLOCK,
     SEND_B,
     SEND_F,
     Trace,
@@ -167,27 +168,29 @@ class _Run:
         costs, scale, link_scale = self.costs, self.duration_scale, self.link_scale
         channel_free = self.channel_free
         overhead = costs.overhead_ms
-        rows, trace_actions = self.out.rows, self.out.actions
+        rows, trace_actions = self.out.rows, self.out.actions  # pack() empties rows in place
         blocking = not self.topology.comm_overlap
         for step, action in enumerate(actions):
             stage, kind, microbatch, sub = action
             atoms = (action,) if sub is None else sub
-            # 1. wait for the inputs
+            # 1. wait for the inputs: an input not yet sent means a SimPy event to wait on;
+            # one already on its way only moves the start (no event needed)
+            start = env.now
             for atom in atoms:
                 base = needs[atom.kind][atom.stage]
                 if base is None:
                     continue
                 key = base + 2 * atom.microbatch
-                ready = arrival_at.get(key)
+                ready = arrival_at.pop(key, None)  # each input is consumed exactly once
                 if ready is None:
                     self.position[device], self.blocked_on[device] = step, key
                     event = waiting[key] = env.event()
                     yield event
-                    ready = arrival_at[key]
-                if ready > env.now:
-                    yield env.timeout(ready - env.now)
-            # 2. compute
-            start = env.now
+                    ready = arrival_at.pop(key)
+                    start = max(start, env.now)
+                if ready > start:
+                    start = ready
+            # 2. compute (one timeout covers the wait for in-flight inputs and the work)
             if sub is None:
                 duration = durations[kind][stage]
             else:
@@ -197,10 +200,12 @@ class _Run:
                 )
             if scale is not None:
                 duration *= scale(device, action)
-            yield env.timeout(duration + overhead)
-            end = env.now
+            end = start + duration + overhead
+            yield env.timeout(end - env.now)
             rows.append((device, COMPUTE, stage, microbatch, KIND_CODE[kind], start, end, -1))
             trace_actions.append(action)
+            if len(rows) >= ROWS_PER_BLOCK:
+                self.out.pack()  # tuples into a NumPy block: bounded memory per row
             # 3. ship the outputs
             last_arrival = end
             for atom in atoms:

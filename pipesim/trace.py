@@ -31,6 +31,7 @@ from pipesim.schedules.ir import Action, Kind, Schedule
 KIND_CODES: tuple[str, ...] = ("F", "B", "I", "W", "OVERLAP_F_B", "SEND_F", "SEND_B", "ALLREDUCE")
 KIND_CODE = {Kind(k): i for i, k in enumerate(KIND_CODES[:5])}
 SEND_F, SEND_B, ALLREDUCE = 5, 6, 7
+ROWS_PER_BLOCK = 65536
 COMPUTE, COMM = 0, 1
 
 
@@ -45,11 +46,18 @@ class TraceBuilder:
     def __init__(self, devices: int) -> None:
         self.devices = devices
         self.rows: list[tuple] = []
+        self.blocks: list[np.ndarray] = []
         self.actions: list[Action] = []
 
-    def build(self, schedule: Schedule, costs: Costs) -> Trace:
+    def pack(self) -> None:
+        """Move the collected row tuples into a compact NumPy block (8 floats a row)."""
         flat = itertools.chain.from_iterable(self.rows)
-        table = np.fromiter(flat, np.float64, count=8 * len(self.rows)).reshape(-1, 8)
+        self.blocks.append(np.fromiter(flat, np.float64, count=8 * len(self.rows)).reshape(-1, 8))
+        self.rows.clear()
+
+    def build(self, schedule: Schedule, costs: Costs) -> Trace:
+        self.pack()
+        table = np.concatenate(self.blocks) if len(self.blocks) > 1 else self.blocks[0]
         ints = table[:, :5].astype(np.int64)
         peer = table[:, 7].astype(np.int64)
         stage = ints[:, 2]
