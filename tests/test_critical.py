@@ -19,6 +19,7 @@ from pipesim.critical import (
 from pipesim.engine import simulate
 from pipesim.hardware import Link, Topology
 from pipesim.metrics import build_report
+from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Action, F, schedule_from_lists
 from tests.helpers import latency_topology, run_policy
 from tests.test_properties import random_schedules
@@ -198,3 +199,18 @@ def test_cli_explain_and_run_critical_path(tmp_path):
     assert [e["name"] for e in report["critical_path"]][:3] == ["0F0", "0F0->1", "1F0"]
     assert report["idle_by_cause"]["3"] == {"upstream activation": 4.5, "done": 7.5}
     assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_end_of_step_collective_is_on_the_path_and_in_the_gaps():
+    # GPipe 2 x 2, F 1 ms, B 2 ms (makespan 9 ms), then a 1.5 ms all-reduce on each device
+    # after the flush: the step ends at 10.5 ms; the path runs from device 0's last backward
+    # (the flush) into an all-reduce (both end together; the later trace row is taken).
+    schedule, costs = get_schedule("gpipe", 2, 2), uniform_costs(2, forward_ms=1, backward_ms=2)
+    trace = simulate(schedule, costs, tail_ms=[1.5, 1.5])
+    explanation = explain(trace, schedule)
+    assert path_text(explanation.critical_path)[-2:] == [
+        ("0B0", 0, 7.0, 9.0), ("gradient all-reduce", 1, 9.0, 10.5)
+    ]  # fmt: skip
+    device1 = [(g.start_ms, g.end_ms, g.cause) for g in explanation.gaps if g.device == 1]
+    assert device1 == [(0.0, 1.0, UPSTREAM), (7.0, 9.0, DONE), (9.0, 10.5, "end-of-step work")]
+    check_path_and_gaps(schedule, costs, None)
