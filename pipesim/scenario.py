@@ -32,7 +32,7 @@ from pydantic import (
 from pipesim.costs import Costs, uniform_costs
 from pipesim.hardware import GPU_PROFILES, LINK_PROFILES, Topology
 from pipesim.metrics import Accounting
-from pipesim.schedules import POLICIES, get_schedule
+from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError, forward_only, from_csv, validate
 from pipesim.variability import (
     KIND_LETTERS,
@@ -437,6 +437,45 @@ def _profile_costs(spec: CostsSpec, stages: int, source: str) -> Costs:
         return costs_from_profile(load_profile(path), stages)
     except (ProfileError, ValueError) as exc:
         raise ScenarioError(f"{source}: costs.profile: {_first_line(exc)}") from None
+
+
+PER_CHUNK_COSTS = (
+    "forward_ms",
+    "backward_ms",
+    "backward_input_ms",
+    "backward_weight_ms",
+    "overlapped_fb_ms",
+    "activation_memory_bytes",
+    "weight_grad_memory_bytes",
+)
+
+
+def with_schedule(base: dict, name: str) -> tuple[dict, str]:
+    """The scenario under another schedule, and a note on what had to change.
+
+    When the policy needs another number of virtual stages, the model is cut into that many
+    chunks per device instead: scalar per-chunk costs scale by old/new chunks so every
+    schedule does the same work. Per-stage cost lists cannot be re-cut: ScenarioError.
+    """
+    data = json.loads(json.dumps(base))
+    data["pipeline"]["schedule"] = name
+    old = int(data["pipeline"].get("virtual_stages", 1))
+    new = fit_virtual_stages(name, old)
+    if new == old:
+        return data, ""
+    data["pipeline"]["virtual_stages"] = new
+    costs = data.setdefault("costs", {})
+    for key in PER_CHUNK_COSTS:
+        value = costs.get(key)
+        if isinstance(value, list):
+            raise ScenarioError(
+                f"costs.{key}: per-stage list fits virtual_stages={old}, {name} needs {new}"
+            )
+        if value is not None:
+            costs[key] = value * old / new
+    if "forward_ms" not in costs:
+        costs["forward_ms"] = old / new
+    return data, f"virtual_stages={new}, per-chunk costs x{old}/{new}"
 
 
 # ---------------------------------------------------------------------------

@@ -98,11 +98,21 @@ def grid_points(axes: Sequence[GridAxis]) -> list[tuple[str, ...]]:
 def run_point(base: dict, source: str, keys: Sequence[str], raw: Sequence[str]) -> dict:
     """Simulate one point; the report's scalars, or ``{"error": text}``."""
     from pipesim.run import run_scenario
-    from pipesim.scenario import apply_overrides, build_scenario, parse_spec
+    from pipesim.scenario import apply_overrides, build_scenario, parse_spec, with_schedule
+    from pipesim.schedules import POLICIES
 
     try:
         overrides = [f"{key}={value}" for key, value in zip(keys, raw, strict=True)]
         data = apply_overrides(base, overrides, source="--grid")
+        name = data.get("pipeline", {}).get("schedule")
+        if (
+            "pipeline.schedule" in keys
+            and "pipeline.virtual_stages" not in keys
+            and name in POLICIES
+        ):
+            # As in `pipesim compare`: each schedule runs at the chunk count it needs, the
+            # same model cut finer (scalar per-chunk costs scaled to match).
+            data, _ = with_schedule(data, name)
         scenario = build_scenario(parse_spec(data, source), source)
         row = run_scenario(scenario).report.scalars()
         row.pop("analytic", None)  # None where no closed form applies; a dict is never a scalar

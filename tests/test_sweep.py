@@ -49,15 +49,23 @@ def test_one_row_per_point_in_grid_order_with_closed_form_values():
         (8, "gpipe"), (8, "1f1b"), (8, "interleaved-1f1b"),
     ]  # fmt: skip
     ok = frame[frame.error == ""]
-    # (m + p - 1)(F + B) and (p - 1)/(m + p - 1) for GPipe and 1F1B
-    assert list(ok.makespan_ms) == [21.0, 21.0, 33.0, 33.0]
-    assert np.allclose(ok.bubble_fraction, [3 / 7, 3 / 7, 3 / 11, 3 / 11])
-    assert list(ok.peak_activation_bytes_max) == [n * 100 * 2**20 for n in (4, 4, 8, 4)]
+    # (m + p - 1)(F + B) and (p - 1)/(m + p - 1) for GPipe and 1F1B; interleaved runs with
+    # 2 chunks of half the cost each: (m v + p - 1)(F + B) / v
+    assert list(ok.makespan_ms) == [21.0, 21.0, 16.5, 33.0, 33.0, 28.5]
+    assert np.allclose(ok.bubble_fraction[[0, 1, 3, 4]], [3 / 7, 3 / 7, 3 / 11, 3 / 11])
+    assert list(ok.stages) == [4, 4, 8, 4, 4, 8]
+    assert list(ok.peak_activation_bytes_max[[0, 1, 3, 4]]) == [
+        n * 100 * 2**20 for n in (4, 4, 8, 4)
+    ]
     assert str(frame["devices"].dtype) == "Int64"
+
+
+def test_an_invalid_point_is_a_row_with_its_error():
+    frame = sweep(["pipeline.microbatches=6,8", "pipeline.schedule=interleaved-1f1b"], jobs=1)
     bad = frame[frame.error != ""]
-    assert list(bad["pipeline.schedule"]) == ["interleaved-1f1b"] * 2
-    assert bad.error.iloc[0] == (
-        "pipeline: interleaved-1f1b needs virtual_stages >= 2 (1 is plain 1f1b), got virtual_stages=1"
+    assert list(bad["pipeline.microbatches"]) == [6]
+    assert bad.error.iloc[0].startswith(
+        "pipeline: interleaved-1f1b runs microbatches in groups of devices=4: the last group of microbatches=6 would hold 2"
     )
     assert bad.makespan_ms.isna().all()
 
@@ -107,7 +115,7 @@ def test_cli_writes_csv_json_and_plot(tmp_path):
     as_json = tmp_path / "r.json"
     invoke(*args, "-o", str(as_json), "--no-progress")
     rows = json.loads(as_json.read_text())
-    assert [r["makespan_ms"] for r in rows] == [21.0, 21.0, None, 33.0, 33.0, None]
+    assert [r["makespan_ms"] for r in rows] == [21.0, 21.0, 16.5, 33.0, 33.0, 28.5]
     printed = invoke(*args).stdout
     assert printed.splitlines()[0].split()[:2] == ["pipeline.microbatches", "pipeline.schedule"]
 
