@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 
 import simpy
 
+from pipesim._gc import no_cyclic_gc
 from pipesim.costs import Costs
 from pipesim.hardware import Topology
 from pipesim.schedules.ir import Action, B, F, I, Schedule, W, format_grid
@@ -90,7 +91,8 @@ def simulate(
         if len(tail_ms) != schedule.devices:
             raise ValueError(f"tail_ms has {len(tail_ms)} entries, expected {schedule.devices}")
         run.tail_ms, run.tail_after_flush = tuple(tail_ms), tail_after_flush
-    return run.execute()
+    with no_cyclic_gc():
+        return run.execute()
 
 
 class _Run:

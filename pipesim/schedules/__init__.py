@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib import import_module
 from types import ModuleType
 
+from pipesim._gc import no_cyclic_gc
 from pipesim.schedules.ir import (
     Action,
     ConstraintError,
@@ -86,10 +87,11 @@ def get_schedule(
             f"devices, microbatches and virtual_stages must be >= 1, got "
             f"devices={devices}, microbatches={microbatches}, virtual_stages={virtual_stages}"
         )
-    schedule = POLICIES[name].build(devices, microbatches, virtual_stages, **options)
-    if forward:
-        schedule = forward_only(schedule)
-    validate(schedule)
+    with no_cyclic_gc():
+        schedule = POLICIES[name].build(devices, microbatches, virtual_stages, **options)
+        if forward:
+            schedule = forward_only(schedule)
+        validate(schedule)
     return schedule
 
 
