@@ -23,14 +23,25 @@ class UserError(Exception):
     """Bad input: reported as one line, exit code 2."""
 
 
-def user_errors(command: Callable) -> Callable:
-    """Turn every user mistake into one line on stderr and exit code 2."""
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    UserError,
+    ScenarioError,
+    ScheduleError,
+    DeadlockError,
+)
+
+
+def user_errors(command: Callable, also: tuple[type[BaseException], ...] = ()) -> Callable:
+    """Turn every user mistake into one line on stderr and exit code 2.
+
+    ``also`` adds a command family's own error types (e.g. the calibration commands')."""
+    caught = USER_ERRORS + also
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except (UserError, ScenarioError, ScheduleError, DeadlockError) as exc:
+        except caught as exc:
             text = str(exc)
             head, _, rest = text.partition("\n")
             click.echo(f"pipesim: error: {head}", err=True)

@@ -7,9 +7,7 @@ not at all (temp file, then rename). torch is imported only when a command needs
 
 from __future__ import annotations
 
-import functools
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -26,8 +24,7 @@ from pipesim.calibrate.profile import (
     save_profile,
     write_atomic,
 )
-
-EXIT_USAGE = 2
+from pipesim.output import user_errors
 
 
 class CalibrationError(Exception):
@@ -35,28 +32,13 @@ class CalibrationError(Exception):
 
 
 def _user_errors(command: Callable) -> Callable:
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        from pipesim.calibrate.realrun import RealRunError
-        from pipesim.calibrate.trace_import import TraceImportError
-        from pipesim.schedules.ir import ScheduleError
+    """pipesim's one-line error contract, plus the calibration modules' own errors."""
+    from pipesim.calibrate.realrun import RealRunError
+    from pipesim.calibrate.trace_import import TraceImportError
 
-        errors: tuple[type[BaseException], ...] = (
-            CalibrationError, ProfileError, TraceImportError, RealRunError, ScheduleError,
-        )  # fmt: skip
-        try:
-            from pipesim.scenario import ScenarioError
-
-            errors += (ScenarioError,)
-        except ImportError:  # pragma: no cover - scenario module not present
-            pass
-        try:
-            return command(*args, **kwargs)
-        except errors as exc:
-            click.echo(f"pipesim: error: {str(exc).splitlines()[0]}", err=True)
-            sys.exit(EXIT_USAGE)
-
-    return wrapper
+    return user_errors(
+        command, also=(CalibrationError, ProfileError, TraceImportError, RealRunError)
+    )
 
 
 def _require_torch() -> None:
