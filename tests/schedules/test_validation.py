@@ -1,0 +1,74 @@
+"""The validator's fast path and its detailed path agree on valid and broken schedules."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipesim.schedules import POLICIES, ConstraintError, get_schedule
+from pipesim.schedules.ir import Schedule, ScheduleError, validate
+from pipesim.schedules.validation import _explain_invalid, _looks_valid
+
+SIMPLE = sorted(n for n in POLICIES if n not in ("dualpipe", "dualpipev"))  # no overlapped pairs
+
+
+@st.composite
+def built(draw, names=SIMPLE):
+    name = draw(st.sampled_from(names))
+    try:
+        return get_schedule(
+            name, draw(st.integers(1, 5)), draw(st.integers(1, 10)), draw(st.integers(1, 3))
+        )
+    except ConstraintError:
+        return get_schedule("1f1b", 3, 4)
+
+
+def mutate(schedule: Schedule, choice: int, where: int) -> Schedule:
+    lists = [list(a) for a in schedule.device_actions]
+    device = max(range(len(lists)), key=lambda d: len(lists[d]))
+    actions = lists[device]
+    k = where % len(actions)
+    match choice:
+        case 0:  # drop one action
+            del actions[k]
+        case 1:  # run one action twice
+            actions.insert(k, actions[k])
+        case 2:  # move one action to the wrong device
+            other = (device + 1) % len(lists)
+            if other == device:
+                del actions[k]
+            else:
+                lists[other].append(actions.pop(k))
+        case 3:  # a backward before its forward
+            actions.reverse()
+    return Schedule(
+        tuple(tuple(a) for a in lists), schedule.placement, schedule.chains, schedule.name
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(built())
+def test_valid_schedules_pass_the_fast_path(schedule):
+    assert _looks_valid(schedule)
+    _explain_invalid(schedule)  # and the detailed pass finds nothing either
+
+
+@settings(max_examples=80, deadline=None)
+@given(built(), st.integers(0, 3), st.integers(0, 10**6))
+def test_broken_schedules_are_caught_with_a_grid(schedule, choice, where):
+    broken = mutate(schedule, choice, where)
+    if choice == 3 and not schedule.is_training:
+        return
+    if choice == 3 and len(max(schedule.device_actions, key=len)) < 2:
+        return
+    if schedule.is_training and not broken.is_training:
+        return  # dropping the only backward leaves a valid forward-only schedule
+    assert not _looks_valid(broken)
+    with pytest.raises(ScheduleError) as info:
+        validate(broken)
+    assert "ERROR HERE" in str(info.value) or "missing actions" in str(info.value)
+
+
+def test_dualpipe_goes_through_the_detailed_pass():
+    schedule = get_schedule("dualpipe", 4, 8)
+    assert not _looks_valid(schedule)  # overlapped pairs are left to the detailed pass
+    validate(schedule)
