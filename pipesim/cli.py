@@ -279,7 +279,7 @@ def sweep(
     check_suffix(output, "-o", _SWEEP_SUFFIXES)
     check_suffix(plot_path, "--plot", (".png", ".svg", ".pdf"))
     if output and output.lower().endswith(".parquet") and not _has_parquet():
-        raise UserError(f"-o {output}: writing parquet needs pyarrow: pip install pyarrow")
+        raise UserError(f"-o {output}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'")
     try:
         axes = parse_grid(grids)
         base = apply_overrides(read_mapping(scenario), list(overrides))

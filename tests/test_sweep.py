@@ -132,17 +132,22 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
     assert result.exit_code == 2 and "--scheduler" in result.stderr
 
 
-def test_cli_parquet_needs_pyarrow(tmp_path):
+def test_cli_writes_parquet(tmp_path):
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "r.parquet"
+    result = invoke("sweep", GPIPE, "--grid", "pipeline.microbatches=4,8", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    frame = pd.read_parquet(out)
+    assert list(frame["pipeline.microbatches"]) == [4, 8]
+    assert list(frame.makespan_ms) == [21.0, 33.0]
+
+
+def test_cli_parquet_without_pyarrow_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr("pipesim.cli._has_parquet", lambda: False)
     out = tmp_path / "r.parquet"
     result = invoke("sweep", GPIPE, "--grid", "pipeline.microbatches=4", "-o", str(out))
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        assert result.exit_code == 2
-        assert (
-            result.stderr
-            == f"pipesim: error: -o {out}: writing parquet needs pyarrow: pip install pyarrow\n"
-        )
-        assert not out.exists()
-    else:
-        assert result.exit_code == 0 and pd.read_parquet(out).shape[0] == 1
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"pipesim: error: -o {out}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'\n"
+    )
+    assert not out.exists()
