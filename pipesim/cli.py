@@ -119,7 +119,8 @@ def run(
         path = explanation.critical_path
         result = replace(result, report=with_critical_path(result.report, explanation))
     if runs is not None:
-        from pipesim.variability import study, with_monte_carlo
+        from pipesim.run import study
+        from pipesim.variability import with_monte_carlo
 
         monte_carlo = study(result.scenario, runs, seed)
         result = replace(result, report=with_monte_carlo(result.report, monte_carlo))
@@ -220,7 +221,7 @@ def compare(scenario, overrides, names, fmt, output, gantt, runs, seed) -> None:
         results.append((result.trace, result.report))
         rows.append(compare_row(result.report, note))
         if runs is not None:
-            from pipesim.variability import study
+            from pipesim.run import study
 
             rows[-1].update(study(result.scenario, runs, seed).summary())
     if runs is not None:
@@ -279,7 +280,9 @@ def sweep(
     check_suffix(output, "-o", _SWEEP_SUFFIXES)
     check_suffix(plot_path, "--plot", (".png", ".svg", ".pdf"))
     if output and output.lower().endswith(".parquet") and not _has_parquet():
-        raise UserError(f"-o {output}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'")
+        raise UserError(
+            f"-o {output}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'"
+        )
     try:
         axes = parse_grid(grids)
         base = apply_overrides(read_mapping(scenario), list(overrides))

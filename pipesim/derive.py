@@ -36,9 +36,8 @@ from pipesim.model import (
     stage_costs,
 )
 from pipesim.parallel import data_parallel_link
-from pipesim.scenario import ScenarioError
 from pipesim.schedules.ir import Schedule
-from pipesim.schema import LinkSpec, ScenarioSpec
+from pipesim.schema import LinkSpec, ScenarioError, ScenarioSpec
 from pipesim.transformer import model_flops_per_step, static_memory
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

@@ -9,6 +9,7 @@ from pipesim.engine import DurationScale, simulate
 from pipesim.metrics import Report, build_report
 from pipesim.scenario import Scenario
 from pipesim.trace import Trace
+from pipesim.variability import MonteCarlo, Variability, monte_carlo
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,3 +47,15 @@ def run_scenario(
         accounting=scenario.accounting,
     )
     return Result(scenario, trace, report)
+
+
+def study(scenario: Scenario, runs: int, seed: int) -> MonteCarlo:
+    """A Monte Carlo study of a Scenario under its ``variability`` (none: every run is the
+    deterministic step)."""
+
+    def run_step(duration_scale, link_scale):
+        report = run_scenario(scenario, duration_scale=duration_scale, link_scale=link_scale).report
+        return report.makespan_ms, report.bubble_fraction
+
+    variability = scenario.variability or Variability()
+    return monte_carlo(variability, scenario.schedule, run_step, runs, seed)

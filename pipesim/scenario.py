@@ -22,14 +22,17 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from pipesim import derive
 from pipesim.costs import Costs, uniform_costs
 from pipesim.hardware import Topology
 from pipesim.metrics import Accounting
 from pipesim.schedules import fit_virtual_stages, get_schedule
-from pipesim.schedules.ir import Schedule, ScheduleError, forward_only, from_csv, validate
+from pipesim.schedules.ir import Schedule, ScheduleError, forward_only, from_csv
+from pipesim.schedules.validation import validate
 from pipesim.schema import (
     CostsSpec,
     PipelineSpec,
+    ScenarioError,
     ScenarioSpec,
     VariabilitySpec,
     describe_validation_error,
@@ -40,10 +43,6 @@ from pipesim.variability import (
     profile_stage_cvs,
     variability_from_mapping,
 )
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be run; the message is one line naming file and field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +169,6 @@ def _build_variability(section: VariabilitySpec, schedule: Schedule, source: str
 
 
 def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
-    from pipesim import derive  # the model/cluster arithmetic, only when needed
-
     pipe = spec.pipeline
     sizes = derive.batch_sizes(spec, source)
     schedule = _build_schedule(spec, source, sizes.microbatches)

@@ -22,6 +22,11 @@ from pydantic import (
 from pipesim.hardware import GPU_PROFILES, LINK_PROFILES
 from pipesim.schedules import POLICIES
 
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; the message is one line naming file and field."""
+
+
 NonNegative = Annotated[float, Field(ge=0)]
 PerStage = NonNegative | list[NonNegative]
 

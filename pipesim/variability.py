@@ -283,19 +283,6 @@ def monte_carlo(
     return MonteCarlo(seed, tuple(makespans), tuple(bubbles))
 
 
-def study(scenario, runs: int, seed: int) -> MonteCarlo:
-    """A Monte Carlo study of a Scenario under its ``variability`` (none: every run is the
-    deterministic step)."""
-    from pipesim.run import run_scenario
-
-    def run_step(duration_scale, link_scale):
-        report = run_scenario(scenario, duration_scale=duration_scale, link_scale=link_scale).report
-        return report.makespan_ms, report.bubble_fraction
-
-    variability = scenario.variability or Variability()
-    return monte_carlo(variability, scenario.schedule, run_step, runs, seed)
-
-
 def with_monte_carlo(report, result: MonteCarlo):
     """The report with the study's percentiles added (``makespan_ms_p50``, ...)."""
     return replace(report, extra={**report.extra, **result.summary()})

@@ -35,7 +35,14 @@ def test_json_report_has_the_documented_keys():
         assert key in data
     assert data["makespan_ms"] == 33
     assert [d["peak_inflight"] for d in data["per_device"]] == [4, 3, 2, 1]
-    assert set(data["per_device"][0]) >= {"busy_ms", "idle_ms", "span_ms", "bubble_fraction", "peak_inflight", "peak_activation_bytes"}
+    assert set(data["per_device"][0]) >= {
+        "busy_ms",
+        "idle_ms",
+        "span_ms",
+        "bubble_fraction",
+        "peak_inflight",
+        "peak_activation_bytes",
+    }
 
 
 def test_csv_report_has_one_row_per_device():
@@ -44,7 +51,9 @@ def test_csv_report_has_one_row_per_device():
 
 
 def test_output_files(tmp_path):
-    report, gantt, trace, rows, sched = (tmp_path / n for n in ("r.json", "g.png", "t.json", "t.csv", "s.csv"))
+    report, gantt, trace, rows, sched = (
+        tmp_path / n for n in ("r.json", "g.png", "t.json", "t.csv", "s.csv")
+    )
     result = invoke(
         "run", GPIPE, "--format", "json", "-o", str(report), "--gantt", str(gantt), "--trace", str(trace),
         "--trace-csv", str(rows), "--schedule-csv", str(sched),
@@ -56,12 +65,23 @@ def test_output_files(tmp_path):
     names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     assert names == {f"gpipe-vs-1f1b: device {d}" for d in range(4)}
     complete = [e for e in events if e["ph"] == "X"]
-    assert len(complete) == 64  # 64 actions; transfers over ideal links take no time and are not drawn
+    assert (
+        len(complete) == 64
+    )  # 64 actions; transfers over ideal links take no time and are not drawn
     assert {e["tid"] for e in complete} == {0}
     assert any(e["ph"] == "C" and e["name"] == "activation memory" for e in events)
-    assert rows.read_text().splitlines()[0] == "device,lane,stage,chunk,microbatch,kind,start,end,peer,name"
+    assert (
+        rows.read_text().splitlines()[0]
+        == "device,lane,stage,chunk,microbatch,kind,start,end,peer,name"
+    )
     assert sched.read_text().splitlines()[0].startswith("0F0,0F1,0F2")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.png", "r.json", "s.csv", "t.csv", "t.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "g.png",
+        "r.json",
+        "s.csv",
+        "t.csv",
+        "t.json",
+    ]
 
 
 def test_trace_has_a_comm_lane_with_latency(tmp_path):
@@ -77,13 +97,31 @@ BAD_INPUTS = {
     "missing file": (["run", "nope.yaml"], "nope.yaml: no such file"),
     "bad yaml": (["run", "{bad}"], "not valid YAML"),
     "unknown key": (["run", GPIPE, "--set", "pipeline.stages=4"], "pipeline.stages: unknown key"),
-    "wrong type": (["run", GPIPE, "--set", "pipeline.microbatches=lots"], "pipeline.microbatches: Input should be a valid integer"),
+    "wrong type": (
+        ["run", GPIPE, "--set", "pipeline.microbatches=lots"],
+        "pipeline.microbatches: Input should be a valid integer",
+    ),
     "impossible combination": (
-        ["run", GPIPE, "--set", "pipeline.schedule=interleaved-1f1b", "--set", "pipeline.virtual_stages=2", "--set", "pipeline.microbatches=6"],
+        [
+            "run",
+            GPIPE,
+            "--set",
+            "pipeline.schedule=interleaved-1f1b",
+            "--set",
+            "pipeline.virtual_stages=2",
+            "--set",
+            "pipeline.microbatches=6",
+        ],
         "pipeline: interleaved-1f1b runs microbatches in groups of devices=4",
     ),
-    "bad override syntax": (["run", GPIPE, "--set", "pipeline.microbatches"], "expected key.path=value"),
-    "bad gantt suffix": (["run", GPIPE, "--gantt", "OUT.gif"], "--gantt OUT.gif: unsupported file type"),
+    "bad override syntax": (
+        ["run", GPIPE, "--set", "pipeline.microbatches"],
+        "expected key.path=value",
+    ),
+    "bad gantt suffix": (
+        ["run", GPIPE, "--gantt", "OUT.gif"],
+        "--gantt OUT.gif: unsupported file type",
+    ),
 }
 
 
@@ -128,12 +166,28 @@ def test_bad_csv_schedule_prints_the_grid(tmp_path):
 
 def test_compare_lists_every_schedule_and_reasons(tmp_path):
     gantt = tmp_path / "all.png"
-    result = invoke("compare", GPIPE, "--schedules", "gpipe,1f1b,interleaved-1f1b", "--gantt", str(gantt), "--set", "pipeline.microbatches=6")
+    result = invoke(
+        "compare",
+        GPIPE,
+        "--schedules",
+        "gpipe,1f1b,interleaved-1f1b",
+        "--gantt",
+        str(gantt),
+        "--set",
+        "pipeline.microbatches=6",
+    )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[1].split()[:2] == ["gpipe", "33.000"] or lines[1].split()[1] == "27.000"
-    assert "interleaved-1f1b  not run: pipeline: interleaved-1f1b runs microbatches in groups" in result.stdout
+    assert (
+        "interleaved-1f1b  not run: pipeline: interleaved-1f1b runs microbatches in groups"
+        in result.stdout
+    )
     assert gantt.exists()
-    rows = json.loads(invoke("compare", GPIPE, "--schedules", "gpipe,1f1b,interleaved-1f1b", "--format", "json").stdout)
+    rows = json.loads(
+        invoke(
+            "compare", GPIPE, "--schedules", "gpipe,1f1b,interleaved-1f1b", "--format", "json"
+        ).stdout
+    )
     assert [r["makespan_ms"] for r in rows] == [33, 33, 28.5]
     assert rows[2]["note"] == "virtual_stages=2, per-chunk costs x1/2"

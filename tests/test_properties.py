@@ -11,7 +11,8 @@ from pipesim.engine import simulate
 from pipesim.hardware import Link, Topology
 from pipesim.metrics import build_report
 from pipesim.schedules import POLICIES, get_schedule
-from pipesim.schedules.ir import Action, B, ConstraintError, F, I, W, schedule_from_lists, validate
+from pipesim.schedules.ir import Action, B, ConstraintError, F, I, W, schedule_from_lists
+from pipesim.schedules.validation import validate
 from tests.oracle import evaluate
 
 QUARTERS = st.integers(0, 12).map(lambda k: k / 4)  # exact in binary floating point
@@ -26,7 +27,9 @@ def random_schedules(draw):
     """
     devices = draw(st.integers(1, 4))
     stages = draw(st.integers(1, 6))
-    placement = [s % devices if s < devices else draw(st.integers(0, devices - 1)) for s in range(stages)]
+    placement = [
+        s % devices if s < devices else draw(st.integers(0, devices - 1)) for s in range(stages)
+    ]
     microbatches = draw(st.integers(1, 4))
     split = [draw(st.booleans()) for _ in range(microbatches)]
     backward = draw(st.booleans())
@@ -63,7 +66,10 @@ def random_schedules(draw):
         activation_memory_bytes=[draw(st.integers(0, 9)) * 10 for _ in range(stages)],
         weight_grad_memory_bytes=0,
     )
-    link = Link(latency_us=draw(st.integers(0, 4)) * 250, bandwidth_gbps=draw(st.sampled_from([1.0, float("inf")])))
+    link = Link(
+        latency_us=draw(st.integers(0, 4)) * 250,
+        bandwidth_gbps=draw(st.sampled_from([1.0, float("inf")])),
+    )
     topology = Topology(devices, default=link, comm_overlap=draw(st.booleans()))
     return schedule, costs, topology
 
@@ -167,7 +173,9 @@ def test_every_policy_matches_the_oracle(case):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(["gpipe", "1f1b"]), st.integers(1, 8), st.integers(1, 16), QUARTERS, QUARTERS)
+@given(
+    st.sampled_from(["gpipe", "1f1b"]), st.integers(1, 8), st.integers(1, 16), QUARTERS, QUARTERS
+)
 def test_classic_closed_form(name, p, m, f, b):
     schedule = get_schedule(name, p, m)
     costs = uniform_costs(p, forward_ms=f, backward_ms=b)

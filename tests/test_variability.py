@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pipesim.cli import main
 from pipesim.costs import uniform_costs
 from pipesim.engine import simulate
-from pipesim.run import run_scenario
+from pipesim.run import run_scenario, study
 from pipesim.scenario import ScenarioError, load_scenario
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Kind
@@ -23,7 +23,6 @@ from pipesim.variability import (
     cv_from_spread,
     draw_hooks,
     lognormal_factors,
-    study,
     truncated_normal_factors,
 )
 from tests.helpers import latency_topology

@@ -19,8 +19,8 @@ from pipesim.schedules.ir import (
     Schedule,
     ScheduleError,
     forward_only,
-    validate,
 )
+from pipesim.schedules.validation import validate
 
 # Module names, in the order `pipesim schedules` lists them.
 _POLICY_MODULES = (

@@ -227,6 +227,50 @@ def forward_only(schedule: Schedule) -> Schedule:
 
 
 # ---------------------------------------------------------------------------
+# The step x rank grid (error messages, __str__)
+
+
+def format_grid(
+    schedule: Schedule | Sequence[Sequence[Action]],
+    marks: dict[tuple[int, int], str] | None = None,
+) -> str:
+    """The step x rank grid (torch's ``_format_pipeline_order``), with marked cells.
+
+    ``marks`` maps ``(device, step)`` to a note; a marked cell is drawn ``>>2F0<<`` and the
+    note is appended to its row as ``<-- ERROR HERE: ...``.
+    """
+    lists = schedule.device_actions if isinstance(schedule, Schedule) else schedule
+    marks = marks or {}
+    steps = max((len(a) for a in lists), default=0)
+    cells = [
+        [
+            (f">>{lists[d][t]}<<" if (d, t) in marks else str(lists[d][t]))
+            if t < len(lists[d])
+            else ""
+            for d in range(len(lists))
+        ]
+        for t in range(steps)
+    ]
+    header = [f"Rank {d}" for d in range(len(lists))]
+    widths = [max([len(header[d])] + [len(row[d]) for row in cells]) for d in range(len(lists))]
+    step_width = len(f"Step {steps - 1:02d}") if steps else 7
+    lines = [
+        " " * (step_width + 1) + " ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    ]
+    for t, row in enumerate(cells):
+        line = (
+            f"Step {t:02d}".ljust(step_width)
+            + " "
+            + " ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+        )
+        notes = [marks[(d, t)] for d in range(len(lists)) if (d, t) in marks]
+        if notes:
+            line = line.rstrip() + "  <-- ERROR HERE: " + "; ".join(notes)
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
 # torch's compute-only CSV: one row per rank, one cell per action
 
 
@@ -326,14 +370,3 @@ def action_counts(schedule: Schedule) -> Counter[Kind]:
     return Counter(
         atom.kind for actions in schedule.device_actions for a in actions for atom in a.atoms
     )
-
-
-# Validation lives in its own module; re-exported so the IR stays the one import.
-from pipesim.schedules.validation import format_grid, validate  # noqa: E402
-
-__all__ = [
-    "Action", "Chain", "ConstraintError", "Kind", "Schedule", "ScheduleError",
-    "action_counts", "forward_only", "format_grid", "from_csv", "loop_placement",
-    "overlapped", "parse_action", "require", "schedule_from_lists", "single_chain",
-    "to_csv", "v_placement", "validate", "B", "BACKWARD_KINDS", "F", "I", "OVERLAP_F_B", "W",
-]  # fmt: skip

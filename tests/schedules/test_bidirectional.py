@@ -18,7 +18,8 @@ from pipesim.engine import simulate
 from pipesim.hardware import Link, Topology
 from pipesim.metrics import build_report
 from pipesim.schedules import ConstraintError, get_schedule
-from pipesim.schedules.ir import OVERLAP_F_B, B, Chain, F, I, W, from_csv, to_csv, validate
+from pipesim.schedules.ir import OVERLAP_F_B, B, Chain, F, I, W, from_csv, to_csv
+from pipesim.schedules.validation import validate
 from tests.oracle import evaluate
 
 GOLDEN = Path(__file__).parent.parent / "golden"

@@ -17,8 +17,8 @@ from pipesim.schedules.ir import (
     schedule_from_lists,
     to_csv,
     v_placement,
-    validate,
 )
+from pipesim.schedules.validation import validate
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,10 @@ def test_csv_rejects_overlapping_partial_chains():
 
 
 def test_validator_marks_a_duplicate_in_the_grid():
-    lists = [[Action(0, F, 0), Action(0, F, 0), Action(0, B, 0)], [Action(1, F, 0), Action(1, B, 0)]]
+    lists = [
+        [Action(0, F, 0), Action(0, F, 0), Action(0, B, 0)],
+        [Action(1, F, 0), Action(1, B, 0)],
+    ]
     schedule = schedule_from_lists(lists)
     with pytest.raises(ScheduleError) as info:
         validate(schedule)
@@ -90,13 +93,23 @@ def test_validator_marks_a_duplicate_in_the_grid():
 def test_validator_finds_missing_wrong_device_and_bad_order():
     placement = (0, 1)
     chains = (Chain(0, 1, range(2)),)
-    missing = Schedule(((Action(0, F, 0), Action(0, B, 0)), (Action(1, F, 0), Action(1, B, 0))), placement, chains)
+    missing = Schedule(
+        ((Action(0, F, 0), Action(0, B, 0)), (Action(1, F, 0), Action(1, B, 0))), placement, chains
+    )
     with pytest.raises(ScheduleError, match="missing actions: 0F1, 0B1, 1F1, 1B1"):
         validate(missing)
-    order = Schedule(((Action(0, B, 0), Action(0, F, 0)), (Action(1, F, 0), Action(1, B, 0))), placement, (Chain(0, 1, range(1)),))
+    order = Schedule(
+        ((Action(0, B, 0), Action(0, F, 0)), (Action(1, F, 0), Action(1, B, 0))),
+        placement,
+        (Chain(0, 1, range(1)),),
+    )
     with pytest.raises(ScheduleError, match="0B0 comes before 0F0"):
         validate(order)
-    wrong = Schedule(((Action(1, F, 0), Action(0, F, 0), Action(0, B, 0)), (Action(1, B, 0),)), placement, (Chain(0, 1, range(1)),))
+    wrong = Schedule(
+        ((Action(1, F, 0), Action(0, F, 0), Action(0, B, 0)), (Action(1, B, 0),)),
+        placement,
+        (Chain(0, 1, range(1)),),
+    )
     with pytest.raises(ScheduleError, match="stage 1 is placed on device 1, not 0"):
         validate(wrong)
 

@@ -24,7 +24,8 @@ from pipesim.hardware import Link, Topology
 from pipesim.metrics import build_report
 from pipesim.schedules import ConstraintError, get_schedule, v_half, v_min
 from pipesim.schedules.building_blocks import INTERVAL, check_blocks
-from pipesim.schedules.ir import from_csv, to_csv, validate
+from pipesim.schedules.ir import from_csv, to_csv
+from pipesim.schedules.validation import validate
 from tests.oracle import evaluate
 
 GOLDEN = Path(__file__).parent.parent / "golden"

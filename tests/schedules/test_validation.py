@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.schedules import POLICIES, ConstraintError, get_schedule
-from pipesim.schedules.ir import Schedule, ScheduleError, validate
-from pipesim.schedules.validation import _explain_invalid, _looks_valid
+from pipesim.schedules.ir import Schedule, ScheduleError
+from pipesim.schedules.validation import _explain_invalid, _looks_valid, validate
 
 SIMPLE = sorted(n for n in POLICIES if n not in ("dualpipe", "dualpipev"))  # no overlapped pairs
 
