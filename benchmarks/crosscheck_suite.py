@@ -5,18 +5,25 @@ processes (gloo on CPU) with synthetic stage ops of known duration, and prints e
 figure in one table. ``--noise N`` first measures the run-to-run noise: N timed steps of
 1F1B on 2 processes, reporting (max - min) / median and the coefficient of variation.
 
+The ranks' threads need the cores to themselves: on a 2-core machine one other busy
+process makes the post that completes a send/receive pair block for a scheduler tick
+(several ms), on random actions. The load average is printed before and after, and the
+``stall ms`` column gives the time per step the ranks sat blocked posting sends and
+receives; figures from a run with stalls measure the machine's load, not the schedule.
+
     python benchmarks/crosscheck_suite.py --runs 5 --noise 20
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 
 import numpy as np
 
-from pipesim.calibrate.fit import timeline
+from pipesim.calibrate.fit import post_stalls_ms, timeline
 from pipesim.calibrate.ops import StageSpec
 from pipesim.calibrate.realrun import Job, run_jobs
 from pipesim.calibrate.suite import check_schedules, render_table
@@ -35,6 +42,7 @@ def measure_noise(spec: StageSpec, runs: int) -> dict:
         "spread": float((spans.max() - spans.min()) / median),
         "cv": float(spans.std(ddof=1) / spans.mean()),
         "p10_p90": float((np.percentile(spans, 90) - np.percentile(spans, 10)) / median),
+        "stall_ms": float(np.median([post_stalls_ms(run) for run in timed])),
     }
 
 
@@ -52,6 +60,7 @@ def main() -> None:
         backward_input_ms=args.op_ms,
         backward_weight_ms=args.op_ms,
     )
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
     print(
         f"machine: {platform.node()} {platform.machine()}, {platform.processor() or '?'}; python {platform.python_version()}"
     )
@@ -59,7 +68,8 @@ def main() -> None:
         noise = measure_noise(spec, args.noise)
         print(
             f"noise (1f1b, p=2, m={8}, {noise['runs']} runs): median {noise['median_ms']:.2f} ms, "
-            f"(max-min)/median {noise['spread']:.1%}, (p90-p10)/median {noise['p10_p90']:.1%}, CV {noise['cv']:.1%}"
+            f"(max-min)/median {noise['spread']:.1%}, (p90-p10)/median {noise['p10_p90']:.1%}, CV {noise['cv']:.1%}, "
+            f"stall {noise['stall_ms']:.1f} ms"
         )
     results = []
     started = time.perf_counter()
@@ -74,7 +84,9 @@ def main() -> None:
         measured = [r.schedule for r in sorted(group, key=lambda r: r.measured_makespan_ms)]
         simulated = [r.schedule for r in sorted(group, key=lambda r: r.simulated_makespan_ms)]
         print(f"p={devices}: measured order {measured}, simulated order {simulated}")
-    print(f"wall time {time.perf_counter() - started:.0f} s")
+    print(
+        f"wall time {time.perf_counter() - started:.0f} s, load average after: {os.getloadavg()[0]:.2f}"
+    )
 
 
 if __name__ == "__main__":

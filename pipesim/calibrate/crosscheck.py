@@ -12,6 +12,11 @@ Three figures, the way Lumos, Proteus and vTrain report theirs (signed fractions
 
 Both makespans run from the first compute start to the last compute end; the engine
 adds the overhead after each action, so the simulated one drops the last action's.
+``post_stall_ms`` (in ``extra``, median over the runs) is the time the ranks sat blocked
+posting sends and receives (``fit.post_stalls_ms``): milliseconds of it mean the ranks
+competed for cores with other processes, and every figure of that check measures the
+machine's load as much as the schedule.
+
 They are set next to ``measured_spread``, ``(max - min) / median`` of the measured
 makespans over the runs: a prediction inside the run-to-run spread is as good as a
 measurement.
@@ -24,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from pipesim.calibrate.fit import ActionKey, Timeline, fit_host, timeline
+from pipesim.calibrate.fit import ActionKey, Timeline, fit_host, post_stalls_ms, timeline
 from pipesim.calibrate.profile import HostOverhead
 from pipesim.calibrate.realrun import MeasuredRun
 from pipesim.costs import Costs, uniform_costs
@@ -192,6 +197,10 @@ def cross_check(
         start_error_p50_ms=float(np.percentile(start_errors, 50)),
         start_error_p90_ms=float(np.percentile(start_errors, 90)),
         host=host,
+        extra={
+            "post_stall_ms": float(np.median([post_stalls_ms(run) for run in runs])),
+            "post_stalls_ms": [post_stalls_ms(run) for run in runs],
+        },
     )
     return result, trace
 

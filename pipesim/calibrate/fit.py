@@ -13,6 +13,13 @@ either waiting for a message (the time spent inside the runtime's receive waits)
 overhead; ``overhead_ms`` is the non-waiting gap time per gap. A hop is observed where the
 consumer actually waited: then its start is the message's arrival, and
 ``hop = consumer start - (producer end + overhead)``; ``hop_ms`` is the median of those.
+
+Neither number can describe a stalled post. Posting a send or a receive takes tens of
+microseconds; but on a machine with more runnable threads than cores, the post that
+completes a send/receive pair can sit blocked for a scheduler tick (several ms) while the
+transport's thread waits for a core, and its peer's post or wait stalls with it. Those
+stalls land on random actions, so no per-action constant reproduces them; ``post_stalls_ms``
+measures them, so that a run disturbed by other processes shows as such.
 """
 
 from __future__ import annotations
@@ -23,8 +30,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipesim.calibrate.profile import HostOverhead
-from pipesim.calibrate.realrun import COMPUTE, WAIT, MeasuredRun
+from pipesim.calibrate.realrun import ACTION, COMPUTE, WAIT, MeasuredRun
 from pipesim.schedules.ir import B, F, I, Kind, Schedule, from_csv, parse_action
+
+# A send or receive post longer than this sat blocked in the transport (module docstring);
+# an unhindered post takes 0.02-0.1 ms on CPU.
+STALLED_POST_MS = 1.0
+_POSTS = ("SEND_", "RECV_")
 
 # A wait shorter than this found its message already there: it is overhead, not waiting.
 WAITED_MS = 0.05
@@ -125,3 +137,19 @@ def fit_host(runs: Iterable[MeasuredRun]) -> HostOverhead:
     hops = [h for line in lines for h in hop_samples(line, overhead)]
     hop = max(float(np.median(hops)), 0.0) if hops else 0.0
     return HostOverhead(overhead, hop, len(gaps) + len(hops))
+
+
+def post_stalls_ms(run: MeasuredRun) -> float:
+    """Time (ms, summed over ranks) that posts of sends and receives sat blocked in one run.
+
+    Only posts longer than ``STALLED_POST_MS`` count. Near zero on an uncontended machine;
+    several ms per stall where the ranks' threads compete for cores (module docstring).
+    """
+    total = 0.0
+    for spans in run.ranks:
+        for span in spans:
+            if span.category == ACTION and any(p in span.name for p in _POSTS):
+                duration = span.end_ms - span.start_ms
+                if duration > STALLED_POST_MS:
+                    total += duration
+    return total

@@ -71,17 +71,22 @@ class Outcome:
 
 
 def render_table(results: list[CrossCheck]) -> str:
-    """One row per schedule: every error figure, percentages signed."""
+    """One row per schedule: every error figure, percentages signed.
+
+    ``stall ms``: median time per step the ranks sat blocked posting sends and receives
+    (``fit.post_stalls_ms``); well above zero, the machine was shared with other work.
+    """
     head = (
         f"{'schedule':<18} {'p':>2} {'m':>3} {'measured ms':>11} {'spread':>7} {'simulated ms':>12} "
-        f"{'pred err':>8} {'replay err':>10} {'start p50 ms':>12} {'start p90 ms':>12}"
+        f"{'pred err':>8} {'replay err':>10} {'start p50 ms':>12} {'start p90 ms':>12} {'stall ms':>8}"
     )
     lines = [head]
     for r in results:
         lines.append(
             f"{r.schedule:<18} {r.devices:>2} {r.microbatches:>3} {r.measured_makespan_ms:>11.2f} "
             f"{r.measured_spread:>7.1%} {r.simulated_makespan_ms:>12.2f} {r.prediction_error:>+8.1%} "
-            f"{r.replay_error:>+10.1%} {r.start_error_p50_ms:>12.2f} {r.start_error_p90_ms:>12.2f}"
+            f"{r.replay_error:>+10.1%} {r.start_error_p50_ms:>12.2f} {r.start_error_p90_ms:>12.2f} "
+            f"{r.extra.get('post_stall_ms', 0.0):>8.1f}"
         )
     return "\n".join(lines) + "\n"
 

@@ -9,9 +9,9 @@ overhead and hop exactly, and a cross-check of such a run must report zero error
 import pytest
 
 from pipesim.calibrate.crosscheck import cross_check, host_topology, rankings_agree, with_overhead
-from pipesim.calibrate.fit import fit_host, timeline
+from pipesim.calibrate.fit import STALLED_POST_MS, fit_host, post_stalls_ms, timeline
 from pipesim.calibrate.profile import HostOverhead
-from pipesim.calibrate.realrun import COMPUTE, WAIT, MeasuredRun, Span
+from pipesim.calibrate.realrun import ACTION, COMPUTE, WAIT, MeasuredRun, Span
 from pipesim.costs import uniform_costs
 from pipesim.engine import simulate
 from pipesim.schedules import get_schedule
@@ -97,3 +97,20 @@ def test_rankings_agree_with_ties_inside_the_tolerance():
     assert rankings_agree([a, b])
     swapped = type(a)(**{**a.__dict__, "simulated_makespan_ms": b.simulated_makespan_ms + 100})
     assert rankings_agree([swapped, b]) == (a.measured_makespan_ms == b.measured_makespan_ms)
+
+
+def test_post_stalls_count_only_blocked_sends_and_receives():
+    run = synthetic_run()
+    assert post_stalls_ms(run) == 0.0
+    posts = (
+        Span(ACTION, "0SEND_F0", 0.0, 0.05),  # an unhindered post: not a stall
+        Span(ACTION, "1RECV_F1", 1.0, 1.0 + STALLED_POST_MS + 2.0),
+        Span(ACTION, "0F1", 5.0, 9.0),  # a compute action, however long, is no post
+    )
+    stalled = MeasuredRun(
+        run.schedule_name, run.devices, (run.ranks[0] + posts, run.ranks[1]), run.meta
+    )
+    assert post_stalls_ms(stalled) == pytest.approx(STALLED_POST_MS + 2.0)
+    result, _ = cross_check([run, stalled, stalled], uniform_costs(2, 1.0, 2.0))
+    assert result.extra["post_stalls_ms"] == pytest.approx([0.0, 3.0, 3.0])
+    assert result.extra["post_stall_ms"] == pytest.approx(3.0)
