@@ -14,7 +14,7 @@ is their sum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.schedules.ir import Kind
 
@@ -48,6 +48,20 @@ class Costs:
             case Kind.W:
                 return self.backward_weight_ms[model_stage]
         raise ValueError(f"no duration for kind {kind}")
+
+    def scaled(self, factor: float) -> Costs:
+        """The same costs with every duration multiplied by ``factor`` (sizes unchanged)."""
+        times = lambda values: tuple(v * factor for v in values)  # noqa: E731
+        return replace(
+            self,
+            forward_ms=times(self.forward_ms),
+            backward_ms=times(self.backward_ms),
+            backward_input_ms=times(self.backward_input_ms),
+            backward_weight_ms=times(self.backward_weight_ms),
+            overlapped_fb_ms=None
+            if self.overlapped_fb_ms is None
+            else times(self.overlapped_fb_ms),
+        )
 
     def overlapped_ms(self, forward_stage: int, backward_kind: Kind, backward_stage: int) -> float:
         """An overlapped forward+backward pair: its own figure if given, else F + B."""

@@ -357,12 +357,17 @@ def fit_command(runs, output, base) -> None:
             raise CalibrationError(f"{path}: no such run file") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise CalibrationError(f"{path}: not a pipesim run file ({exc})") from None
-    host: HostOverhead = fit_host(measured)
     if base:
-        result = replace(load_profile(base), host=host)
+        profile = load_profile(base)
+        stages = timeline(measured[0]).schedule.model_stages
+        host: HostOverhead = fit_host(
+            measured, costs_from_profile(replace(profile, host=None), stages)
+        )
+        result = replace(profile, host=host)
     else:
         from pipesim.calibrate.crosscheck import measured_costs
 
+        host = fit_host(measured)  # the op medians come from these runs: scale 1
         lines = [timeline(run) for run in measured]
         costs = measured_costs(lines)
         timings = tuple(

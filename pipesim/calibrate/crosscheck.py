@@ -159,9 +159,9 @@ def cross_check(
 ) -> tuple[CrossCheck, object]:
     """Compare measured runs of one schedule with pipesim.
 
-    ``costs`` are the op timings to predict with (a profile's); the host overhead and hop
-    come from ``host`` if given, else are fitted on the ``calibration`` runs (never on the
-    runs being judged), else zero. Replays fit their host model on the run they replay.
+    ``costs`` are the op timings to predict with (a profile's); the host overhead, hop and
+    compute scale come from ``host`` if given, else are fitted on the ``calibration`` runs
+    (never on the runs being judged), else none. Replays fit their host model on the run they replay.
     Returns the figures and the simulated Trace of the prediction.
     """
     if not runs:
@@ -169,10 +169,10 @@ def cross_check(
     lines = [timeline(run) for run in runs]
     schedule = lines[0].schedule
     if host is None:
-        host = fit_host(calibration) if calibration else HostOverhead()
+        host = fit_host(calibration, costs) if calibration else HostOverhead()
     measured = np.array([line.makespan_ms for line in lines])
     median = float(np.median(measured))
-    predicted_costs = with_overhead(costs, host.overhead_ms)
+    predicted_costs = with_overhead(costs.scaled(host.compute_scale), host.overhead_ms)
     starts, simulated, trace = simulate_starts(
         schedule, predicted_costs, host_topology(schedule.devices, host)
     )

@@ -31,6 +31,7 @@ import numpy as np
 
 from pipesim.calibrate.profile import HostOverhead
 from pipesim.calibrate.realrun import ACTION, COMPUTE, WAIT, MeasuredRun
+from pipesim.costs import Costs
 from pipesim.schedules.ir import B, F, I, Kind, Schedule, from_csv, parse_action
 
 # A send or receive post longer than this sat blocked in the transport (module docstring);
@@ -124,19 +125,39 @@ def hop_samples(line: Timeline, overhead_ms: float) -> list[float]:
     return samples
 
 
-def fit_host(runs: Iterable[MeasuredRun]) -> HostOverhead:
-    """Fit ``overhead_ms`` and ``hop_ms`` over one or more measured runs (module docstring)."""
+def fit_host(runs: Iterable[MeasuredRun], profiled: Costs | None = None) -> HostOverhead:
+    """Fit ``overhead_ms`` and ``hop_ms`` over one or more measured runs (module docstring);
+    with the ``profiled`` op costs, also ``compute_scale``: the median ratio of each
+    action's measured duration to its profiled one."""
     gaps, lines = [], []
     for run in runs:
         line = timeline(run)
         lines.append(line)
         gaps += overhead_gaps(line)
+    scale = compute_scale(lines, profiled) if profiled is not None else 1.0
     if not gaps:
-        return HostOverhead(0.0, 0.0, 0)
+        return HostOverhead(0.0, 0.0, 0, scale)
     overhead = float(np.mean(gaps))
     hops = [h for line in lines for h in hop_samples(line, overhead)]
     hop = max(float(np.median(hops)), 0.0) if hops else 0.0
-    return HostOverhead(overhead, hop, len(gaps) + len(hops))
+    return HostOverhead(overhead, hop, len(gaps) + len(hops), scale)
+
+
+def compute_scale(lines: list[Timeline], profiled: Costs) -> float:
+    """Median of measured / profiled duration over every compute action of the runs.
+
+    Ops timed alone run faster than the same ops beside other ranks that share the cores,
+    caches and memory bandwidth; this factor, fitted on a calibration run, carries that
+    into the prediction.
+    """
+    ratios = []
+    for line in lines:
+        for key in line.start:
+            stage, kind, _ = key
+            base = profiled.duration_ms(kind, line.schedule.model_stage(stage))
+            if base > 0:
+                ratios.append(line.duration_ms(key) / base)
+    return float(np.median(ratios)) if ratios else 1.0
 
 
 def post_stalls_ms(run: MeasuredRun) -> float:

@@ -103,12 +103,15 @@ class HostOverhead:
     ``overhead_ms`` is the device time spent per compute action outside the compute itself
     (posting sends and receives, Python dispatch); ``hop_ms`` is the time from a
     producer's end (overhead included) to the consumer being able to start, per
-    cross-device hop.
+    cross-device hop; ``compute_scale`` is how much longer the ops ran inside the real run
+    than when profiled alone (median of measured / profiled duration over the calibration
+    run's actions: other ranks share the caches, memory bandwidth and cores).
     """
 
     overhead_ms: float = 0.0
     hop_ms: float = 0.0
     samples: int = 0
+    compute_scale: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +179,10 @@ def profile_from_dict(data: dict, where: str = "profile") -> Profile:
     if host is not None:
         try:
             host_fit = HostOverhead(
-                float(host["overhead_ms"]), float(host["hop_ms"]), int(host.get("samples", 0))
+                float(host["overhead_ms"]),
+                float(host["hop_ms"]),
+                int(host.get("samples", 0)),
+                float(host.get("compute_scale", 1.0)),
             )
         except (KeyError, TypeError, ValueError):
             raise ProfileError(f"{where}: host needs numbers overhead_ms and hop_ms") from None
@@ -262,7 +268,7 @@ def costs_from_profile(profile: Profile, stages: int) -> Costs:
     A profile of one stage is a per-layer-group measurement and applies to every stage;
     otherwise the profile must have exactly ``stages`` entries. A missing split backward
     is taken as half of ``B`` each; a missing ``B`` as ``I + W``. The host overhead, if
-    fitted, becomes the per-action overhead.
+    fitted, becomes the per-action overhead, and its compute scale stretches every op.
     """
     if len(profile.stages) == 1:
         timings = profile.stages * stages
@@ -285,9 +291,10 @@ def costs_from_profile(profile: Profile, stages: int) -> Costs:
     act = tuple(t.activation_bytes for t in timings)
     zeros = (0.0,) * stages
     overhead = profile.host.overhead_ms if profile.host is not None else 0.0
-    return Costs(
+    costs = Costs(
         tuple(forward), tuple(full), tuple(inp), tuple(wgt), act, act, zeros, None, overhead
     )
+    return costs.scaled(profile.host.compute_scale) if profile.host is not None else costs
 
 
 def topology_from_profile(profile: Profile, devices: int, link_name: str | None = None) -> Topology:

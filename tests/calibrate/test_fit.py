@@ -87,6 +87,29 @@ def test_prediction_error_is_signed_simulated_over_measured():
     )  # replay uses the run's own durations
 
 
+def test_a_calibration_run_fits_the_in_run_compute_scale():
+    # The ops ran 20% longer in the real runs than in the profile, the calibration run
+    # included: the fitted scale carries that into the prediction, which becomes exact.
+    profiled = uniform_costs(2, 1.0, 2.0)
+    host = fit_host([synthetic_run(stretch=1.2)], profiled)
+    assert host.compute_scale == pytest.approx(1.2)
+    assert (host.overhead_ms, host.hop_ms) == pytest.approx((OVERHEAD, HOP))
+    runs = [synthetic_run(stretch=1.2, offset=o) for o in (0.0, 70.0)]
+    result, _ = cross_check(runs, profiled, calibration=[synthetic_run(stretch=1.2, offset=9.0)])
+    assert result.prediction_error == pytest.approx(0.0, abs=1e-9)
+    assert fit_host([synthetic_run()]).compute_scale == 1.0  # no profile given: no scale
+
+
+def test_profile_host_scale_stretches_the_costs():
+    from pipesim.calibrate.profile import Profile, Spread, StageTiming, costs_from_profile
+
+    timing = StageTiming(0, {"F": Spread(1.0, 0.9, 1.1, 20), "B": Spread(2.0, 1.9, 2.1, 20)}, 0.0)
+    plain = costs_from_profile(Profile((timing,)), 2)
+    stretched = costs_from_profile(Profile((timing,), host=HostOverhead(0.1, 0.0, 5, 1.5)), 2)
+    assert stretched.forward_ms == (1.5, 1.5) and stretched.backward_ms == (3.0, 3.0)
+    assert stretched.overhead_ms == 0.1 and plain.forward_ms == (1.0, 1.0)
+
+
 def test_rankings_agree_with_ties_inside_the_tolerance():
     a, _ = cross_check(
         [synthetic_run("gpipe")], uniform_costs(2, 1.0, 2.0), host=HostOverhead(OVERHEAD, HOP)
