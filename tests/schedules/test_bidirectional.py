@@ -6,7 +6,6 @@ Chimera: Li & Hoefler, SC'21 (arXiv 2107.06925), and its timetable in
 Shigangli/Chimera (``chimera_pipeline_rank.py``).
 """
 
-from math import inf
 from pathlib import Path
 
 import pytest
@@ -15,12 +14,10 @@ from hypothesis import strategies as st
 
 from pipesim.costs import uniform_costs
 from pipesim.engine import simulate
-from pipesim.hardware import Link, Topology
 from pipesim.metrics import build_report
 from pipesim.schedules import ConstraintError, get_schedule
 from pipesim.schedules.ir import OVERLAP_F_B, B, Chain, F, I, W, from_csv, to_csv
-from pipesim.schedules.validation import validate
-from tests.oracle import evaluate
+from tests.helpers import assert_matches_oracle_and_round_trips, policy_runs
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 
@@ -224,7 +221,6 @@ def test_golden_csv(name, devices, microbatches, virtual_stages):
 # ---------------------------------------------------------------------------
 # Properties: valid, the engine agrees with the independent oracle, CSV round trip
 
-QUARTERS = st.integers(1, 12).map(lambda k: k / 4)  # exact in binary floating point
 VIRTUAL_STAGES = {"dualpipe": 1, "dualpipev": 2, "chimera": 1}
 SIZES = st.one_of(
     st.tuples(st.just("dualpipe"), st.sampled_from([2, 4, 6]), st.integers(0, 4)).map(
@@ -239,39 +235,7 @@ SIZES = st.one_of(
 )
 
 
-@st.composite
-def policy_runs(draw):
-    """A policy at sizes within its constraints, random per-stage costs, a latency link."""
-    name, devices, microbatches = draw(SIZES)
-    schedule = get_schedule(name, devices, microbatches, VIRTUAL_STAGES[name])
-    stages = schedule.model_stages
-    fwd = [draw(QUARTERS) for _ in range(stages)]
-    costs = uniform_costs(
-        stages,
-        fwd,
-        backward_input_ms=[draw(QUARTERS) for _ in range(stages)],
-        backward_weight_ms=[draw(QUARTERS) for _ in range(stages)],
-        overlapped_fb_ms=[f + draw(QUARTERS) for f in fwd],
-        activation_bytes=1e6,
-    )
-    link = Link(
-        latency_us=draw(st.integers(0, 4)) * 250, bandwidth_gbps=draw(st.sampled_from([1.0, inf]))
-    )
-    return schedule, costs, Topology(devices, default=link)
-
-
 @settings(max_examples=40, deadline=None)
-@given(policy_runs())
+@given(policy_runs(SIZES, VIRTUAL_STAGES))
 def test_engine_matches_oracle_and_csv_round_trips(run):
-    schedule, costs, topology = run
-    validate(schedule)
-    times = evaluate(schedule, costs, topology)
-    frame = simulate(schedule, costs, topology).frame
-    compute = frame[frame.lane == "compute"]
-    for d, actions in enumerate(schedule.device_actions):
-        rows = compute[compute.device == d]
-        assert list(rows.name) == [str(a) for a in actions]
-        expected = [t for k in range(len(actions)) for t in times[(d, k)]]
-        simulated = [t for pair in zip(rows.start, rows.end, strict=True) for t in pair]
-        assert simulated == pytest.approx(expected)
-    assert from_csv(to_csv(schedule), schedule.name) == schedule
+    assert_matches_oracle_and_round_trips(*run)

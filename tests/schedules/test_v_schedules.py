@@ -11,7 +11,6 @@ Units: every chunk pass (F, I, W) takes 1 ms and keeps 1 byte of activation unti
 ends, so a 1F1B stage (two chunks) is F = 2, B = 4 and keeps 2 bytes per microbatch.
 """
 
-from math import inf
 from pathlib import Path
 
 import pytest
@@ -20,13 +19,11 @@ from hypothesis import strategies as st
 
 from pipesim.costs import uniform_costs
 from pipesim.engine import simulate
-from pipesim.hardware import Link, Topology
 from pipesim.metrics import build_report
 from pipesim.schedules import ConstraintError, get_schedule, v_half, v_min
 from pipesim.schedules.building_blocks import INTERVAL, check_blocks
 from pipesim.schedules.ir import from_csv, to_csv
-from pipesim.schedules.validation import validate
-from tests.oracle import evaluate
+from tests.helpers import assert_matches_oracle_and_round_trips, policy_runs
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 STAGE_ACTIVATION = 2  # bytes a 1F1B stage (two chunks) keeps per microbatch
@@ -169,44 +166,11 @@ def test_golden_csv(name):
 # ---------------------------------------------------------------------------
 # Properties: valid, the engine agrees with the independent oracle, CSV round trip
 
-QUARTERS = st.integers(1, 12).map(lambda k: k / 4)  # exact in binary floating point
 VIRTUAL_STAGES = dict.fromkeys(["zbv", "v-half", "v-min"], 2)
 SIZES = st.tuples(st.sampled_from(list(VIRTUAL_STAGES)), st.integers(1, 5), st.integers(1, 12))
 
 
-@st.composite
-def policy_runs(draw):
-    """A policy at sizes within its constraints, random per-stage costs, a latency link."""
-    name, devices, microbatches = draw(SIZES)
-    schedule = get_schedule(name, devices, microbatches, VIRTUAL_STAGES[name])
-    stages = schedule.model_stages
-    fwd = [draw(QUARTERS) for _ in range(stages)]
-    costs = uniform_costs(
-        stages,
-        fwd,
-        backward_input_ms=[draw(QUARTERS) for _ in range(stages)],
-        backward_weight_ms=[draw(QUARTERS) for _ in range(stages)],
-        overlapped_fb_ms=[f + draw(QUARTERS) for f in fwd],
-        activation_bytes=1e6,
-    )
-    link = Link(
-        latency_us=draw(st.integers(0, 4)) * 250, bandwidth_gbps=draw(st.sampled_from([1.0, inf]))
-    )
-    return schedule, costs, Topology(devices, default=link)
-
-
 @settings(max_examples=40, deadline=None)
-@given(policy_runs())
+@given(policy_runs(SIZES, VIRTUAL_STAGES))
 def test_engine_matches_oracle_and_csv_round_trips(run):
-    schedule, costs, topology = run
-    validate(schedule)
-    times = evaluate(schedule, costs, topology)
-    frame = simulate(schedule, costs, topology).frame
-    compute = frame[frame.lane == "compute"]
-    for d, actions in enumerate(schedule.device_actions):
-        rows = compute[compute.device == d]
-        assert list(rows.name) == [str(a) for a in actions]
-        expected = [t for k in range(len(actions)) for t in times[(d, k)]]
-        simulated = [t for pair in zip(rows.start, rows.end, strict=True) for t in pair]
-        assert simulated == pytest.approx(expected)
-    assert from_csv(to_csv(schedule), schedule.name) == schedule
+    assert_matches_oracle_and_round_trips(*run)
