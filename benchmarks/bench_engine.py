@@ -30,8 +30,18 @@ def one_run(schedule: str, actions: int) -> dict:
     spec = {
         "schema_version": 1,
         "name": f"bench-{schedule}",
-        "pipeline": {"schedule": schedule, "devices": devices, "microbatches": microbatches, "virtual_stages": chunks},
-        "costs": {"forward_ms": 1.0, "backward_ms": 2.0, "activation_bytes": 1e6, "activation_memory_bytes": 1e6},
+        "pipeline": {
+            "schedule": schedule,
+            "devices": devices,
+            "microbatches": microbatches,
+            "virtual_stages": chunks,
+        },
+        "costs": {
+            "forward_ms": 1.0,
+            "backward_ms": 2.0,
+            "activation_bytes": 1e6,
+            "activation_memory_bytes": 1e6,
+        },
         "hardware": {"link": {"latency_us": 5, "bandwidth_gbps": 100}},
     }
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -64,7 +74,10 @@ def main() -> None:
     for schedule in ("1f1b", "interleaved-1f1b"):
         for size in [s for s in SIZES if s <= args.max]:
             out = subprocess.run(
-                [sys.executable, __file__, "--one", schedule, str(size)], capture_output=True, text=True, check=True
+                [sys.executable, __file__, "--one", schedule, str(size)],
+                capture_output=True,
+                text=True,
+                check=True,
             )
             row = json.loads(out.stdout)
             print(
