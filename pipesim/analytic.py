@@ -83,8 +83,3 @@ def _uniform_latency_ms(
     if hop > min(costs.forward_ms[0], costs.backward_ms[0]) and schedule.microbatches > 1:
         return None  # messages would queue on the link
     return hop
-
-
-def gpipe_bubble_fraction(devices: int, microbatches: int) -> float:
-    """(p - 1) / (m + p - 1): the idle share of GPipe/1F1B with uniform stages."""
-    return (devices - 1) / (microbatches + devices - 1)

@@ -42,7 +42,6 @@ from pipesim.trace import (
     COMM,
     COMPUTE,
     KIND_CODE,
-    KIND_CODES,
     ROWS_PER_BLOCK,
     SEND_B,
     SEND_F,
@@ -282,4 +281,4 @@ class _Run:
         return f"the gradient of {source}B{microbatch} (device {self.placement[source]})"
 
 
-__all__ = ["DeadlockError", "simulate", "KIND_CODES", "W"]
+__all__ = ["DeadlockError", "simulate"]

@@ -6,7 +6,7 @@ FIFO per directed pair; a pair has one sender, so its order is the sender's prog
 Returns ``{(device, step): (start, end)}``, or raises RuntimeError on a deadlock.
 """
 
-from pipesim.schedules.ir import OVERLAP_F_B, B, F, I, W
+from pipesim.schedules.ir import OVERLAP_F_B, B, F, I
 
 
 def evaluate(schedule, costs, topology=None):
@@ -80,6 +80,3 @@ def evaluate(schedule, costs, topology=None):
     if any(p < len(a) for p, a in zip(pointer, schedule.device_actions, strict=True)):
         raise RuntimeError("deadlock")
     return times
-
-
-__all__ = ["evaluate", "W"]

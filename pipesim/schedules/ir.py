@@ -22,7 +22,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -53,7 +52,6 @@ class Kind(StrEnum):
 
 F, B, I, W = Kind.F, Kind.B, Kind.I, Kind.W  # noqa: E741
 OVERLAP_F_B = Kind.OVERLAP_F_B
-BACKWARD_KINDS = frozenset({B, I})  # the kinds that send a gradient upstream
 
 
 class Action(NamedTuple):
@@ -364,9 +362,3 @@ def _infer_chains(lists: tuple[tuple[Action, ...], ...], stages: int) -> tuple[C
     if sum(len(c.stages) for c in chains) != stages:
         raise ScheduleError(f"some of stages 0..{stages - 1} are run by no microbatch")
     return tuple(chains)
-
-
-def action_counts(schedule: Schedule) -> Counter[Kind]:
-    return Counter(
-        atom.kind for actions in schedule.device_actions for a in actions for atom in a.atoms
-    )
