@@ -21,8 +21,8 @@ SIZES = [10**3, 10**4, 10**5, 10**6]
 
 
 def one_run(schedule: str, actions: int) -> dict:
-    from pipesim.run import run_scenario
-    from pipesim.scenario import build_scenario, parse_spec
+    from pipesim.analysis.run import run_scenario
+    from pipesim.scenario.build import build_scenario, parse_spec
 
     devices, chunks = 8, (1 if schedule == "1f1b" else 4)
     per_microbatch = 2 * devices * chunks  # one F and one B per stage

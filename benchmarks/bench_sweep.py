@@ -13,8 +13,8 @@ import argparse
 import time
 from pathlib import Path
 
-from pipesim.scenario import read_mapping
-from pipesim.sweep import parse_grid, run_sweep
+from pipesim.analysis.sweep import parse_grid, run_sweep
+from pipesim.scenario.build import read_mapping
 
 SCENARIO = str(Path(__file__).parent.parent / "scenarios" / "gpipe-vs-1f1b.yaml")
 GRID = [

@@ -36,8 +36,8 @@ def torch_rate(schedule) -> float:
 
 
 def pipesim_rate(name: str, devices: int, microbatches: int, chunks: int) -> tuple[float, object]:
-    from pipesim.run import run_scenario
-    from pipesim.scenario import build_scenario, parse_spec
+    from pipesim.analysis.run import run_scenario
+    from pipesim.scenario.build import build_scenario, parse_spec
 
     spec = {
         "schema_version": 1,

@@ -8,12 +8,12 @@ The public API is small: load a scenario, simulate it, read the Report.
 7.0
 """
 
-from pipesim.engine import DeadlockError, simulate
-from pipesim.metrics import Report, build_report
-from pipesim.run import Result, run_scenario
-from pipesim.scenario import Scenario, ScenarioError, load_scenario
+from pipesim.analysis.run import Result, run_scenario
+from pipesim.scenario.build import Scenario, ScenarioError, load_scenario
 from pipesim.schedules import get_schedule, list_schedules
 from pipesim.schedules.ir import Action, ConstraintError, Schedule, ScheduleError
+from pipesim.sim.engine import DeadlockError, simulate
+from pipesim.sim.metrics import Report, build_report
 
 __version__ = "0.1.0"
 

@@ -5,13 +5,13 @@ from math import inf
 import pytest
 from hypothesis import strategies as st
 
-from pipesim.costs import uniform_costs
-from pipesim.engine import simulate
-from pipesim.hardware import Link, Topology
-from pipesim.metrics import build_report
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import from_csv, to_csv
 from pipesim.schedules.validation import validate
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import simulate
+from pipesim.sim.links import Link, Topology
+from pipesim.sim.metrics import build_report
 from tests.oracle import evaluate
 
 

@@ -4,8 +4,7 @@ import math
 
 from hypothesis import given, settings
 
-from pipesim.costs import uniform_costs
-from pipesim.critical import (
+from pipesim.analysis.critical import (
     BUSY_LINK,
     DONE,
     DOWNSTREAM,
@@ -16,11 +15,12 @@ from pipesim.critical import (
     explain,
     idle_gaps,
 )
-from pipesim.engine import simulate
-from pipesim.hardware import Link, Topology
-from pipesim.metrics import build_report
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Action, F, schedule_from_lists
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import simulate
+from pipesim.sim.links import Link, Topology
+from pipesim.sim.metrics import build_report
 from tests.helpers import latency_topology, run_policy
 from tests.test_properties import random_schedules
 
@@ -172,7 +172,7 @@ def test_cli_explain_and_run_critical_path(tmp_path):
 
     from click.testing import CliRunner
 
-    from pipesim.cli import main
+    from pipesim.cli.main import main
 
     scenario = str(Path(__file__).parent.parent / "scenarios" / "gpipe-vs-1f1b.yaml")
     latency = ["--set", "pipeline.microbatches=4", "--set", "hardware.link={latency_us: 500}"]

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from pipesim import load_scenario, run_scenario
-from pipesim.hardware import link_profile
-from pipesim.scenario import ScenarioError
+from pipesim.cluster.hardware import link_profile
+from pipesim.scenario.build import ScenarioError
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 GPT = SCENARIOS / "gpt-nvlink-vs-pcie.yaml"

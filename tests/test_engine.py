@@ -4,11 +4,11 @@ from fractions import Fraction
 
 import pytest
 
-from pipesim.costs import uniform_costs
-from pipesim.engine import DeadlockError, simulate
-from pipesim.hardware import Link, Topology
-from pipesim.metrics import build_report
 from pipesim.schedules.ir import Action, B, F, schedule_from_lists
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import DeadlockError, simulate
+from pipesim.sim.links import Link, Topology
+from pipesim.sim.metrics import build_report
 from tests.helpers import compute_rows, latency_topology, run_policy
 
 

@@ -6,17 +6,15 @@ import math
 
 import pytest
 
-from pipesim.hardware import (
+from pipesim.cluster.hardware import (
     GPU_PROFILES,
-    IDEAL,
     LINK_PROFILES,
-    Link,
-    Topology,
     UnknownProfileError,
     build_topology,
     gpu_profile,
     link_profile,
 )
+from pipesim.sim.links import IDEAL, Link, Topology
 
 # The table, written out again by hand: (name, variant, latency_us, GB/s per direction).
 EXPECTED_LINKS = [

@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.costs import Costs
-from pipesim.hardware import GpuProfile, Link
-from pipesim.model import (
+from pipesim.cluster.hardware import GpuProfile
+from pipesim.cluster.model import (
     Efficiency,
     PassFlops,
     TransformerModel,
@@ -32,7 +31,9 @@ from pipesim.model import (
     stage_work_flops,
     static_memory,
 )
-from pipesim.parallel import data_parallel_link, ring_allreduce_ms, tensor_parallel_comm_ms
+from pipesim.cluster.parallel import data_parallel_link, ring_allreduce_ms, tensor_parallel_comm_ms
+from pipesim.sim.costs import Costs
+from pipesim.sim.links import Link
 
 # s = 4, b = 1, h = 8: sbh = 32.
 TINY = TransformerModel(layers=4, hidden=8, heads=2, seq_len=4, vocab=16)

@@ -6,13 +6,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.costs import uniform_costs
-from pipesim.engine import simulate
-from pipesim.hardware import Link, Topology
-from pipesim.metrics import build_report
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import Action, B, ConstraintError, F, I, W, schedule_from_lists
 from pipesim.schedules.validation import validate
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import simulate
+from pipesim.sim.links import Link, Topology
+from pipesim.sim.metrics import build_report
 from tests.oracle import evaluate
 
 QUARTERS = st.integers(0, 12).map(lambda k: k / 4)  # exact in binary floating point

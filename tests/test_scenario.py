@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pipesim.scenario import ScenarioError, load_scenario
+from pipesim.scenario.build import ScenarioError, load_scenario
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 BASE = {

@@ -9,14 +9,14 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.cli import main
-from pipesim.costs import uniform_costs
-from pipesim.engine import simulate
-from pipesim.run import run_scenario, study
-from pipesim.scenario import ScenarioError, load_scenario
+from pipesim.analysis.run import run_scenario, study
+from pipesim.cli.main import main
+from pipesim.scenario.build import ScenarioError, load_scenario
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Kind
-from pipesim.variability import (
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import simulate
+from pipesim.sim.variability import (
     Noise,
     Straggler,
     Variability,
@@ -141,8 +141,8 @@ def test_percentiles_are_ordered_and_the_seed_reproduces_them(seed, runs):
         stragglers=(Straggler(0, 1.3, 0.5),),
         link_jitter=Noise("normal", cv=0.3),
     )
-    from pipesim.metrics import build_report
-    from pipesim.variability import monte_carlo
+    from pipesim.analysis.monte_carlo import monte_carlo
+    from pipesim.sim.metrics import build_report
 
     def run_step(duration_scale, link_scale):
         trace = simulate(

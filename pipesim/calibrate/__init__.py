@@ -10,7 +10,7 @@
 Only ``profile`` is imported here; the rest import torch inside functions when used.
 """
 
-from pipesim.calibrate.profile import (
+from pipesim.scenario.profile import (
     Profile,
     ProfileError,
     costs_from_profile,

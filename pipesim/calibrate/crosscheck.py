@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from pipesim.calibrate.fit import ActionKey, Timeline, fit_host, post_stalls_ms, timeline
-from pipesim.calibrate.profile import HostOverhead
 from pipesim.calibrate.realrun import MeasuredRun
-from pipesim.costs import Costs, uniform_costs
-from pipesim.hardware import Link, Topology
+from pipesim.scenario.profile import HostOverhead
 from pipesim.schedules.ir import Kind, Schedule
+from pipesim.sim.costs import Costs, uniform_costs
+from pipesim.sim.links import Link, Topology
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def simulate_starts(
 
     ``durations`` replaces each action's duration by its own figure (a replay).
     """
-    from pipesim.engine import simulate
+    from pipesim.sim.engine import simulate
 
     scale = None
     if durations is not None:
@@ -237,7 +237,7 @@ def measured_trace(line: Timeline):
     import pandas as pd
 
     from pipesim.schedules.ir import Action
-    from pipesim.trace import trace_from_frame
+    from pipesim.sim.trace import trace_from_frame
 
     schedule = line.schedule
     keys = sorted(line.start, key=lambda k: (line.device[k], line.start[k]))
@@ -259,7 +259,7 @@ def measured_trace(line: Timeline):
 
 def side_by_side_chrome(measured, simulated) -> dict:
     """One Perfetto file: measured devices first, simulated devices below them."""
-    from pipesim.trace import to_chrome_trace
+    from pipesim.sim.trace import to_chrome_trace
 
     first = to_chrome_trace(measured, label="measured")
     second = to_chrome_trace(simulated, label="simulated", pid_offset=measured.devices)
@@ -268,7 +268,7 @@ def side_by_side_chrome(measured, simulated) -> dict:
 
 def comparison_figure(measured, simulated, title: str):
     """Two Gantt charts, measured above simulated, on one time axis."""
-    from pipesim.plot import _pyplot, draw_gantt
+    from pipesim.plot.figures import _pyplot, draw_gantt
 
     plt = _pyplot()
     height = 0.5 * measured.devices + 1.2

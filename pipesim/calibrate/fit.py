@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipesim.calibrate.profile import HostOverhead
 from pipesim.calibrate.realrun import ACTION, COMPUTE, WAIT, MeasuredRun
-from pipesim.costs import Costs
+from pipesim.scenario.profile import HostOverhead
 from pipesim.schedules.ir import B, F, I, Kind, Schedule, from_csv, parse_action
+from pipesim.sim.costs import Costs
 
 # A send or receive post longer than this sat blocked in the transport (module docstring);
 # an unhindered post takes 0.02-0.1 ms on CPU.

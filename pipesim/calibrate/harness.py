@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pipesim.calibrate.ops import StageSpec, build_stage, make_input
-from pipesim.calibrate.profile import LinkFit, Profile, Spread, StageTiming, summarize
+from pipesim.scenario.profile import LinkFit, Profile, Spread, StageTiming, summarize
 
 MIN_REPEATS = 20
 DEFAULT_SIZES = (4_096, 65_536, 262_144, 1_048_576, 4_194_304)

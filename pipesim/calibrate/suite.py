@@ -24,8 +24,8 @@ from pipesim.calibrate.crosscheck import (
 )
 from pipesim.calibrate.fit import timeline
 from pipesim.calibrate.ops import StageSpec
-from pipesim.calibrate.profile import Profile, costs_from_profile
 from pipesim.calibrate.realrun import Job, MeasuredRun, run_jobs
+from pipesim.scenario.profile import Profile, costs_from_profile
 from pipesim.schedules.ir import Schedule
 
 
@@ -139,7 +139,7 @@ def check_schedules(
 
 
 def _save_runs(folder: str, name: str, runs: list[MeasuredRun]) -> None:
-    from pipesim.calibrate.profile import write_atomic
+    from pipesim.scenario.profile import write_atomic
 
     Path(folder).mkdir(parents=True, exist_ok=True)
     for index, run in enumerate(runs):

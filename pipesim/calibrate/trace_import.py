@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipesim.calibrate.profile import KINDS, Profile, ProfileError, StageTiming, summarize
+from pipesim.scenario.profile import KINDS, Profile, ProfileError, StageTiming, summarize
 from pipesim.schedules.ir import Action, ScheduleError, parse_action
 
 PREFIX = "PP:"
@@ -130,7 +130,7 @@ def trace_from_spans(spans: list[ActionSpan]):
     """The measured compute timeline as a pipesim Trace (devices = ranks)."""
     import pandas as pd
 
-    from pipesim.trace import trace_from_frame
+    from pipesim.sim.trace import trace_from_frame
 
     pairs = compute_actions(spans)
     rank_of: dict[int, int] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib import import_module
 from types import ModuleType
 
-from pipesim._gc import no_cyclic_gc
+from pipesim.schedules.gc_pause import no_cyclic_gc
 from pipesim.schedules.ir import (
     Action,
     ConstraintError,

@@ -10,12 +10,12 @@ import pytest
 
 from pipesim.calibrate.crosscheck import cross_check, host_topology, rankings_agree, with_overhead
 from pipesim.calibrate.fit import STALLED_POST_MS, fit_host, post_stalls_ms, timeline
-from pipesim.calibrate.profile import HostOverhead
 from pipesim.calibrate.realrun import ACTION, COMPUTE, WAIT, MeasuredRun, Span
-from pipesim.costs import uniform_costs
-from pipesim.engine import simulate
+from pipesim.scenario.profile import HostOverhead
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import to_csv
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import simulate
 
 OVERHEAD, HOP = 0.25, 0.5
 
@@ -101,7 +101,7 @@ def test_a_calibration_run_fits_the_in_run_compute_scale():
 
 
 def test_profile_host_scale_stretches_the_costs():
-    from pipesim.calibrate.profile import Profile, Spread, StageTiming, costs_from_profile
+    from pipesim.scenario.profile import Profile, Spread, StageTiming, costs_from_profile
 
     timing = StageTiming(0, {"F": Spread(1.0, 0.9, 1.1, 20), "B": Spread(2.0, 1.9, 2.1, 20)}, 0.0)
     plain = costs_from_profile(Profile((timing,)), 2)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipesim.calibrate.profile import (
+from pipesim.scenario.profile import (
     HostOverhead,
     LinkFit,
     Profile,

@@ -17,11 +17,11 @@ torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 
-from pipesim.calibrate.commands import crosscheck_command, fit_command, import_trace_command  # noqa: E402
 from pipesim.calibrate.harness import fit_link, profile_stages  # noqa: E402
 from pipesim.calibrate.ops import StageSpec  # noqa: E402
-from pipesim.calibrate.profile import load_profile, save_profile  # noqa: E402
 from pipesim.calibrate.trace_import import import_traces, profile_from_spans, trace_from_spans  # noqa: E402
+from pipesim.cli.calibrate import crosscheck_command, fit_command, import_trace_command  # noqa: E402
+from pipesim.scenario.profile import load_profile, save_profile  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

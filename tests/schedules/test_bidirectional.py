@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.costs import uniform_costs
-from pipesim.engine import simulate
-from pipesim.metrics import build_report
 from pipesim.schedules import ConstraintError, get_schedule
 from pipesim.schedules.ir import OVERLAP_F_B, B, Chain, F, I, W, from_csv, to_csv
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import simulate
+from pipesim.sim.metrics import build_report
 from tests.helpers import assert_matches_oracle_and_round_trips, policy_runs
 
 GOLDEN = Path(__file__).parent.parent / "golden"

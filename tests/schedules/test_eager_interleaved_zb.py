@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.costs import uniform_costs
-from pipesim.engine import simulate
 from pipesim.schedules import ConstraintError, get_schedule, interleaved_zero_bubble, zb_h1
 from pipesim.schedules.ir import B, F, I, W, from_csv, to_csv
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import simulate
 from tests.helpers import latency_topology, run_policy
 from tests.schedules.test_zero_bubble import sized_costs
 from tests.test_properties import QUARTERS, check_invariants

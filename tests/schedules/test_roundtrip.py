@@ -5,12 +5,12 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from pipesim.cli import main
-from pipesim.costs import uniform_costs
-from pipesim.engine import simulate
-from pipesim.metrics import build_report
+from pipesim.cli.main import main
 from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import from_csv, to_csv
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import simulate
+from pipesim.sim.metrics import build_report
 
 
 def sizes(name):

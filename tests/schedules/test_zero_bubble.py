@@ -12,11 +12,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pipesim.costs import uniform_costs
-from pipesim.engine import simulate
-from pipesim.metrics import build_report
 from pipesim.schedules import ConstraintError, get_schedule
 from pipesim.schedules.ir import from_csv, to_csv
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import simulate
+from pipesim.sim.metrics import build_report
 from tests.helpers import latency_topology, run_policy
 from tests.test_properties import QUARTERS, check_invariants
 

@@ -18,9 +18,9 @@ simulated numbers.
 
 from __future__ import annotations
 
-from pipesim.costs import Costs
-from pipesim.hardware import Topology
 from pipesim.schedules.ir import Schedule
+from pipesim.sim.costs import Costs
+from pipesim.sim.links import Topology
 
 
 def closed_form(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from pipesim.hardware import Link
+from pipesim.sim.links import Link
 
 
 def ring_allreduce_ms(nbytes: float, ranks: int, link: Link) -> float:

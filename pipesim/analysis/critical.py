@@ -33,10 +33,10 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from pipesim.hardware import Topology
-from pipesim.metrics import Report
 from pipesim.schedules.ir import Kind, Schedule, parse_action
-from pipesim.trace import COMM, COMPUTE, Trace
+from pipesim.sim.links import Topology
+from pipesim.sim.metrics import Report
+from pipesim.sim.trace import COMM, COMPUTE, Trace
 
 UPSTREAM = "upstream activation"
 DOWNSTREAM = "downstream gradient"

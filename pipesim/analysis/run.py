@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipesim.engine import DurationScale, simulate
-from pipesim.metrics import Report, build_report
-from pipesim.scenario import Scenario
-from pipesim.trace import Trace
-from pipesim.variability import MonteCarlo, Variability, monte_carlo
+from pipesim.analysis.monte_carlo import MonteCarlo, monte_carlo
+from pipesim.scenario.build import Scenario
+from pipesim.sim.engine import DurationScale, simulate
+from pipesim.sim.metrics import Report, build_report
+from pipesim.sim.trace import Trace
+from pipesim.sim.variability import Variability
 
 
 @dataclass(frozen=True, slots=True)

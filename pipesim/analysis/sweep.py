@@ -97,8 +97,8 @@ def grid_points(axes: Sequence[GridAxis]) -> list[tuple[str, ...]]:
 
 def run_point(base: dict, source: str, keys: Sequence[str], raw: Sequence[str]) -> dict:
     """Simulate one point; the report's scalars, or ``{"error": text}``."""
-    from pipesim.run import run_scenario
-    from pipesim.scenario import apply_overrides, build_scenario, parse_spec, with_schedule
+    from pipesim.analysis.run import run_scenario
+    from pipesim.scenario.build import apply_overrides, build_scenario, parse_spec, with_schedule
     from pipesim.schedules import POLICIES
 
     try:

@@ -1,11 +1,8 @@
-"""Links between devices, the topology that says which link joins two devices, and the
-hardware profiles (interconnects and GPUs) that give those links and devices their numbers.
+"""Hardware profiles (interconnects and GPUs) and the topology built from them: which
+link joins two devices, which devices share a node, which share a PCIe switch.
 
-A link is a pipe with a fixed start-up delay (latency) and a width (bandwidth): a message
-of ``n`` bytes takes ``latency_us / 1000 + n / (bandwidth_gbps * 1e9) * 1000`` ms.
-Each directed link carries one message at a time; messages queue in the order they
-are sent. Links that share a physical channel (several GPUs behind one PCIe switch)
-share one queue: they carry the same ``channel`` name.
+The link model itself (LogGP: bandwidth time queues, latency is a pure delay) lives in
+``pipesim.sim.links``.
 
 Profiles come in two variants. ``line-rate`` is what the data sheet promises: the signalling
 rate of the wire and the smallest per-hop latency the communication library assumes.
@@ -15,56 +12,14 @@ messages; use it to predict real runs, and ``line-rate`` to see the ceiling.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from pipesim.sim.links import Link, Topology
 
 
 class UnknownProfileError(ValueError):
     """A link or GPU profile name (or variant) that pipesim does not know."""
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    """One directed link. ``bandwidth_gbps`` is in GB/s (1e9 bytes/s); inf means no size cost."""
-
-    latency_us: float = 0.0
-    bandwidth_gbps: float = math.inf
-    name: str = "ideal"
-
-    def transfer_ms(self, nbytes: float) -> float:
-        size_ms = 0.0 if math.isinf(self.bandwidth_gbps) else nbytes / (self.bandwidth_gbps * 1e6)
-        return self.latency_us / 1000.0 + size_ms
-
-    @property
-    def is_ideal(self) -> bool:
-        return self.latency_us == 0 and math.isinf(self.bandwidth_gbps)
-
-
-IDEAL = Link()
-
-
-@dataclass(frozen=True, slots=True)
-class Topology:
-    """Which link joins two devices, and which links share a queue.
-
-    ``links[(src, dst)]`` overrides ``default`` for one directed pair; ``channels`` maps a
-    directed pair to a shared queue name (default: each pair its own queue).
-    """
-
-    devices: int
-    default: Link = IDEAL
-    links: dict[tuple[int, int], Link] = field(default_factory=dict)
-    channels: dict[tuple[int, int], str] = field(default_factory=dict)
-    comm_overlap: bool = True
-
-    def link(self, src: int, dst: int) -> Link:
-        if src == dst:
-            return IDEAL
-        return self.links.get((src, dst), self.default)
-
-    def channel(self, src: int, dst: int) -> str:
-        return self.channels.get((src, dst), f"{src}->{dst}")
 
 
 # -- link profiles -------------------------------------------------------------------------

@@ -22,14 +22,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from pipesim import derive
-from pipesim.costs import Costs, uniform_costs
-from pipesim.hardware import Topology
-from pipesim.metrics import Accounting
-from pipesim.schedules import fit_virtual_stages, get_schedule
-from pipesim.schedules.ir import Schedule, ScheduleError, forward_only, from_csv
-from pipesim.schedules.validation import validate
-from pipesim.schema import (
+from pipesim.scenario import derive
+from pipesim.scenario.schema import (
     CostsSpec,
     PipelineSpec,
     ScenarioError,
@@ -37,12 +31,14 @@ from pipesim.schema import (
     VariabilitySpec,
     describe_validation_error,
 )
-from pipesim.variability import (
-    KIND_LETTERS,
-    Variability,
-    profile_stage_cvs,
-    variability_from_mapping,
-)
+from pipesim.scenario.variability import KIND_LETTERS, profile_stage_cvs, variability_from_mapping
+from pipesim.schedules import fit_virtual_stages, get_schedule
+from pipesim.schedules.ir import Schedule, ScheduleError, forward_only, from_csv
+from pipesim.schedules.validation import validate
+from pipesim.sim.costs import Costs, uniform_costs
+from pipesim.sim.links import Topology
+from pipesim.sim.metrics import Accounting
+from pipesim.sim.variability import Variability
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +142,7 @@ def build_scenario(spec: ScenarioSpec, source: str) -> Scenario:
 def _build_variability(section: VariabilitySpec, schedule: Schedule, source: str) -> Variability:
     """The variability section as core data; a kind section naming a profile file (relative
     to the scenario) takes its per-stage spread from that profile."""
-    from pipesim.calibrate.profile import load_profile
+    from pipesim.scenario.profile import load_profile
 
     data = section.model_dump(exclude_none=True)
     cvs = {}
@@ -268,7 +264,7 @@ def _build_costs(spec: CostsSpec, stages: int, source: str, pipe: PipelineSpec) 
 
 
 def _profile_costs(spec: CostsSpec, stages: int, source: str) -> Costs:
-    from pipesim.calibrate.profile import ProfileError, costs_from_profile, load_profile
+    from pipesim.scenario.profile import ProfileError, costs_from_profile, load_profile
 
     others = sorted(spec.model_fields_set - {"profile"})
     if others:

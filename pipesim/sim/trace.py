@@ -25,8 +25,8 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from pipesim.costs import Costs
 from pipesim.schedules.ir import Action, Kind, Schedule
+from pipesim.sim.costs import Costs
 
 KIND_CODES: tuple[str, ...] = ("F", "B", "I", "W", "OVERLAP_F_B", "SEND_F", "SEND_B", "ALLREDUCE")
 KIND_CODE = {Kind(k): i for i, k in enumerate(KIND_CODES[:5])}

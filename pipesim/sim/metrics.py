@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from pipesim.analytic import closed_form
-from pipesim.costs import Costs
-from pipesim.hardware import Topology
 from pipesim.schedules.ir import Schedule
-from pipesim.trace import COMPUTE, Trace
+from pipesim.sim.closed_form import closed_form
+from pipesim.sim.costs import Costs
+from pipesim.sim.links import Topology
+from pipesim.sim.trace import COMPUTE, Trace
 
 
 @dataclass(frozen=True, slots=True)

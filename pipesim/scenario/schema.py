@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from pipesim.hardware import GPU_PROFILES, LINK_PROFILES
+from pipesim.cluster.hardware import GPU_PROFILES, LINK_PROFILES
 from pipesim.schedules import POLICIES
 
 

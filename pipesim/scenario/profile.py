@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipesim.costs import Costs
-from pipesim.hardware import Link, Topology
+from pipesim.sim.costs import Costs
+from pipesim.sim.links import Link, Topology
 
 FORMAT = "pipesim-profile"
 VERSION = 1

@@ -9,7 +9,7 @@ import csv
 import io
 import json
 
-from pipesim.metrics import Report
+from pipesim.sim.metrics import Report
 
 
 def render_table(report: Report) -> str:
@@ -202,7 +202,7 @@ def render_compare(rows: list[dict], fmt: str) -> str:
 
 
 def render_explanation(report: Report, explanation, max_gaps: int) -> str:
-    from pipesim.critical import describe_gap, format_ms
+    from pipesim.analysis.critical import describe_gap, format_ms
 
     path = explanation.critical_path
     lines = [

@@ -15,7 +15,8 @@ from pathlib import Path
 import click
 
 from pipesim.calibrate.ops import StageSpec
-from pipesim.calibrate.profile import (
+from pipesim.cli.output import user_errors
+from pipesim.scenario.profile import (
     Profile,
     ProfileError,
     costs_from_profile,
@@ -24,7 +25,6 @@ from pipesim.calibrate.profile import (
     save_profile,
     write_atomic,
 )
-from pipesim.output import user_errors
 
 
 class CalibrationError(Exception):
@@ -61,7 +61,7 @@ def _check_output(path: str | None, option: str, suffixes: tuple[str, ...]) -> N
 
 
 def _load_scenario(path: str, overrides: tuple[str, ...]):
-    from pipesim.scenario import load_scenario
+    from pipesim.scenario.build import load_scenario
 
     return load_scenario(path, list(overrides))
 
@@ -213,7 +213,7 @@ def _profile_summary(result: Profile) -> str:
 def import_trace_command(traces, output, timeline, timeline_csv) -> None:
     """Read PyTorch profiler traces (one per rank) of a real pipeline run into a profile."""
     from pipesim.calibrate.trace_import import import_traces, profile_from_spans, trace_from_spans
-    from pipesim.trace import to_chrome_trace, to_csv
+    from pipesim.sim.trace import to_chrome_trace, to_csv
 
     _check_output(output, "-o", (".json",))
     _check_output(timeline, "--timeline", (".json",))
@@ -313,7 +313,7 @@ def _save_gantt(outcome, path: str) -> None:
     import os
     import tempfile
 
-    from pipesim.plot import save_figure
+    from pipesim.plot.figures import save_figure
 
     target = Path(path)
     handle, temp = tempfile.mkstemp(
@@ -345,8 +345,8 @@ def _save_gantt(outcome, path: str) -> None:
 def fit_command(runs, output, base) -> None:
     """Fit per-action host overhead and per-hop cost from saved real runs (crosscheck --save-runs)."""
     from pipesim.calibrate.fit import fit_host, timeline
-    from pipesim.calibrate.profile import HostOverhead, Spread, StageTiming
     from pipesim.calibrate.realrun import MeasuredRun
+    from pipesim.scenario.profile import HostOverhead, Spread, StageTiming
 
     _check_output(output, "-o", (".json",))
     measured = []

@@ -33,11 +33,11 @@ from collections.abc import Callable, Sequence
 
 import simpy
 
-from pipesim._gc import no_cyclic_gc
-from pipesim.costs import Costs
-from pipesim.hardware import Topology
+from pipesim.schedules.gc_pause import no_cyclic_gc
 from pipesim.schedules.ir import Action, B, F, I, Schedule, W, format_grid
-from pipesim.trace import (
+from pipesim.sim.costs import Costs
+from pipesim.sim.links import Topology
+from pipesim.sim.trace import (
     ALLREDUCE,
     COMM,
     COMPUTE,

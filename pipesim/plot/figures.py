@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipesim.metrics import Report
-from pipesim.trace import COMM, COMPUTE, KIND_CODES, Trace
+from pipesim.sim.metrics import Report
+from pipesim.sim.trace import COMM, COMPUTE, KIND_CODES, Trace
 
 COLOURS = {
     "F": "#4C72B0",
@@ -171,7 +171,7 @@ def sweep_figure(frame):
     """Two panels of a sweep: bubble fraction against microbatches per schedule, with
     (p-1)/(m+p-1) for reference; throughput against peak activation memory, with the
     Pareto front (no point has less memory and more throughput) marked."""
-    from pipesim.sweep import pareto_front
+    from pipesim.analysis.sweep import pareto_front
 
     plt = _pyplot()
     ok = frame[frame["error"].fillna("") == ""]

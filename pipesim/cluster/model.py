@@ -17,10 +17,9 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipesim.costs import Costs
-from pipesim.hardware import GpuProfile, Link, gpu_profile
-from pipesim.parallel import ring_allreduce_ms, tensor_parallel_comm_ms
-from pipesim.transformer import (
+from pipesim.cluster.hardware import GpuProfile, gpu_profile
+from pipesim.cluster.parallel import ring_allreduce_ms, tensor_parallel_comm_ms
+from pipesim.cluster.transformer import (
     PassFlops,
     StaticMemory,
     TransformerModel,
@@ -35,6 +34,8 @@ from pipesim.transformer import (
     stage_parameters,
     static_memory,
 )
+from pipesim.sim.costs import Costs
+from pipesim.sim.links import Link
 
 __all__ = [
     "Efficiency",

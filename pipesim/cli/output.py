@@ -12,9 +12,9 @@ from pathlib import Path
 
 import click
 
-from pipesim.engine import DeadlockError
-from pipesim.scenario import ScenarioError
+from pipesim.scenario.build import ScenarioError
 from pipesim.schedules.ir import ScheduleError
+from pipesim.sim.engine import DeadlockError
 
 EXIT_USAGE = 2
 

@@ -17,28 +17,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipesim.costs import Costs
-from pipesim.hardware import (
-    IDEAL,
-    Link,
-    Topology,
-    UnknownProfileError,
-    build_topology,
-    gpu_profile,
-    link_profile,
-)
-from pipesim.metrics import Accounting
-from pipesim.model import (
+from pipesim.cluster.hardware import UnknownProfileError, build_topology, gpu_profile, link_profile
+from pipesim.cluster.model import (
     Efficiency,
     TransformerModel,
     data_parallel_allreduce_ms,
     partition_layers,
     stage_costs,
 )
-from pipesim.parallel import data_parallel_link
+from pipesim.cluster.parallel import data_parallel_link
+from pipesim.cluster.transformer import model_flops_per_step, static_memory
+from pipesim.scenario.schema import LinkSpec, ScenarioError, ScenarioSpec
 from pipesim.schedules.ir import Schedule
-from pipesim.schema import LinkSpec, ScenarioError, ScenarioSpec
-from pipesim.transformer import model_flops_per_step, static_memory
+from pipesim.sim.costs import Costs
+from pipesim.sim.links import IDEAL, Link, Topology
+from pipesim.sim.metrics import Accounting
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 

@@ -1,0 +1,1 @@
+"""Analysis on top of the engine: runs, compare, sweeps, Monte Carlo, critical path."""

@@ -1,0 +1,5 @@
+"""The command line: click commands that parse, call one library function and render."""
+
+from pipesim.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,1 @@
+"""Hardware and models: GPU and link profiles, topology, transformer FLOPs and memory."""

@@ -1,0 +1,1 @@
+"""Matplotlib figures: Gantt charts, memory panels, sweeps and cross-checks."""

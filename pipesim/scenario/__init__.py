@@ -1,0 +1,1 @@
+"""Scenario files in, a validated Scenario out: schema, loading, --set overrides, building."""

@@ -1,0 +1,1 @@
+"""Simulation: costs, links, the SimPy engine, the Trace and the Report."""
