@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipesim.cli.main import main
+from pipesim.cli.commands import main
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 SEED = str(SCENARIOS / "seed-pipelined.yaml")

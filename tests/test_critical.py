@@ -172,7 +172,7 @@ def test_cli_explain_and_run_critical_path(tmp_path):
 
     from click.testing import CliRunner
 
-    from pipesim.cli.main import main
+    from pipesim.cli.commands import main
 
     scenario = str(Path(__file__).parent.parent / "scenarios" / "gpipe-vs-1f1b.yaml")
     latency = ["--set", "pipeline.microbatches=4", "--set", "hardware.link={latency_us: 500}"]

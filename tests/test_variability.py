@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.analysis.run import run_scenario, study
-from pipesim.cli.main import main
+from pipesim.cli.commands import main
 from pipesim.scenario.build import ScenarioError, load_scenario
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Kind

@@ -1,5 +1,5 @@
 """The command line: click commands that parse, call one library function and render."""
 
-from pipesim.cli.main import main
+from pipesim.cli.commands import main
 
 __all__ = ["main"]

@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from pipesim.cli.main import main
+from pipesim.cli.commands import main
 from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import from_csv, to_csv
 from pipesim.sim.costs import uniform_costs
