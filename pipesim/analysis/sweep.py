@@ -30,6 +30,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from pipesim.analysis.run import run_scenario
+from pipesim.scenario.build import apply_overrides, build_scenario, parse_spec, with_schedule
+from pipesim.schedules import POLICIES
+
 EXECUTORS = ("local", "dask")
 
 
@@ -97,9 +101,6 @@ def grid_points(axes: Sequence[GridAxis]) -> list[tuple[str, ...]]:
 
 def run_point(base: dict, source: str, keys: Sequence[str], raw: Sequence[str]) -> dict:
     """Simulate one point; the report's scalars, or ``{"error": text}``."""
-    from pipesim.analysis.run import run_scenario
-    from pipesim.scenario.build import apply_overrides, build_scenario, parse_spec, with_schedule
-    from pipesim.schedules import POLICIES
 
     try:
         overrides = [f"{key}={value}" for key, value in zip(keys, raw, strict=True)]

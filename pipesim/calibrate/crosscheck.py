@@ -32,9 +32,11 @@ import numpy as np
 from pipesim.calibrate.fit import ActionKey, Timeline, fit_host, post_stalls_ms, timeline
 from pipesim.calibrate.realrun import MeasuredRun
 from pipesim.scenario.profile import HostOverhead
-from pipesim.schedules.ir import Kind, Schedule
+from pipesim.schedules.ir import Action, Kind, Schedule
 from pipesim.sim.costs import Costs, uniform_costs
+from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
+from pipesim.sim.trace import to_chrome_trace, trace_from_frame
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,6 @@ def simulate_starts(
 
     ``durations`` replaces each action's duration by its own figure (a replay).
     """
-    from pipesim.sim.engine import simulate
 
     scale = None
     if durations is not None:
@@ -236,9 +237,6 @@ def measured_trace(line: Timeline):
     """The measured compute intervals as a pipesim Trace (no transfer rows)."""
     import pandas as pd
 
-    from pipesim.schedules.ir import Action
-    from pipesim.sim.trace import trace_from_frame
-
     schedule = line.schedule
     keys = sorted(line.start, key=lambda k: (line.device[k], line.start[k]))
     frame = pd.DataFrame(
@@ -259,24 +257,7 @@ def measured_trace(line: Timeline):
 
 def side_by_side_chrome(measured, simulated) -> dict:
     """One Perfetto file: measured devices first, simulated devices below them."""
-    from pipesim.sim.trace import to_chrome_trace
 
     first = to_chrome_trace(measured, label="measured")
     second = to_chrome_trace(simulated, label="simulated", pid_offset=measured.devices)
     return {"traceEvents": first["traceEvents"] + second["traceEvents"], "displayTimeUnit": "ms"}
-
-
-def comparison_figure(measured, simulated, title: str):
-    """Two Gantt charts, measured above simulated, on one time axis."""
-    from pipesim.plot.figures import _pyplot, draw_gantt
-
-    plt = _pyplot()
-    height = 0.5 * measured.devices + 1.2
-    fig, axes = plt.subplots(2, 1, figsize=(11, 2 * height + 0.5), sharex=True)
-    draw_gantt(axes[0], measured, f"{title}: measured", show_comm=False)
-    draw_gantt(axes[1], simulated, f"{title}: simulated", show_comm=True)
-    longest = max(measured.makespan_ms, simulated.makespan_ms)
-    for ax in axes:
-        ax.set_xlim(0, longest)
-    fig.tight_layout()
-    return fig

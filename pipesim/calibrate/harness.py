@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pipesim.calibrate.ops import StageSpec, build_stage, make_input
+from pipesim.calibrate.realrun import _free_port
 from pipesim.scenario.profile import LinkFit, Profile, Spread, StageTiming, summarize
 
 MIN_REPEATS = 20
@@ -199,8 +200,6 @@ def gloo_link(
     from pathlib import Path
 
     import torch.multiprocessing as mp
-
-    from pipesim.calibrate.realrun import _free_port
 
     with tempfile.TemporaryDirectory(prefix="pipesim-p2p-") as folder:
         context = mp.get_context("spawn")

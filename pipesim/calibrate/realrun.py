@@ -25,8 +25,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pipesim.calibrate.ops import StageSpec
-from pipesim.schedules.ir import Schedule, to_csv
+from pipesim.calibrate.ops import StageSpec, build_stage, make_input
+from pipesim.schedules.ir import Schedule, from_csv, to_csv
 
 ACTION, WAIT, COMPUTE = "action", "wait", "compute"
 
@@ -226,9 +226,6 @@ def _run_job(rank, job, device, recorder) -> list:
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
-
-    from pipesim.calibrate.ops import build_stage, make_input
-    from pipesim.schedules.ir import from_csv
 
     csv_text, name, stage_fields, runs, warmup = job
     specs = [StageSpec(**fields) for fields in stage_fields]

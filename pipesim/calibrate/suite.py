@@ -15,7 +15,6 @@ from pathlib import Path
 
 from pipesim.calibrate.crosscheck import (
     CrossCheck,
-    comparison_figure,
     cross_check,
     measured_trace,
     median_run,
@@ -23,9 +22,11 @@ from pipesim.calibrate.crosscheck import (
     side_by_side_chrome,
 )
 from pipesim.calibrate.fit import timeline
+from pipesim.calibrate.harness import profile_stages
 from pipesim.calibrate.ops import StageSpec
 from pipesim.calibrate.realrun import Job, MeasuredRun, run_jobs
-from pipesim.scenario.profile import Profile, costs_from_profile
+from pipesim.scenario.profile import Profile, costs_from_profile, write_atomic
+from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Schedule
 
 
@@ -66,9 +67,6 @@ class Outcome:
     def chrome_trace(self) -> dict:
         return side_by_side_chrome(self.measured[0], self.simulated[0])
 
-    def figure(self):
-        return comparison_figure(self.measured[0], self.simulated[0], self.results[0].schedule)
-
 
 def render_table(results: list[CrossCheck]) -> str:
     """One row per schedule: every error figure, percentages signed.
@@ -93,7 +91,6 @@ def render_table(results: list[CrossCheck]) -> str:
 
 def other_schedules(base: Schedule, names: list[str]) -> list[Schedule]:
     """The named schedules at the base schedule's size (virtual stages kept where allowed)."""
-    from pipesim.schedules import get_schedule
 
     virtual = base.stages // base.devices
     out = []
@@ -117,7 +114,6 @@ def check_schedules(
     timeout_s: float = 600.0,
 ) -> Outcome:
     """Run, simulate and compare each schedule (module docstring)."""
-    from pipesim.calibrate.harness import profile_stages
 
     model_stages = {s.model_stages for s in schedules}
     if len(model_stages) != 1 or len(specs) not in (1, *model_stages):
@@ -139,7 +135,6 @@ def check_schedules(
 
 
 def _save_runs(folder: str, name: str, runs: list[MeasuredRun]) -> None:
-    from pipesim.scenario.profile import write_atomic
 
     Path(folder).mkdir(parents=True, exist_ok=True)
     for index, run in enumerate(runs):

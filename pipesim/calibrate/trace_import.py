@@ -23,6 +23,7 @@ from pathlib import Path
 
 from pipesim.scenario.profile import KINDS, Profile, ProfileError, StageTiming, summarize
 from pipesim.schedules.ir import Action, ScheduleError, parse_action
+from pipesim.sim.trace import trace_from_frame
 
 PREFIX = "PP:"
 HOST, DEVICE = "user_annotation", "gpu_user_annotation"
@@ -129,8 +130,6 @@ def profile_from_spans(spans: list[ActionSpan], provenance: dict | None = None) 
 def trace_from_spans(spans: list[ActionSpan]):
     """The measured compute timeline as a pipesim Trace (devices = ranks)."""
     import pandas as pd
-
-    from pipesim.sim.trace import trace_from_frame
 
     pairs = compute_actions(spans)
     rank_of: dict[int, int] = {}

@@ -14,17 +14,34 @@ from pathlib import Path
 
 import click
 
+from pipesim.calibrate.crosscheck import measured_costs
+from pipesim.calibrate.fit import fit_host, timeline
+from pipesim.calibrate.harness import cuda_links, gloo_link, profile_stages
 from pipesim.calibrate.ops import StageSpec
+from pipesim.calibrate.realrun import MeasuredRun, RealRunError
+from pipesim.calibrate.suite import check_schedules, other_schedules
+from pipesim.calibrate.trace_import import (
+    TraceImportError,
+    import_traces,
+    profile_from_spans,
+    trace_from_spans,
+)
 from pipesim.cli.output import user_errors
+from pipesim.plot.figures import crosscheck_figure, save_figure
+from pipesim.scenario.build import load_scenario
 from pipesim.scenario.profile import (
+    HostOverhead,
     Profile,
     ProfileError,
+    Spread,
+    StageTiming,
     costs_from_profile,
     load_profile,
     profile_to_dict,
     save_profile,
     write_atomic,
 )
+from pipesim.sim.trace import to_chrome_trace, to_csv
 
 
 class CalibrationError(Exception):
@@ -33,8 +50,6 @@ class CalibrationError(Exception):
 
 def _user_errors(command: Callable) -> Callable:
     """pipesim's one-line error contract, plus the calibration modules' own errors."""
-    from pipesim.calibrate.realrun import RealRunError
-    from pipesim.calibrate.trace_import import TraceImportError
 
     return user_errors(
         command, also=(CalibrationError, ProfileError, TraceImportError, RealRunError)
@@ -61,7 +76,6 @@ def _check_output(path: str | None, option: str, suffixes: tuple[str, ...]) -> N
 
 
 def _load_scenario(path: str, overrides: tuple[str, ...]):
-    from pipesim.scenario.build import load_scenario
 
     return load_scenario(path, list(overrides))
 
@@ -166,8 +180,6 @@ def profile_command(scenario, output, overrides, ops, repeats, device, links, **
     _require_torch()
     import torch
 
-    from pipesim.calibrate.harness import cuda_links, gloo_link, profile_stages
-
     loaded = _load_scenario(scenario, overrides)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -212,8 +224,6 @@ def _profile_summary(result: Profile) -> str:
 @_user_errors
 def import_trace_command(traces, output, timeline, timeline_csv) -> None:
     """Read PyTorch profiler traces (one per rank) of a real pipeline run into a profile."""
-    from pipesim.calibrate.trace_import import import_traces, profile_from_spans, trace_from_spans
-    from pipesim.sim.trace import to_chrome_trace, to_csv
 
     _check_output(output, "-o", (".json",))
     _check_output(timeline, "--timeline", (".json",))
@@ -294,7 +304,6 @@ def crosscheck_command(
     _check_output(trace_path, "--trace", (".json",))
     _check_output(gantt, "--gantt", (".png", ".svg", ".pdf"))
     _require_torch()
-    from pipesim.calibrate.suite import check_schedules, other_schedules
 
     loaded = _load_scenario(scenario, overrides)
     specs = stage_specs(loaded, "synthetic" if ops == "synthetic" else real_ops, shapes)
@@ -313,15 +322,18 @@ def _save_gantt(outcome, path: str) -> None:
     import os
     import tempfile
 
-    from pipesim.plot.figures import save_figure
-
     target = Path(path)
     handle, temp = tempfile.mkstemp(
         prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent
     )
     os.close(handle)
     try:
-        save_figure(outcome.figure(), temp)
+        save_figure(
+            crosscheck_figure(
+                outcome.measured[0], outcome.simulated[0], outcome.results[0].schedule
+            ),
+            temp,
+        )
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
@@ -344,9 +356,6 @@ def _save_gantt(outcome, path: str) -> None:
 @_user_errors
 def fit_command(runs, output, base) -> None:
     """Fit per-action host overhead and per-hop cost from saved real runs (crosscheck --save-runs)."""
-    from pipesim.calibrate.fit import fit_host, timeline
-    from pipesim.calibrate.realrun import MeasuredRun
-    from pipesim.scenario.profile import HostOverhead, Spread, StageTiming
 
     _check_output(output, "-o", (".json",))
     measured = []
@@ -365,8 +374,6 @@ def fit_command(runs, output, base) -> None:
         )
         result = replace(profile, host=host)
     else:
-        from pipesim.calibrate.crosscheck import measured_costs
-
         host = fit_host(measured)  # the op medians come from these runs: scale 1
         lines = [timeline(run) for run in measured]
         costs = measured_costs(lines)

@@ -16,9 +16,15 @@ from pathlib import Path
 
 import click
 
-from pipesim.analysis.run import Result, run_scenario
+from pipesim.analysis.critical import explain as explain_trace
+from pipesim.analysis.critical import with_critical_path
+from pipesim.analysis.monte_carlo import with_monte_carlo
+from pipesim.analysis.run import Result, run_scenario, study
+from pipesim.analysis.sweep import SweepError, parse_grid, run_sweep
+from pipesim.cli.calibrate import COMMANDS
 from pipesim.cli.output import UserError, check_suffix, user_errors, write_atomic, write_text
 from pipesim.cli.render import RENDERERS, compare_row, rank_rows, render_compare, render_explanation
+from pipesim.plot.figures import gantt_figure, save_figure, stacked_gantt_figure, sweep_figure
 from pipesim.scenario.build import (
     ScenarioError,
     apply_overrides,
@@ -106,16 +112,11 @@ def run(
     result = run_scenario(load_scenario(scenario, overrides))
     path = None
     if critical_path:
-        from pipesim.analysis.critical import explain, with_critical_path
-
         scn = result.scenario
-        explanation = explain(result.trace, scn.schedule, scn.topology)
+        explanation = explain_trace(result.trace, scn.schedule, scn.topology)
         path = explanation.critical_path
         result = replace(result, report=with_critical_path(result.report, explanation))
     if runs is not None:
-        from pipesim.analysis.monte_carlo import with_monte_carlo
-        from pipesim.analysis.run import study
-
         monte_carlo = study(result.scenario, runs, seed)
         result = replace(result, report=with_monte_carlo(result.report, monte_carlo))
     text = RENDERERS[fmt](result.report)
@@ -127,8 +128,6 @@ def write_outputs(
     result: Result, gantt, trace_path, trace_csv, schedule_csv, critical_path=None
 ) -> None:
     if gantt:
-        from pipesim.plot.figures import gantt_figure, save_figure
-
         if critical_path is None:
             figure = gantt_figure(result.trace, result.report)
         else:
@@ -215,14 +214,10 @@ def compare(scenario, overrides, names, fmt, output, gantt, runs, seed) -> None:
         results.append((result.trace, result.report))
         rows.append(compare_row(result.report, note))
         if runs is not None:
-            from pipesim.analysis.run import study
-
             rows[-1].update(study(result.scenario, runs, seed).summary())
     if runs is not None:
         rows = rank_rows(rows)
     if gantt and results:
-        from pipesim.plot.figures import save_figure, stacked_gantt_figure
-
         figure = stacked_gantt_figure(results)
         write_atomic(gantt, lambda tmp: save_figure(figure, tmp))
     write_text(output, render_compare(rows, fmt))
@@ -269,7 +264,6 @@ def sweep(
     One row per point: the grid keys, the report's scalar fields, and an error column
     (a point that cannot run is a row with its reason, never an aborted sweep).
     """
-    from pipesim.analysis.sweep import SweepError, parse_grid, run_sweep
 
     check_suffix(output, "-o", _SWEEP_SUFFIXES)
     check_suffix(plot_path, "--plot", (".png", ".svg", ".pdf"))
@@ -288,8 +282,6 @@ def sweep(
     except SweepError as exc:
         raise UserError(str(exc)) from None
     if plot_path:
-        from pipesim.plot.figures import save_figure, sweep_figure
-
         figure = sweep_figure(frame)
         write_atomic(plot_path, lambda tmp: save_figure(figure, tmp))
     if output:
@@ -357,7 +349,6 @@ def _progress_bar(disabled: bool, axes):
 @user_errors
 def explain(scenario, overrides, fmt, max_gaps, output) -> None:
     """Say where SCENARIO's time goes: the critical path, and why each device idles."""
-    from pipesim.analysis.critical import explain as explain_trace
 
     result = run_scenario(load_scenario(scenario, overrides))
     scn = result.scenario
@@ -371,7 +362,6 @@ def explain(scenario, overrides, fmt, max_gaps, output) -> None:
 def _register_calibration() -> None:
     """The calibration commands (profile, import-trace, crosscheck, fit) need torch only
     when they run, so they are always listed."""
-    from pipesim.cli.calibrate import COMMANDS
 
     for command in COMMANDS:
         main.add_command(command)

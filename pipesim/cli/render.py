@@ -9,6 +9,7 @@ import csv
 import io
 import json
 
+from pipesim.analysis.critical import describe_gap, format_ms
 from pipesim.sim.metrics import Report
 
 
@@ -202,7 +203,6 @@ def render_compare(rows: list[dict], fmt: str) -> str:
 
 
 def render_explanation(report: Report, explanation, max_gaps: int) -> str:
-    from pipesim.analysis.critical import describe_gap, format_ms
 
     path = explanation.critical_path
     lines = [

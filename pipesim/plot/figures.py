@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pipesim.analysis.sweep import pareto_front
 from pipesim.sim.metrics import Report
 from pipesim.sim.trace import COMM, COMPUTE, KIND_CODES, Trace
 
@@ -171,7 +172,6 @@ def sweep_figure(frame):
     """Two panels of a sweep: bubble fraction against microbatches per schedule, with
     (p-1)/(m+p-1) for reference; throughput against peak activation memory, with the
     Pareto front (no point has less memory and more throughput) marked."""
-    from pipesim.analysis.sweep import pareto_front
 
     plt = _pyplot()
     ok = frame[frame["error"].fillna("") == ""]
@@ -224,3 +224,18 @@ def save_figure(fig, path: str) -> None:
     plt = _pyplot()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def crosscheck_figure(measured: Trace, simulated: Trace, title: str):
+    """Two Gantt charts, measured above simulated, on one time axis."""
+
+    plt = _pyplot()
+    height = 0.5 * measured.devices + 1.2
+    fig, axes = plt.subplots(2, 1, figsize=(11, 2 * height + 0.5), sharex=True)
+    draw_gantt(axes[0], measured, f"{title}: measured", show_comm=False)
+    draw_gantt(axes[1], simulated, f"{title}: simulated", show_comm=True)
+    longest = max(measured.makespan_ms, simulated.makespan_ms)
+    for ax in axes:
+        ax.set_xlim(0, longest)
+    fig.tight_layout()
+    return fig

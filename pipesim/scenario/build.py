@@ -23,6 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from pipesim.scenario import derive
+from pipesim.scenario.profile import ProfileError, costs_from_profile, load_profile
 from pipesim.scenario.schema import (
     CostsSpec,
     PipelineSpec,
@@ -142,7 +143,6 @@ def build_scenario(spec: ScenarioSpec, source: str) -> Scenario:
 def _build_variability(section: VariabilitySpec, schedule: Schedule, source: str) -> Variability:
     """The variability section as core data; a kind section naming a profile file (relative
     to the scenario) takes its per-stage spread from that profile."""
-    from pipesim.scenario.profile import load_profile
 
     data = section.model_dump(exclude_none=True)
     cvs = {}
@@ -264,7 +264,6 @@ def _build_costs(spec: CostsSpec, stages: int, source: str, pipe: PipelineSpec) 
 
 
 def _profile_costs(spec: CostsSpec, stages: int, source: str) -> Costs:
-    from pipesim.scenario.profile import ProfileError, costs_from_profile, load_profile
 
     others = sorted(spec.model_fields_set - {"profile"})
     if others:
