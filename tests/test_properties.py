@@ -12,6 +12,7 @@ from pipesim.schedules.validation import validate
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
+from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import build_report
 from tests.oracle import evaluate
 
@@ -114,7 +115,7 @@ def check_invariants(schedule, costs, topology):
     report = build_report(trace, schedule, costs, topology=topology)
     for d, dev in enumerate(report.per_device):
         assert abs(dev.busy_ms + dev.idle_ms - report.makespan_ms) < 1e-9
-        timeline = trace.memory[d]
+        timeline = memory_timelines(trace, schedule, costs)[d]
         if len(timeline.time):
             assert dev.peak_activation_bytes >= timeline.activation_bytes.max() - 1e-9
             assert abs(timeline.activation_bytes[-1]) < 1e-9  # everything taken is given back

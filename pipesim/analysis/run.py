@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pipesim.analysis.monte_carlo import MonteCarlo, monte_carlo
 from pipesim.scenario.build import Scenario
 from pipesim.sim.engine import DurationScale, simulate
+from pipesim.sim.memory import MemoryTimeline, memory_timelines
 from pipesim.sim.metrics import Report, build_report
 from pipesim.sim.trace import Trace
 from pipesim.sim.variability import Variability
@@ -18,6 +19,7 @@ class Result:
     scenario: Scenario
     trace: Trace
     report: Report
+    memory: tuple[MemoryTimeline, ...] = ()  # activation bytes per device over time
 
 
 def run_scenario(
@@ -37,6 +39,7 @@ def run_scenario(
         tail_ms=scenario.tail_ms,
         tail_after_flush=scenario.tail_after_flush,
     )
+    memory = memory_timelines(trace, scenario.schedule, scenario.costs)
     report = build_report(
         trace,
         scenario.schedule,
@@ -46,8 +49,9 @@ def run_scenario(
         seq_len=scenario.seq_len,
         topology=scenario.topology,
         accounting=scenario.accounting,
+        memory=memory,
     )
-    return Result(scenario, trace, report)
+    return Result(scenario, trace, report, memory)
 
 
 def study(scenario: Scenario, runs: int, seed: int) -> MonteCarlo:

@@ -35,8 +35,9 @@ from pipesim.scenario.profile import HostOverhead
 from pipesim.schedules.ir import Action, Kind, Schedule
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.engine import simulate
+from pipesim.sim.export import to_chrome_trace
 from pipesim.sim.links import Link, Topology
-from pipesim.sim.trace import to_chrome_trace, trace_from_frame
+from pipesim.sim.trace import trace_from_frame
 
 
 @dataclass(frozen=True)

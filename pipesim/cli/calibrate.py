@@ -41,7 +41,7 @@ from pipesim.scenario.profile import (
     save_profile,
     write_atomic,
 )
-from pipesim.sim.trace import to_chrome_trace, to_csv
+from pipesim.sim.export import to_chrome_trace, to_csv
 
 
 class CalibrationError(Exception):

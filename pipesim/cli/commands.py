@@ -37,8 +37,8 @@ from pipesim.scenario.build import (
 from pipesim.schedules import POLICIES, list_schedules
 from pipesim.schedules.ir import ScheduleError, to_csv
 from pipesim.sim.engine import DeadlockError
-from pipesim.sim.trace import to_chrome_trace
-from pipesim.sim.trace import to_csv as trace_to_csv
+from pipesim.sim.export import to_chrome_trace
+from pipesim.sim.export import to_csv as trace_to_csv
 
 # ---------------------------------------------------------------------------
 # Commands
@@ -129,12 +129,16 @@ def write_outputs(
 ) -> None:
     if gantt:
         if critical_path is None:
-            figure = gantt_figure(result.trace, result.report)
+            figure = gantt_figure(result.trace, result.report, result.memory)
         else:
-            figure = gantt_figure(result.trace, result.report, critical_path=critical_path)
+            figure = gantt_figure(
+                result.trace, result.report, result.memory, critical_path=critical_path
+            )
         write_atomic(gantt, lambda tmp: save_figure(figure, tmp))
     if trace_path:
-        chrome = to_chrome_trace(result.trace, label=result.report.scenario or "pipesim")
+        chrome = to_chrome_trace(
+            result.trace, label=result.report.scenario or "pipesim", memory=result.memory
+        )
         write_text(trace_path, json.dumps(chrome))
     if trace_csv:
         write_text(trace_csv, trace_to_csv(result.trace))

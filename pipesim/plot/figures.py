@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipesim.analysis.sweep import pareto_front
+from pipesim.sim.memory import MemoryTimeline
 from pipesim.sim.metrics import Report
 from pipesim.sim.trace import COMM, COMPUTE, KIND_CODES, Trace
 
@@ -89,9 +90,9 @@ def draw_gantt(ax, trace: Trace, title: str = "", show_comm: bool = True) -> Non
         ax.set_title(title, fontsize=10)
 
 
-def draw_memory(ax, trace: Trace) -> None:
+def draw_memory(ax, trace: Trace, memory: Sequence[MemoryTimeline]) -> None:
     """Activation memory held per device over time (step lines, MiB)."""
-    for d, timeline in enumerate(trace.memory):
+    for d, timeline in enumerate(memory):
         if not len(timeline.time):
             continue
         times = np.concatenate([[0.0], timeline.time, [trace.makespan_ms]])
@@ -110,8 +111,8 @@ def _title(report: Report) -> str:
     )
 
 
-def _has_memory(trace: Trace) -> bool:
-    return any(len(t.activation_bytes) and np.any(t.activation_bytes) for t in trace.memory)
+def _has_memory(memory: Sequence[MemoryTimeline]) -> bool:
+    return any(len(t.activation_bytes) and np.any(t.activation_bytes) for t in memory)
 
 
 def _legend(fig, kinds: set[str]) -> None:
@@ -121,11 +122,17 @@ def _legend(fig, kinds: set[str]) -> None:
     fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=len(handles))
 
 
-def gantt_figure(trace: Trace, report: Report, memory: bool = True, critical_path=None):
-    """The Gantt chart, with the memory-over-time plot under it when memory is modelled;
+def gantt_figure(
+    trace: Trace,
+    report: Report,
+    memory: Sequence[MemoryTimeline] = (),
+    critical_path=None,
+):
+    """The Gantt chart, with the memory-over-time plot under it when ``memory`` timelines
+    are given and hold any activations;
     ``critical_path`` (from ``pipesim.critical``) is outlined in red."""
     plt = _pyplot()
-    with_memory = memory and _has_memory(trace)
+    with_memory = _has_memory(memory)
     height = 0.45 * trace.devices + 1.6
     fig, axes = plt.subplots(
         2 if with_memory else 1,
@@ -139,7 +146,7 @@ def gantt_figure(trace: Trace, report: Report, memory: bool = True, critical_pat
     if critical_path:
         draw_critical_path(axes[0][0], critical_path)
     if with_memory:
-        draw_memory(axes[1][0], trace)
+        draw_memory(axes[1][0], trace, memory)
     _legend(fig, {KIND_CODES[k] for k in np.unique(trace.kind)})
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     return fig

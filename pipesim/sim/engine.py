@@ -159,7 +159,7 @@ class _Run:
         stuck = [d for d in range(self.schedule.devices) if not self.finished[d]]
         if stuck:
             raise DeadlockError(self._deadlock_message(stuck))
-        return self.out.build(self.schedule, self.costs)
+        return self.out.build(self.schedule)
 
     # -- the worker ------------------------------------------------------------------
 

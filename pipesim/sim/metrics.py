@@ -14,6 +14,7 @@ own name (DESIGN.md, "Metrics"):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -22,6 +23,7 @@ from pipesim.schedules.ir import Schedule
 from pipesim.sim.closed_form import closed_form
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
+from pipesim.sim.memory import MemoryTimeline, memory_timelines
 from pipesim.sim.trace import COMPUTE, Trace
 
 
@@ -104,13 +106,17 @@ def build_report(
     seq_len: int | None = None,
     topology: Topology | None = None,
     accounting: Accounting | None = None,
+    memory: Sequence[MemoryTimeline] | None = None,
 ) -> Report:
     """Compute every metric of ``trace`` (a pure function of its arrays).
 
     With ``costs`` (and ``topology``, default ideal links) the closed form for the schedule,
     where one applies, goes into ``analytic``. ``accounting`` adds static memory, the OOM
-    check, data-parallel replicas and MFU.
+    check, data-parallel replicas and MFU. ``memory`` (the activation timelines of
+    ``pipesim.sim.memory``) is derived from the trace when not given (costs needed).
     """
+    if memory is None:
+        memory = memory_timelines(trace, schedule, costs) if costs is not None else ()
     accounting = accounting or Accounting((0.0,) * trace.devices)
     capacity = accounting.memory_capacity_bytes
     analytic = closed_form(schedule, costs, topology) if costs is not None else None
@@ -124,8 +130,8 @@ def build_report(
     for d in range(devices):
         rows = compute & (trace.device == d)
         span = float(trace.end[rows].max() - trace.start[rows].min()) if rows.any() else 0.0
-        timeline = trace.memory[d]
-        if len(timeline.time):
+        timeline = memory[d] if memory else None
+        if timeline is not None and len(timeline.time):
             peak_index = int(np.argmax(timeline.activation_bytes))
             peak_bytes = float(max(timeline.activation_bytes[peak_index], 0.0))
             peak_time = float(timeline.time[peak_index]) if peak_bytes > 0 else 0.0
