@@ -34,3 +34,13 @@ class _Skipped(pytest.Item):
 
     def reportinfo(self):
         return self.path, 0, self.name
+
+
+# Notebooks that run real torch processes take many seconds: left out of the quick loop.
+SLOW_NOTEBOOKS = {"03-calibrate.ipynb"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SLOW_NOTEBOOKS:
+            item.add_marker(pytest.mark.slow)
