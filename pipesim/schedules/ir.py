@@ -9,12 +9,15 @@ so schedules move between pipesim and torch/torchtitan unchanged:
 * ``2B0``  full backward (input and weight gradients)
 * ``2I0``  backward for the input gradient only
 * ``2W0``  backward for the weight gradient only
-* ``(0F7;7B3)OVERLAP_F_B``  a forward and a backward run as one overlapped unit
+* ``(0F7;7B3)OVERLAP_F_B``  a forward and a backward run as one overlapped unit (torch
+  accepts any group of compute actions there, and so does pipesim)
 
 A ``Schedule`` is the per-device lists plus the placement (which device holds
 each stage) and the chains: the stage ranges a microbatch walks through. An
 ordinary pipeline is one chain over all stages; bidirectional schedules
-(DualPipe, Chimera) run two model copies as two chains.
+(DualPipe, Chimera) run two model copies as two chains. A schedule read from torch's
+lowered form also keeps its runtime posts (``SEND_F``, ``RECV_B``, ``REDUCE_GRAD``...,
+see ``pipesim.schedules.posts``) between the compute actions.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
+
+from pipesim.schedules.grid import format_grid
+from pipesim.schedules.posts import P2P_KINDS, REDUCE_GRAD, Placed, Post, PostKind
 
 
 class ScheduleError(ValueError):
@@ -55,8 +61,8 @@ OVERLAP_F_B = Kind.OVERLAP_F_B
 
 
 class Action(NamedTuple):
-    """One unit of work. ``sub_actions`` is set only for compound (overlapped) actions,
-    whose ``stage`` and ``microbatch`` are then -1."""
+    """One unit of work. ``sub_actions`` is set only for a group (``OVERLAP_F_B``), whose
+    ``stage`` and ``microbatch`` are then -1."""
 
     stage: int
     kind: Kind
@@ -86,6 +92,19 @@ def overlapped(forward: Action, backward: Action) -> Action:
     return Action(-1, OVERLAP_F_B, -1, (forward, backward))
 
 
+def group(*atoms: Action) -> Action:
+    """Compute actions run as one unit, in torch's ``(a;b;...)OVERLAP_F_B`` form.
+
+    torch's runtime runs the members one after the other without returning to its list in
+    between; pipesim runs the group as one action that waits for all its members' inputs
+    and ships all their outputs at its end. The policies build only forward-then-backward
+    pairs (``overlapped``); torch's CSV may hold any group.
+    """
+    if not atoms or any(a.sub_actions is not None for a in atoms):
+        raise ScheduleError(f"a group holds one or more simple actions, got {atoms}")
+    return Action(-1, OVERLAP_F_B, -1, tuple(atoms))
+
+
 _SIMPLE = re.compile(
     r"^\s*(\d+)\s*(F|B|I|W|BW|FULL_BACKWARD|BACKWARD_INPUT|BACKWARD_WEIGHT)\s*(\d+)\s*$"
 )
@@ -97,10 +116,12 @@ def parse_action(text: str) -> Action:
     """Parse torch's text form (``2F0``, ``(0F7;7B3)OVERLAP_F_B``) into an Action."""
     compound = _COMPOUND.match(text)
     if compound:
-        parts = [parse_action(p) for p in compound.group(1).split(";")]
-        if len(parts) != 2:
-            raise ScheduleError(f"an OVERLAP_F_B action holds two actions, got {text!r}")
-        return overlapped(parts[0], parts[1])
+        inner = compound.group(1)
+        if "(" in inner or ")" in inner or not inner.strip():
+            raise ScheduleError(
+                f"cannot parse {text!r}: a group holds simple actions, e.g. (0F7;7B3)OVERLAP_F_B"
+            )
+        return group(*(parse_action(p) for p in inner.split(";")))
     simple = _SIMPLE.match(text)
     if not simple:
         raise ScheduleError(
@@ -137,6 +158,7 @@ class Schedule:
     placement: tuple[int, ...]
     chains: tuple[Chain, ...]
     name: str = "custom"
+    posts: tuple[tuple[Placed, ...], ...] = ()  # per device; () for a compute-only schedule
     _stage_chain: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -191,6 +213,20 @@ class Schedule:
         device = self.placement[stage]
         return sum(1 for s in range(stage) if self.placement[s] == device)
 
+    def program(self, device: int) -> list[Action | Post]:
+        """The device's compute actions and posts in the order its runtime meets them."""
+        actions, items, cursor = self.device_actions[device], [], 0
+        for at, post in self.posts[device] if self.posts else ():
+            items += actions[cursor:at]
+            cursor = max(cursor, at)
+            items.append(post)
+        return items + list(actions[cursor:])
+
+    @property
+    def has_p2p_posts(self) -> bool:
+        """True for torch's lowered form: transfers leave only where SEND and RECV are posted."""
+        return any(p.kind in P2P_KINDS for placed in self.posts for _, p in placed)
+
     @property
     def is_training(self) -> bool:
         return any(a.kind != F for actions in self.device_actions for a in actions)
@@ -214,68 +250,45 @@ def v_placement(devices: int) -> tuple[int, ...]:
 
 
 def forward_only(schedule: Schedule) -> Schedule:
-    """The same schedule with every backward dropped (inference: forward passes only)."""
-    device_actions = []
-    for actions in schedule.device_actions:
-        kept = []
+    """The same schedule with every backward dropped (inference: forward passes only).
+
+    Posts that belong to backwards (``SEND_B``, ``RECV_B``, ``REDUCE_GRAD``) go with them;
+    the others keep their place before the next remaining forward."""
+    device_actions, posts = [], []
+    for device, actions in enumerate(schedule.device_actions):
+        kept, new_index = [], []
         for action in actions:
+            new_index.append(len(kept))
             kept.extend(a for a in action.atoms if a.kind == F)
+        new_index.append(len(kept))
         device_actions.append(tuple(kept))
-    return Schedule(tuple(device_actions), schedule.placement, schedule.chains, schedule.name)
+        if schedule.posts:
+            posts.append(
+                tuple(
+                    (new_index[at], post)
+                    for at, post in schedule.posts[device]
+                    if post.kind not in _BACKWARD_POSTS
+                )
+            )
+    return Schedule(
+        tuple(device_actions), schedule.placement, schedule.chains, schedule.name, tuple(posts)
+    )
 
 
-# ---------------------------------------------------------------------------
-# The step x rank grid (error messages, __str__)
-
-
-def format_grid(
-    schedule: Schedule | Sequence[Sequence[Action]],
-    marks: dict[tuple[int, int], str] | None = None,
-) -> str:
-    """The step x rank grid (torch's ``_format_pipeline_order``), with marked cells.
-
-    ``marks`` maps ``(device, step)`` to a note; a marked cell is drawn ``>>2F0<<`` and the
-    note is appended to its row as ``<-- ERROR HERE: ...``.
-    """
-    lists = schedule.device_actions if isinstance(schedule, Schedule) else schedule
-    marks = marks or {}
-    steps = max((len(a) for a in lists), default=0)
-    cells = [
-        [
-            (f">>{lists[d][t]}<<" if (d, t) in marks else str(lists[d][t]))
-            if t < len(lists[d])
-            else ""
-            for d in range(len(lists))
-        ]
-        for t in range(steps)
-    ]
-    header = [f"Rank {d}" for d in range(len(lists))]
-    widths = [max([len(header[d])] + [len(row[d]) for row in cells]) for d in range(len(lists))]
-    step_width = len(f"Step {steps - 1:02d}") if steps else 7
-    lines = [
-        " " * (step_width + 1) + " ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
-    ]
-    for t, row in enumerate(cells):
-        line = (
-            f"Step {t:02d}".ljust(step_width)
-            + " "
-            + " ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
-        )
-        notes = [marks[(d, t)] for d in range(len(lists)) if (d, t) in marks]
-        if notes:
-            line = line.rstrip() + "  <-- ERROR HERE: " + "; ".join(notes)
-        lines.append(line.rstrip())
-    return "\n".join(lines)
+_BACKWARD_POSTS = frozenset((PostKind.SEND_B, PostKind.RECV_B, REDUCE_GRAD))
 
 
 # ---------------------------------------------------------------------------
 # torch's compute-only CSV: one row per rank, one cell per action
 
 
-def to_csv(schedule: Schedule) -> str:
-    """Torch's compute-only CSV: row r lists rank r's actions in order."""
+def to_csv(schedule: Schedule, lineterminator: str = "\n") -> str:
+    """Torch's compute-only CSV: row r lists rank r's actions in order.
+
+    torch's ``_dump_csv`` ends its rows with ``\r\n`` (``csv.writer``'s default): pass that
+    for a byte-identical file (``pipesim.schedules.torch_csv.to_torch_csv`` does)."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = csv.writer(buffer, lineterminator=lineterminator)
     for actions in schedule.device_actions:
         writer.writerow([str(a) for a in actions])
     return buffer.getvalue()

@@ -7,7 +7,10 @@ entries marked (as torch's ``_format_pipeline_order`` does).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pipesim.schedules.ir import Action, B, F, I, Kind, Schedule, ScheduleError, W, format_grid
+from pipesim.schedules.post_rules import post_problems
 
 
 def validate(schedule: Schedule) -> None:
@@ -18,11 +21,17 @@ def validate(schedule: Schedule) -> None:
     precedes its backward and I precedes its W on the device.
 
     A vectorised pass accepts a valid schedule quickly; only when it finds a fault does the
-    step-by-step pass run, to say exactly where.
+    step-by-step pass run, to say exactly where. A schedule with runtime posts (torch's
+    lowered form) then keeps the rules of ``pipesim.schedules.post_rules``; its grid shows
+    the posts too.
     """
-    if _looks_valid(schedule):
-        return
-    _explain_invalid(schedule)
+    if not _looks_valid(schedule):
+        _explain_invalid(schedule)
+    if schedule.posts:
+        problems, missing = post_problems(schedule)
+        if problems or missing:
+            programs = [schedule.program(d) for d in range(schedule.devices)]
+            raise_with_grid(programs, problems, missing, "missing posts")
 
 
 def _looks_valid(schedule: Schedule) -> bool:
@@ -85,7 +94,6 @@ def _looks_valid(schedule: Schedule) -> bool:
 
 def _explain_invalid(schedule: Schedule) -> None:
     devices = schedule.devices
-    problems: dict[tuple[int, int], str] = {}
     bad_place = [s for s, d in enumerate(schedule.placement) if not 0 <= d < devices]
     if bad_place:
         raise ScheduleError(
@@ -95,32 +103,90 @@ def _explain_invalid(schedule: Schedule) -> None:
     covered = sorted(s for c in schedule.chains for s in c.stages)
     if covered != list(range(schedule.stages)):
         raise ScheduleError(f"chains must cover stages 0..{schedule.stages - 1} once each")
-
+    problems: dict[tuple[int, int], str] = {}
     seen: dict[tuple[int, Kind, int], tuple[int, int]] = {}
     for device, actions in enumerate(schedule.device_actions):
         for step, action in enumerate(actions):
             for atom in action.atoms:
-                key = (atom.stage, atom.kind, atom.microbatch)
-                if not 0 <= atom.stage < schedule.stages:
-                    problems[(device, step)] = f"{atom}: no stage {atom.stage}"
-                    continue
-                if schedule.placement[atom.stage] != device:
-                    problems[(device, step)] = (
-                        f"{atom}: stage {atom.stage} is placed on device "
-                        f"{schedule.placement[atom.stage]}, not {device}"
-                    )
-                if atom.microbatch not in schedule.chain_of(atom.stage).microbatches:
-                    problems[(device, step)] = (
-                        f"{atom}: microbatch {atom.microbatch} does not pass stage {atom.stage}"
-                    )
-                if key in seen:
-                    problems[(device, step)] = (
-                        f"{atom} appears twice (also rank {seen[key][0]} step {seen[key][1]})"
-                    )
-                seen.setdefault(key, (device, step))
+                note = _atom_problem(schedule, device, atom, seen)
+                if note is not None:
+                    problems[(device, step)] = note
+                seen.setdefault((atom.stage, atom.kind, atom.microbatch), (device, step))
                 before = _required_before(atom)
                 if before is not None and before not in seen:
                     problems.setdefault((device, step), f"{atom} comes before {_text(before)}")
+            if action.sub_actions is not None and (note := _group_problem(schedule, action)):
+                problems[(device, step)] = note
+    if schedule.is_training:
+        for (stage, kind, mb), where in seen.items():
+            if kind == B and (stage, I, mb) in seen:
+                problems[where] = f"{stage}B{mb} and {stage}I{mb} both present: use B, or I and W"
+    missing = [_text(k) for k in _missing_actions(schedule, seen)]
+    if problems or missing:
+        raise_with_grid(schedule.device_actions, problems, missing)
+
+
+def raise_with_grid(
+    lists: Sequence[Sequence[object]],
+    problems: dict[tuple[int, int], str],
+    missing: list[str],
+    missing_label: str = "missing actions",
+) -> None:
+    """ScheduleError: the missing entries and each problem on one line, then the grid."""
+    lines = []
+    if missing:
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        lines.append(f"{missing_label}: {', '.join(missing[:8])}{more}")
+    lines += [f"rank {d} step {t}: {note}" for (d, t), note in sorted(problems.items())]
+    raise ScheduleError(
+        "invalid schedule: " + "; ".join(lines) + "\n" + format_grid(lists, problems)
+    )
+
+
+def _atom_problem(
+    schedule: Schedule, device: int, atom: Action, seen: dict[tuple[int, Kind, int], tuple]
+) -> str | None:
+    """What is wrong with one simple action where it stands, if anything (last rule wins)."""
+    if not 0 <= atom.stage < schedule.stages:
+        return f"{atom}: no stage {atom.stage}"
+    note = None
+    if schedule.placement[atom.stage] != device:
+        note = (
+            f"{atom}: stage {atom.stage} is placed on device "
+            f"{schedule.placement[atom.stage]}, not {device}"
+        )
+    if atom.microbatch not in schedule.chain_of(atom.stage).microbatches:
+        note = f"{atom}: microbatch {atom.microbatch} does not pass stage {atom.stage}"
+    key = (atom.stage, atom.kind, atom.microbatch)
+    if key in seen:
+        note = f"{atom} appears twice (also rank {seen[key][0]} step {seen[key][1]})"
+    return note
+
+
+def _group_problem(schedule: Schedule, action: Action) -> str | None:
+    """A group runs as one action: no member may wait for another member's output."""
+    members = {(a.stage, a.kind, a.microbatch) for a in action.atoms}
+    for atom in action.atoms:
+        if not 0 <= atom.stage < schedule.stages:
+            continue
+        if atom.kind == F:
+            source = schedule.prev_stage(atom.stage)
+            fed_by = [(source, F, atom.microbatch)]
+        elif atom.kind in (B, I):
+            source = schedule.next_stage(atom.stage)
+            fed_by = [(source, B, atom.microbatch), (source, I, atom.microbatch)]
+        else:
+            continue
+        inside = [k for k in fed_by if source is not None and k in members]
+        if inside:
+            return (
+                f"{action}: {atom} needs the output of {_text(inside[0])} in the same group; "
+                "pipesim runs a group's members as one action, so split the group"
+            )
+    return None
+
+
+def _missing_actions(schedule: Schedule, seen) -> list[tuple[int, Kind, int]]:
     training = schedule.is_training
     missing = []
     for chain in schedule.chains:
@@ -134,20 +200,7 @@ def _explain_invalid(schedule: Schedule) -> None:
                 elif training:
                     needed += [(stage, B, mb)]
                 missing += [k for k in needed if k not in seen]
-    if training:
-        for (stage, kind, mb), where in seen.items():
-            if kind == B and (stage, I, mb) in seen:
-                problems[where] = f"{stage}B{mb} and {stage}I{mb} both present: use B, or I and W"
-    if problems or missing:
-        lines = []
-        if missing:
-            shown = ", ".join(_text(k) for k in missing[:8])
-            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
-            lines.append(f"missing actions: {shown}{more}")
-        lines += [f"rank {d} step {t}: {note}" for (d, t), note in sorted(problems.items())]
-        raise ScheduleError(
-            "invalid schedule: " + "; ".join(lines) + "\n" + format_grid(schedule, problems)
-        )
+    return missing
 
 
 def _required_before(atom: Action) -> tuple[int, Kind, int] | None:

@@ -11,13 +11,17 @@ from pipesim.schedules.ir import (
     Schedule,
     ScheduleError,
     W,
+    forward_only,
     from_csv,
+    group,
     overlapped,
     parse_action,
     schedule_from_lists,
     to_csv,
     v_placement,
 )
+from pipesim.schedules.posts import RECV_F, SEND_F, Post
+from pipesim.schedules.torch_csv import read_torch_csv
 from pipesim.schedules.validation import validate
 
 
@@ -29,6 +33,10 @@ from pipesim.schedules.validation import validate
         ("11I3", Action(11, I, 3)),
         ("1W7", Action(1, W, 7)),
         ("(0F7;7B3)OVERLAP_F_B", overlapped(Action(0, F, 7), Action(7, B, 3))),
+        # torch's parser takes any group of actions, and so does pipesim
+        ("(0F1)OVERLAP_F_B", group(Action(0, F, 1))),
+        ("(0B1;1F0)OVERLAP_F_B", group(Action(0, B, 1), Action(1, F, 0))),
+        ("(2F0;5I1;6W0)OVERLAP_F_B", group(Action(2, F, 0), Action(5, I, 1), Action(6, W, 0))),
     ],
 )
 def test_text_form_round_trips(text, action):
@@ -41,10 +49,27 @@ def test_torch_long_kind_names_parse():
     assert parse_action("3BACKWARD_INPUT1") == Action(3, I, 1)
 
 
-@pytest.mark.parametrize("bad", ["F0", "2X0", "2F", "(0F1)OVERLAP_F_B", "(0B1;1F0)OVERLAP_F_B"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "F0",
+        "2X0",
+        "2F",
+        "()OVERLAP_F_B",
+        "(0F1;)OVERLAP_F_B",
+        "((0F1;1B0)OVERLAP_F_B)OVERLAP_F_B",
+        "(0F1;1SEND_F1)OVERLAP_F_B",
+        "(0F1;1B0)F",
+    ],
+)
 def test_bad_text_is_rejected(bad):
     with pytest.raises(ScheduleError):
         parse_action(bad)
+
+
+def test_policies_build_only_forward_then_backward_pairs():
+    with pytest.raises(ScheduleError, match="a forward then a backward"):
+        overlapped(Action(0, B, 1), Action(1, F, 0))
 
 
 def test_csv_skips_empty_cells_and_infers_placement():
@@ -118,6 +143,34 @@ def test_split_backward_needs_both_halves():
     lists = [[Action(0, F, 0), Action(0, I, 0)]]
     with pytest.raises(ScheduleError, match="missing actions: 0W0"):
         validate(schedule_from_lists(lists))
+
+
+def test_to_csv_can_end_rows_as_torch_does():
+    schedule = from_csv("0F0,0B0\n1F0,1B0\n")
+    assert to_csv(schedule, lineterminator="\r\n") == "0F0,0B0\r\n1F0,1B0\r\n"
+
+
+def test_a_group_whose_members_feed_each_other_is_refused():
+    # 1F0 needs 0F0's activation; both on rank 0 in one group: pipesim runs the group as one
+    # action, so it would wait for its own output.
+    lists = [
+        [group(Action(0, F, 0), Action(1, F, 0)), Action(1, B, 0), Action(0, B, 0)],
+    ]
+    with pytest.raises(ScheduleError, match="1F0 needs the output of 0F0 in the same group"):
+        validate(schedule_from_lists(lists))
+    # The loss stage may run its forward and backward as one group.
+    loss_group = group(Action(1, F, 0), Action(1, B, 0))
+    validate(schedule_from_lists([[Action(0, F, 0), loss_group, Action(0, B, 0)]]))
+
+
+def test_forward_only_drops_backwards_and_their_posts():
+    text = "0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD\n1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD\n"
+    schedule = forward_only(read_torch_csv(text))
+    assert [schedule.program(d) for d in range(2)] == [
+        [Action(0, F, 0), Post(0, SEND_F, 0)],
+        [Post(1, RECV_F, 0), Action(1, F, 0)],
+    ]
+    validate(schedule)
 
 
 def test_v_placement():

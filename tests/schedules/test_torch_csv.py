@@ -1,0 +1,268 @@
+"""torch's schedule CSV in all its forms: golden files torch wrote, the post rules, and
+byte-for-byte agreement with torch's own writer and parser (those need torch)."""
+
+import importlib.util
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
+from pipesim.schedules.ir import Action, B, F, ScheduleError, parse_action, to_csv
+from pipesim.schedules.posts import RECV_F, REDUCE_GRAD, SEND_B, SEND_F, UNSHARD, Post
+from pipesim.schedules.torch_csv import read_torch_csv, to_torch_csv
+from pipesim.schedules.validation import validate
+
+GOLDEN = Path(__file__).parent / "golden"
+TORCH_FILES = sorted(p.name for p in GOLDEN.glob("torch-*.csv"))
+BROKEN_BY_TORCH = {"torch-1f1b_p3_m4.csv"}  # see test_torch_1f1b_order_is_malformed
+LOWERED = [n for n in TORCH_FILES if n.endswith(".lowered.csv")]
+
+
+def raw(name: str) -> str:
+    return (GOLDEN / name).read_bytes().decode()
+
+
+def without_idle_cells(text: str) -> str:
+    """torch's file with its empty (idle-step) cells dropped, row ends kept."""
+    rows = text.split("\r\n")
+    return "\r\n".join(",".join(c for c in row.split(",") if c) for row in rows)
+
+
+# ---------------------------------------------------------------------------
+# Golden files written by torch 2.13 (tests/schedules/golden/generate.py)
+
+
+@pytest.mark.parametrize("name", [n for n in TORCH_FILES if n not in BROKEN_BY_TORCH])
+def test_torch_files_import_and_write_back_unchanged(name):
+    schedule = read_torch_csv(raw(name), name)
+    validate(schedule)
+    assert to_torch_csv(schedule) == without_idle_cells(raw(name))
+
+
+@pytest.mark.parametrize("name", LOWERED)
+def test_lowered_form_holds_the_compute_only_order(name):
+    lowered = read_torch_csv(raw(name))
+    compute_only = name.replace("-deferred", "").replace(".lowered", "")
+    assert lowered.device_actions == read_torch_csv(raw(compute_only)).device_actions
+    assert lowered.has_p2p_posts
+    assert to_torch_csv(lowered, compute_only=True) == without_idle_cells(raw(compute_only))
+
+
+def test_gpipe_compute_only_form_carries_reduce_grad():
+    schedule = read_torch_csv(raw("torch-gpipe_p2_m3.csv"))
+    assert [schedule.program(d)[-1] for d in range(2)] == [
+        Post(0, REDUCE_GRAD),
+        Post(1, REDUCE_GRAD),
+    ]
+    assert not schedule.has_p2p_posts
+    assert schedule.posts == (((6, Post(0, REDUCE_GRAD)),), ((6, Post(1, REDUCE_GRAD)),))
+
+
+def test_lowered_posts_sit_where_torch_put_them():
+    schedule = read_torch_csv(raw("torch-zbv_p2_m4_v2.lowered.csv"))
+    assert [str(item) for item in schedule.program(1)[:6]] == [
+        "1UNSHARD",
+        "2UNSHARD",
+        "1RECV_F0",
+        "1F0",
+        "1RECV_F1",
+        "2F0",
+    ]
+    # stages 1 and 2 share rank 1 (V placement): 1F0 hands over to 2F0 without SEND/RECV
+    assert Post(1, SEND_F, 0) not in [p for _, p in schedule.posts[1]]
+
+
+def test_torch_1f1b_order_is_malformed():
+    # torch 2.13's Schedule1F1B._get_pipeline_order starts the last rank's forwards at
+    # microbatch 1 and ends them at microbatch m (2F1..2F4 for m=4): its CSV cannot run.
+    assert "2F4" in raw("torch-1f1b_p3_m4.csv") and "2F0" not in raw("torch-1f1b_p3_m4.csv")
+    with pytest.raises(ScheduleError, match=r"microbatches \[4\] run stages 2\.\.2"):
+        read_torch_csv(raw("torch-1f1b_p3_m4.csv"))
+
+
+# ---------------------------------------------------------------------------
+# Reading cells
+
+
+@pytest.mark.parametrize(
+    "cell, message",
+    [
+        ("1SEND_F", r"row 2, column 1: '1SEND_F': SEND_F names a microbatch, e.g. 1SEND_F0"),
+        ("1REDUCE_GRAD0", r"row 2, column 1: '1REDUCE_GRAD0': REDUCE_GRAD names a stage only"),
+        ("1SEND_X0", r"row 2, column 1: cannot parse action '1SEND_X0'.*2RECV_B0"),
+    ],
+)
+def test_bad_cells_name_row_and_column(cell, message):
+    with pytest.raises(ScheduleError, match=message):
+        read_torch_csv(f"0F0,0B0\n{cell},1F0,1B0\n")
+
+
+def test_a_compute_only_file_has_no_posts():
+    schedule = read_torch_csv("0F0,,0B0\r\n,1F0,1B0\r\n")
+    assert schedule.posts == () and not schedule.has_p2p_posts
+    assert to_torch_csv(schedule) == "0F0,0B0\r\n1F0,1B0\r\n"
+
+
+# ---------------------------------------------------------------------------
+# The post rules, on a two-rank lowered schedule
+
+GOOD = [
+    "0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD",
+    "1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD",
+]
+
+
+def lowered(rank0: str = GOOD[0], rank1: str = GOOD[1]):
+    return read_torch_csv(f"{rank0}\r\n{rank1}\r\n")
+
+
+def test_a_well_formed_lowered_schedule_passes():
+    schedule = lowered()
+    validate(schedule)
+    assert schedule.program(0) == [
+        Action(0, F, 0),
+        Post(0, SEND_F, 0),
+        Post(0, "RECV_B", 0),
+        Action(0, B, 0),
+        Post(0, REDUCE_GRAD),
+    ]
+
+
+@pytest.mark.parametrize(
+    "rank0, rank1, message",
+    [
+        (GOOD[0], "1F0,1RECV_F0,1B0,1SEND_B0,1REDUCE_GRAD", "rank 1 step 1: 1RECV_F0: posted after 1F0, which needs what it receives"),
+        ("0SEND_F0,0F0,0RECV_B0,0B0,0REDUCE_GRAD", GOOD[1], "rank 0 step 0: 0SEND_F0: posted before 0F0, whose output it sends"),
+        (GOOD[0], "1F0,1B0,1SEND_B0,1REDUCE_GRAD", r"missing posts: 1RECV_F0 \(rank 1\)"),
+        ("0F0,0SEND_F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD", GOOD[1], "rank 0 step 2: 0SEND_F0: appears twice"),
+        (GOOD[0], GOOD[1] + ",1SEND_F0", "1SEND_F0: stage 1 ends its pipeline: there is nothing to send"),
+        ("0F0,0SEND_F0,0RECV_B0,0REDUCE_GRAD,0B0", GOOD[1], "0REDUCE_GRAD: posted before 0B0, the stage's last backward"),
+        (GOOD[0], "1RECV_F0,1F0,1B0,1SEND_B0", r"missing posts: 1REDUCE_GRAD \(rank 1\)"),
+        ("1UNSHARD," + GOOD[0], GOOD[1], "1UNSHARD: stage 1 is placed on device 1, not 0"),
+        (GOOD[0], GOOD[1].replace("1RECV_F0,", "1RECV_F3,"), "1RECV_F3: microbatch 3 does not pass stage 1"),
+    ],
+)  # fmt: skip
+def test_broken_posts_are_marked_in_the_grid(rank0, rank1, message):
+    with pytest.raises(ScheduleError, match=message) as info:
+        validate(lowered(rank0, rank1))
+    assert "<-- ERROR HERE" in str(info.value) or "missing posts" in str(info.value)
+
+
+def test_the_grid_shows_the_posts_with_the_bad_one_marked():
+    with pytest.raises(ScheduleError) as info:
+        validate(lowered(rank1="1F0,1RECV_F0,1B0,1SEND_B0,1REDUCE_GRAD"))
+    grid = str(info.value).splitlines()[1:]
+    assert grid[0].split() == ["Rank", "0", "Rank", "1"]
+    assert grid[2].split()[:4] == ["Step", "01", "0SEND_F0", ">>1RECV_F0<<"]
+    assert grid[2].endswith(
+        "<-- ERROR HERE: 1RECV_F0: posted after 1F0, which needs what it receives"
+    )
+
+
+def test_stages_on_one_rank_hand_over_without_send_and_recv():
+    text = "0F0,0SEND_F0,1F0,1B0,0B0\r\n"
+    with pytest.raises(ScheduleError, match="stages 0 and 1 share rank 0"):
+        validate(read_torch_csv(text))
+    validate(read_torch_csv(text.replace("0SEND_F0,", "")))
+
+
+def test_fsdp_posts_alternate_and_guard_the_compute():
+    schedule = read_torch_csv("0UNSHARD,0F0,0B0,0RESHARD,0UNSHARD,0RESHARD\r\n")
+    validate(schedule)
+    assert schedule.program(0)[0] == Post(0, UNSHARD)
+    with pytest.raises(ScheduleError, match="0UNSHARD: unsharded twice"):
+        validate(read_torch_csv("0UNSHARD,0UNSHARD,0F0,0B0\r\n"))
+    with pytest.raises(
+        ScheduleError, match=r"0B0 runs while stage 0 is sharded \(UNSHARD it first\)"
+    ):
+        validate(read_torch_csv("0UNSHARD,0F0,0RESHARD,0B0\r\n"))
+    with pytest.raises(ScheduleError, match="0RESHARD: the stage is not unsharded"):
+        validate(read_torch_csv("0F0,0B0,0RESHARD\r\n"))
+
+
+def test_forward_only_schedules_post_no_gradients():
+    with pytest.raises(ScheduleError, match="0SEND_B0: a forward-only schedule has no gradients"):
+        validate(read_torch_csv("0F0,0SEND_B0\r\n"))
+
+
+# ---------------------------------------------------------------------------
+# Against torch itself
+
+
+def torch_schedules():
+    return pytest.importorskip("torch.distributed.pipelining.schedules")
+
+
+def small(name):
+    virtual = fit_virtual_stages(name, 1)
+    return get_schedule(name, 2, 4, virtual)
+
+
+@pytest.mark.torch
+def test_golden_files_are_what_torch_writes_today(tmp_path):
+    torch_schedules()
+    spec = importlib.util.spec_from_file_location("generate", GOLDEN / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    written = generate.main(tmp_path)
+    assert sorted(p.name for p in written) == TORCH_FILES
+    for path in written:
+        assert path.read_bytes() == (GOLDEN / path.name).read_bytes(), path.name
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_compute_only_export_is_byte_identical_to_torchs_writer(tmp_path, name):
+    schedules = torch_schedules()
+    schedule = small(name)
+    order = {
+        rank: [schedules._Action.from_str(str(a)) for a in actions]
+        for rank, actions in enumerate(schedule.device_actions)
+    }
+    path = tmp_path / "torch.csv"
+    schedules.PipelineScheduleMulti._dump_csv(SimpleNamespace(pipeline_order=order), str(path))
+    torch_bytes = path.read_bytes().decode()
+    assert to_torch_csv(schedule) == torch_bytes == to_csv(schedule, lineterminator="\r\n")
+    assert read_torch_csv(torch_bytes, schedule.name) == schedule
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "text", ["(0F7;7B3)OVERLAP_F_B", "(0F1)OVERLAP_F_B", "(2F0;5I1;6W0)OVERLAP_F_B", "(1B0;0F2)OVERLAP_F_B"]
+)  # fmt: skip
+def test_groups_read_as_torch_reads_them(text):
+    schedules = torch_schedules()
+    theirs = schedules._Action.from_str(text)
+    ours = parse_action(text)
+    assert str(ours) == str(theirs) == text
+    assert [str(a) for a in ours.atoms] == [str(a) for a in theirs.sub_actions]
+
+
+SINGLE_CHAIN = sorted(n for n in POLICIES if n not in ("dualpipe", "chimera"))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", SINGLE_CHAIN)
+def test_torchs_lowering_of_every_policy_keeps_the_post_rules(name):
+    """torch's own lowering passes on pipesim's orders give schedules the rules accept,
+    whose every cell torch's parser reads back to the same text."""
+    schedules = torch_schedules()
+    schedule = small(name)
+    order = {
+        rank: schedules._add_reduce_grad(
+            schedules._add_unshard_reshard([schedules._Action.from_str(str(a)) for a in actions]),
+            schedule.microbatches,
+        )
+        for rank, actions in enumerate(schedule.device_actions)
+    }
+    order = schedules._add_send_recv(order, lambda s: schedule.placement[s], schedule.stages)
+    text = "\r\n".join(",".join(str(a) for a in order[r]) for r in sorted(order)) + "\r\n"
+    lowered = read_torch_csv(text, name)
+    validate(lowered)
+    assert lowered.device_actions == schedule.device_actions
+    assert to_torch_csv(lowered) == text
+    cells = [c for c in re.split(r"[,\r\n]+", text) if c]
+    assert [str(schedules._Action.from_str(c)) for c in cells] == cells
+    assert {p.kind for placed in lowered.posts for _, p in placed} >= {RECV_F, SEND_F, SEND_B}
