@@ -10,13 +10,19 @@ Backward conventions: a full backward ``B`` computes both gradients; a split bac
 runs ``I`` (input gradient, on the critical path) and ``W`` (weight gradient, can wait).
 Given only ``backward_ms``, I and W are taken as half of it each; given I and W, ``B``
 is their sum.
+
+Runtime posts (torch's lowered schedules, ``pipesim.schedules.posts``) cost nothing
+unless given: ``reduce_grad_ms`` is a stage's data-parallel gradient reduction
+(``REDUCE_GRAD``), ``unshard_ms`` and ``reshard_ms`` its FSDP parameter gather and free.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from pipesim.schedules.ir import Kind
+from pipesim.schedules.posts import REDUCE_GRAD, RESHARD, UNSHARD, PostKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,9 @@ class Costs:
     weight_grad_memory_bytes: tuple[float, ...]
     overlapped_fb_ms: tuple[float, ...] | None = None
     overhead_ms: float = 0.0
+    reduce_grad_ms: tuple[float, ...] | None = None
+    unshard_ms: tuple[float, ...] | None = None
+    reshard_ms: tuple[float, ...] | None = None
 
     @property
     def stages(self) -> int:
@@ -50,7 +59,8 @@ class Costs:
         raise ValueError(f"no duration for kind {kind}")
 
     def scaled(self, factor: float) -> Costs:
-        """The same costs with every duration multiplied by ``factor`` (sizes unchanged)."""
+        """The same costs with every compute duration multiplied by ``factor`` (sizes and
+        the posts' communication unchanged)."""
         times = lambda values: tuple(v * factor for v in values)  # noqa: E731
         return replace(
             self,
@@ -69,6 +79,25 @@ class Costs:
             return self.overlapped_fb_ms[forward_stage]
         return self.forward_ms[forward_stage] + self.duration_ms(backward_kind, backward_stage)
 
+    def group_ms(self, members: Sequence[tuple[Kind, int]]) -> float:
+        """A group of compute actions run as one (``OVERLAP_F_B``), given as (kind, model
+        stage) pairs: a forward-then-backward pair is ``overlapped_ms``; any other group
+        takes its members' durations added up, as torch's runtime runs them one by one."""
+        if len(members) == 2 and members[0][0] == Kind.F and members[1][0] in (Kind.B, Kind.I):
+            (_, forward_stage), (backward_kind, backward_stage) = members
+            return self.overlapped_ms(forward_stage, backward_kind, backward_stage)
+        return sum(self.duration_ms(kind, stage) for kind, stage in members)
+
+    def post_ms(self, kind: PostKind, model_stage: int) -> float:
+        """The time a post takes: REDUCE_GRAD, UNSHARD, RESHARD as given, else (and SEND/RECV,
+        whose time is the link's) zero."""
+        values = {
+            REDUCE_GRAD: self.reduce_grad_ms,
+            UNSHARD: self.unshard_ms,
+            RESHARD: self.reshard_ms,
+        }.get(kind)
+        return 0.0 if values is None else values[model_stage]
+
 
 def uniform_costs(
     stages: int,
@@ -82,10 +111,15 @@ def uniform_costs(
     weight_grad_memory_bytes: float | list[float] = 0.0,
     overlapped_fb_ms: float | list[float] | None = None,
     overhead_ms: float = 0.0,
+    reduce_grad_ms: float | list[float] | None = None,
+    unshard_ms: float | list[float] | None = None,
+    reshard_ms: float | list[float] | None = None,
 ) -> Costs:
     """Costs from scalars or per-stage lists (a scalar applies to every stage)."""
 
-    def per_stage(value: float | list[float], key: str) -> tuple[float, ...]:
+    def per_stage(value: float | list[float] | None, key: str) -> tuple[float, ...] | None:
+        if value is None:
+            return None
         if isinstance(value, list | tuple):
             if len(value) != stages:
                 raise ValueError(
@@ -117,10 +151,11 @@ def uniform_costs(
         activation_bytes=per_stage(activation_bytes, "activation_bytes"),
         activation_memory_bytes=per_stage(activation_memory_bytes, "activation_memory_bytes"),
         weight_grad_memory_bytes=per_stage(weight_grad_memory_bytes, "weight_grad_memory_bytes"),
-        overlapped_fb_ms=None
-        if overlapped_fb_ms is None
-        else per_stage(overlapped_fb_ms, "overlapped_fb_ms"),
+        overlapped_fb_ms=per_stage(overlapped_fb_ms, "overlapped_fb_ms"),
         overhead_ms=overhead_ms,
+        reduce_grad_ms=per_stage(reduce_grad_ms, "reduce_grad_ms"),
+        unshard_ms=per_stage(unshard_ms, "unshard_ms"),
+        reshard_ms=per_stage(reshard_ms, "reshard_ms"),
     )
 
 
