@@ -3,11 +3,16 @@
 Each policy is a module with ``NAME``, ``SUMMARY``, ``CONSTRAINTS`` (one line, for
 ``pipesim schedules``) and a pure function
 ``build(devices, microbatches, virtual_stages=1, **options) -> Schedule`` that checks its
-constraints up front with ``require(...)`` and returns data.
+constraints up front with ``require(...)`` and returns data. A policy whose makespan has a
+closed form under uniform costs declares it as
+``closed_form(p, m, v, forward_ms, backward_ms, hop_ms, training) -> (makespan_ms, busy_ms)``
+(None where the formula does not hold); ``pipesim.sim.closed_form`` checks that the costs
+are uniform and calls it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import import_module
 from types import ModuleType
 
@@ -57,6 +62,15 @@ def list_schedules() -> list[tuple[str, str, str]]:
     return [(name, m.SUMMARY, m.CONSTRAINTS) for name, m in POLICIES.items()]
 
 
+ClosedForm = Callable[[int, int, int, float, float, float, bool], tuple[float, float] | None]
+
+
+def closed_form_of(name: str) -> ClosedForm | None:
+    """The closed form the policy ``name`` declares, or None (unknown name, or none declared)."""
+    module = POLICIES.get(name)
+    return getattr(module, "closed_form", None) if module is not None else None
+
+
 def fit_virtual_stages(name: str, requested: int) -> int:
     """The number of virtual stages ``name`` runs with when ``requested`` does not fit it.
 
@@ -97,11 +111,13 @@ def get_schedule(
 
 __all__ = [
     "Action",
+    "ClosedForm",
     "ConstraintError",
     "Kind",
     "POLICIES",
     "Schedule",
     "ScheduleError",
+    "closed_form_of",
     "fit_virtual_stages",
     "get_schedule",
     "list_schedules",

@@ -3,6 +3,11 @@
 Device d runs F of microbatches 0..m-1, then B of microbatches m-1..0 (last in, first
 out, as the backward pass unwinds). Each device keeps all m activations: peak in-flight
 m on every device.
+
+Closed form, uniform costs F and B per stage and hop time c (latency + bytes / bandwidth,
+the bandwidth part no longer than F or B so nothing queues): the first microbatch crosses
+p - 1 hops forward and p - 1 back, makespan ``(m + p - 1)(F + B) + 2(p - 1)c``; forward
+only, with no hop time, ``(m + p - 1)F``.
 """
 
 from __future__ import annotations
@@ -27,3 +32,13 @@ def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object)
     return Schedule(
         device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME
     )
+
+
+def closed_form(
+    p: int, m: int, v: int, forward_ms: float, backward_ms: float, hop_ms: float, training: bool
+) -> tuple[float, float] | None:
+    """``(makespan_ms, busy_ms per device)`` with uniform costs, or None where none holds."""
+    if not training:
+        return ((m + p - 1) * forward_ms, m * forward_ms) if hop_ms == 0 else None
+    work = forward_ms + backward_ms
+    return (m + p - 1) * work + 2 * (p - 1) * hop_ms, m * work

@@ -13,7 +13,8 @@ Phases on rank r (Megatron's ``forward_backward_pipelining_with_interleaving``):
 * cool-down: the backward steps still owed.
 
 Bubble: (p - 1) / (v m) of the ideal time, v times smaller than 1F1B, for v times more
-point-to-point messages.
+point-to-point messages. Closed form, training with uniform per-chunk costs F and B and no
+hop time: makespan ``(m v + p - 1)(F + B)``.
 """
 
 from __future__ import annotations
@@ -78,3 +79,13 @@ def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object)
         single_chain(stages, microbatches),
         NAME,
     )
+
+
+def closed_form(
+    p: int, m: int, v: int, forward_ms: float, backward_ms: float, hop_ms: float, training: bool
+) -> tuple[float, float] | None:
+    """``(makespan_ms, busy_ms per device)``: training, no hop time, m a multiple of p."""
+    if not training or hop_ms != 0 or m % p:
+        return None
+    work = m * v * (forward_ms + backward_ms)
+    return (m * v + p - 1) * (forward_ms + backward_ms), work

@@ -7,8 +7,9 @@ Rank r runs three phases:
   ``m - warmup`` times;
 * cool-down: the ``warmup`` backwards still owed.
 
-Same makespan as GPipe with uniform costs, but rank r holds at most ``p - r`` activations
-instead of m.
+Same makespan as GPipe with uniform costs, ``(m + p - 1)(F + B)``, but rank r holds at
+most ``p - r`` activations instead of m. Only without hop time: a hop's latency lands on
+every steady-state cycle, so there is no short closed form with latency.
 """
 
 from __future__ import annotations
@@ -41,3 +42,13 @@ def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object)
     return Schedule(
         device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME
     )
+
+
+def closed_form(
+    p: int, m: int, v: int, forward_ms: float, backward_ms: float, hop_ms: float, training: bool
+) -> tuple[float, float] | None:
+    """``(makespan_ms, busy_ms per device)`` with uniform costs and no hop time, else None."""
+    if hop_ms != 0:
+        return None
+    work = forward_ms + backward_ms if training else forward_ms
+    return (m + p - 1) * work, m * work

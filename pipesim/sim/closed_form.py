@@ -1,56 +1,65 @@
 """Closed forms for the classic schedules, used to cross-check the engine.
 
-With every stage costing the same (forward F, backward B per microbatch-chunk) and every
-stage boundary costing the same hop time c (latency + bytes / bandwidth, no longer than F
-or B, so messages never queue):
+A policy whose makespan has a formula declares it next to its generator (``gpipe``,
+``1f1b``, ``interleaved-1f1b``; see ``pipesim.schedules``). The formulas hold only when
+every stage costs the same (forward F, backward B per microbatch-chunk) and every stage
+boundary costs the same hop time c. Links follow LogGP: a message holds its link for
+``bytes / bandwidth`` and arrives ``latency`` after that, so c = latency + bytes /
+bandwidth, and messages never queue as long as the bandwidth part is no longer than F or
+B (latency alone never queues). This module checks those conditions and calls the
+policy's formula; it knows no schedule by name.
 
-* GPipe and 1F1B, training, no latency: makespan = (m + p - 1)(F + B); bubble fraction
-  (p - 1)/(m + p - 1) (GPipe paper); bubble overhead (p - 1)/m (Megatron-LM).
-* GPipe with hop time c: the first microbatch crosses p - 1 hops forward and p - 1 back,
-  (m + p - 1)(F + B) + 2(p - 1)c.
-* Interleaved 1F1B with v chunks (m a multiple of p, no latency):
-  (m v + p - 1)(F + B), bubble overhead (p - 1)/(v m) (Narayanan et al. 2021).
-* Forward only (inference), GPipe/1F1B: (m + p - 1)F.
-
-``closed_form`` returns None where none of these applies; pipesim then shows only the
+``closed_form`` returns None where no formula applies; pipesim then shows only the
 simulated numbers.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from pipesim.schedules import closed_form_of
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
 
 
-def closed_form(
-    schedule: Schedule, costs: Costs, topology: Topology | None
-) -> dict[str, float] | None:
+@dataclass(frozen=True, slots=True)
+class Analytic:
+    """What the closed form predicts: makespan, bubble fraction and bubble overhead."""
+
+    makespan_ms: float
+    bubble_fraction: float
+    bubble_overhead: float
+
+    def __getitem__(self, key: str) -> float:
+        # Older callers read ``report.analytic["makespan_ms"]``; the fields are the API.
+        if key not in self.__dataclass_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.__dataclass_fields__
+
+
+def closed_form(schedule: Schedule, costs: Costs, topology: Topology | None) -> Analytic | None:
     """Analytic makespan, bubble fraction and bubble overhead, or None if none applies."""
-    latency_ms = _uniform_latency_ms(schedule, costs, topology)
-    if latency_ms is None or costs.overhead_ms or not _uniform(costs, schedule.model_stages):
+    formula = closed_form_of(schedule.name)
+    if formula is None or costs.overhead_ms or not _uniform(costs, schedule.model_stages):
         return None
-    p, m, s = schedule.devices, schedule.microbatches, schedule.stages
-    v = s // p
+    hop_ms = _uniform_hop_ms(schedule, costs, topology)
+    if hop_ms is None:
+        return None
+    p, m = schedule.devices, schedule.microbatches
     f, b = costs.forward_ms[0], costs.backward_ms[0]
-    name = schedule.name.split(":")[0]
-    if not schedule.is_training:
-        if name in ("gpipe", "1f1b") and latency_ms == 0:
-            return _summary((m + p - 1) * f, m * f, p)
+    found = formula(p, m, schedule.stages // p, f, b, hop_ms, schedule.is_training)
+    if found is None:
         return None
-    if name == "gpipe" or (name == "1f1b" and latency_ms == 0):
-        return _summary((m + p - 1) * (f + b) + 2 * (p - 1) * latency_ms, m * (f + b), p)
-    if name == "interleaved-1f1b" and latency_ms == 0 and m % p == 0:
-        return _summary((m * v + p - 1) * (f + b), m * v * (f + b), p)
-    return None
-
-
-def _summary(makespan: float, busy: float, devices: int) -> dict[str, float]:
-    return {
-        "makespan_ms": makespan,
-        "bubble_fraction": 1 - busy / makespan if makespan else 0.0,
-        "bubble_overhead": makespan / busy - 1 if busy else 0.0,
-    }
+    makespan, busy = found
+    return Analytic(
+        makespan_ms=makespan,
+        bubble_fraction=1 - busy / makespan if makespan else 0.0,
+        bubble_overhead=makespan / busy - 1 if busy else 0.0,
+    )
 
 
 def _uniform(costs: Costs, stages: int) -> bool:
@@ -60,13 +69,12 @@ def _uniform(costs: Costs, stages: int) -> bool:
     )
 
 
-def _uniform_latency_ms(
-    schedule: Schedule, costs: Costs, topology: Topology | None
-) -> float | None:
+def _uniform_hop_ms(schedule: Schedule, costs: Costs, topology: Topology | None) -> float | None:
     """The time of one hop when every stage boundary costs the same, else None.
 
-    A hop is ``latency + bytes / bandwidth`` of the link; the closed forms also need it to
-    be no longer than a forward or a backward, so that messages never queue on a link.
+    A hop is ``latency + bytes / bandwidth`` of the link. Only the bandwidth part holds
+    the link, so only it must be no longer than a forward or a backward for messages never
+    to queue. Shared channels and blocking sends fall outside every formula.
     """
     if topology is None:
         return 0.0
@@ -79,7 +87,9 @@ def _uniform_latency_ms(
         return None
     if not links:
         return 0.0
-    hop = links.pop().transfer_ms(sizes.pop())
-    if hop > min(costs.forward_ms[0], costs.backward_ms[0]) and schedule.microbatches > 1:
+    link = links.pop()
+    hop_ms = link.transfer_ms(sizes.pop())
+    occupancy_ms = hop_ms - link.latency_us / 1000.0
+    if occupancy_ms > min(costs.forward_ms[0], costs.backward_ms[0]) and schedule.microbatches > 1:
         return None  # messages would queue on the link
-    return hop
+    return hop_ms
