@@ -187,6 +187,25 @@ def test_pcie_groups_follow_placement_order():
     assert topo.channel(7, 1) == "node1/pcie1/up"
 
 
+def test_only_the_pairs_that_talk_are_described():
+    pcie = link_profile("pcie4")
+    ring = [(d, d + 1) for d in range(7)] + [(d + 1, d) for d in range(7)]
+    topo = build_topology(8, 8, pcie, IB, pcie_switch_share=4, pairs=ring)
+    full = build_topology(8, 8, pcie, IB, pcie_switch_share=4)
+    assert set(topo.links) == set(ring)
+    assert topo.channels == {(3, 4): "node0/pcie0/up", (4, 3): "node0/pcie1/up"}
+    for src, dst in ring:
+        assert topo.link(src, dst) == full.link(src, dst)
+        assert topo.channel(src, dst) == full.channel(src, dst)
+
+
+def test_a_large_cluster_costs_what_its_pipeline_uses():
+    devices = 100_000  # every pair described would be 10^10 entries
+    pairs = [(d, d + 1) for d in range(devices - 1)]
+    topo = build_topology(devices, devices, NV, IB, pairs=pairs)
+    assert len(topo.links) == devices - 1 and topo.link(0, 1) == NV
+
+
 def test_bad_sizes_are_rejected():
     with pytest.raises(ValueError, match="pcie_switch_share"):
         build_topology(4, 4, NV, IB, pcie_switch_share=0)

@@ -84,6 +84,22 @@ def test_model_flops_per_step_is_megatrons_formula():
     assert model_flops_per_step(TINY, batch) == 3 * (4 * (6656 + 7168 + 6144) + 3 * 1024)
 
 
+def test_forward_only_flops_count_the_forward_pass_alone():
+    batch, s, layers, h, vocab = 3, 4, 4, 8, 16
+    # A third of Megatron's 72: forward is 24 B s L h^2 (1 + s/(6h) + V/(12 h L)) for f = 4h.
+    megatron_forward = (
+        24
+        * batch
+        * s
+        * layers
+        * h
+        * h
+        * (1 + Fraction(s, 6 * h) + Fraction(vocab, 12 * h * layers))
+    )
+    assert model_flops_per_step(TINY, batch, forward_only=True) == megatron_forward
+    assert model_flops_per_step(TINY, batch, forward_only=True) == 3 * (4 * 6656 + 1024)
+
+
 def test_mfu():
     flops = model_flops_per_step(TINY, 2)
     # Two toy GPUs (1e6 FLOP/s each) running for exactly the time the FLOPs need at 25 %.
@@ -166,6 +182,16 @@ def test_zero_stages_divide_by_the_data_parallel_size(zero_stage, weights, grads
     assert split.total_bytes == memory.total_bytes / 2
 
 
+def test_inference_keeps_the_weights_only():
+    for zero_stage in (0, 3):
+        trained = static_memory(TINY, (2, 2), data_parallel=2, zero_stage=zero_stage)
+        served = static_memory(TINY, (2, 2), 2, zero_stage, training=False)
+        for train, serve in zip(trained, served, strict=True):
+            assert serve.weights_bytes == train.weights_bytes
+            assert serve.gradients_bytes == serve.optimizer_bytes == 0
+            assert serve.total_bytes == train.weights_bytes
+
+
 def test_static_memory_rejects_bad_zero_stage():
     with pytest.raises(ValueError, match="zero_stage"):
         static_memory(TINY, (4,), zero_stage=4)
@@ -217,6 +243,14 @@ def test_balanced_is_optimal_and_never_slower_than_even(model, stages):
     assert max(stage_work_flops(model, balanced)) == best
     even = partition_layers(model, stages, "even")
     assert max(stage_work_flops(model, balanced)) <= max(stage_work_flops(model, even))
+
+
+def test_balanced_answers_at_once_for_deep_models():
+    # The search is over the bottleneck, not over every layer count of every stage.
+    deep = TransformerModel(layers=10**9, hidden=64, heads=4, seq_len=128, vocab=50304)
+    balanced = partition_layers(deep, 1000, "balanced")
+    assert sum(balanced) == 10**9 and max(balanced) - min(balanced[:-1]) <= 1
+    assert balanced[-1] < balanced[0]
 
 
 def test_balanced_is_strictly_faster_with_a_large_vocabulary():

@@ -12,7 +12,8 @@ messages; use it to predict real runs, and ``line-rate`` to see the ceiling.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pipesim.sim.links import Link, Topology
@@ -166,6 +167,7 @@ def build_topology(
     pcie_switch_share: int | None = None,
     comm_overlap: bool = True,
     variant: str = "achievable",
+    pairs: Iterable[tuple[int, int]] | None = None,
 ) -> Topology:
     """A cluster of nodes: fast links inside a node, a network between nodes.
 
@@ -183,6 +185,10 @@ def build_topology(
     Pairs inside one group go peer to peer through the switch and keep their own queue;
     pairs between nodes keep their own queue too. The shared channel models contention on
     the upstream direction only; the downstream link into dst's group is not queued.
+
+    ``pairs`` names the directed pairs that will carry messages (a pipeline only talks to
+    its neighbours); only those get an entry, so a large cluster costs O(pairs), not
+    O(devices^2). Without it every pair is described.
     """
     if devices < 1 or gpus_per_node < 1:
         raise ValueError(
@@ -191,13 +197,11 @@ def build_topology(
     nodes = _node_of_each_device(devices, gpus_per_node, placement)
     intra = _as_link(intra_node_link, variant)
     inter = _as_link(inter_node_link, variant)
-    links = {
-        (src, dst): intra
-        for src in range(devices)
-        for dst in range(devices)
-        if src != dst and nodes[src] == nodes[dst]
-    }
-    channels = {} if pcie_switch_share is None else _pcie_channels(nodes, pcie_switch_share)
+    if pairs is None:
+        pairs = ((src, dst) for src in range(devices) for dst in range(devices))
+    pairs = [(src, dst) for src, dst in pairs if src != dst and nodes[src] == nodes[dst]]
+    links = dict.fromkeys(pairs, intra)
+    channels = {} if pcie_switch_share is None else _pcie_channels(nodes, pcie_switch_share, pairs)
     return Topology(
         devices=devices, default=inter, links=links, channels=channels, comm_overlap=comm_overlap
     )
@@ -212,14 +216,15 @@ def _node_of_each_device(
         raise ValueError(
             f"placement has {len(placement)} entries, expected {devices} (one per device)"
         )
-    for node in set(placement):
-        count = sum(1 for n in placement if n == node)
+    for node, count in sorted(Counter(placement).items()):
         if count > gpus_per_node:
             raise ValueError(f"placement puts {count} devices on node {node}, but {gpus_per_node=}")
     return tuple(int(n) for n in placement)
 
 
-def _pcie_channels(nodes: tuple[int, ...], share: int) -> dict[tuple[int, int], str]:
+def _pcie_channels(
+    nodes: tuple[int, ...], share: int, pairs: list[tuple[int, int]]
+) -> dict[tuple[int, int], str]:
     if share < 1:
         raise ValueError(f"pcie_switch_share must be >= 1, got {share}")
     seen: dict[int, int] = {}
@@ -230,9 +235,8 @@ def _pcie_channels(nodes: tuple[int, ...], share: int) -> dict[tuple[int, int], 
         group.append(local // share)
     return {
         (src, dst): f"node{nodes[src]}/pcie{group[src]}/up"
-        for src in range(len(nodes))
-        for dst in range(len(nodes))
-        if src != dst and nodes[src] == nodes[dst] and group[src] != group[dst]
+        for src, dst in pairs
+        if group[src] != group[dst]
     }
 
 

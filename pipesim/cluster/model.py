@@ -52,6 +52,7 @@ __all__ = [
     "mfu",
     "model_flops_per_step",
     "partition_layers",
+    "stage_activation_memory_bytes",
     "stage_costs",
     "stage_extra_activation_bytes",
     "stage_flops",
@@ -158,15 +159,22 @@ def _balanced(model: TransformerModel, stages: int) -> tuple[int, ...]:
     per_layer = stage_flops(model, 1, 1, first=False, last=False).total
     extras = [0] * stages
     extras[-1] += lm_head_flops(model, 1).total
-    # The bottleneck is some stage's load n * per_layer + extra; try them in increasing order.
-    candidates = sorted({n * per_layer + e for e in extras for n in range(1, model.layers + 1)})
 
     def capacity(limit: int) -> list[int] | None:
         caps = [(limit - e) // per_layer for e in extras]
         return caps if min(caps) >= 1 and sum(caps) >= model.layers else None
 
-    index = bisect.bisect_left(candidates, True, key=lambda c: capacity(c) is not None)
-    counts = capacity(candidates[index])
+    # The bottleneck is some stage's load n * per_layer + extra. For each distinct extra,
+    # binary search the smallest feasible n; the least of those limits is the optimum.
+    layer_counts = range(1, model.layers + 1)
+    limits = []
+    for extra in set(extras):
+        index = bisect.bisect_left(
+            layer_counts, True, key=lambda n: capacity(n * per_layer + extra) is not None
+        )
+        if index < len(layer_counts):
+            limits.append(layer_counts[index] * per_layer + extra)
+    counts = capacity(min(limits)) if limits else None
     assert counts is not None, f"no feasible partition for {model.layers=}, {stages=}"
     # Take the surplus away from the most loaded stages, so the rest stay as even as can be.
     heap = [(-(n * per_layer + e), k) for k, (n, e) in enumerate(zip(counts, extras, strict=True))]
@@ -216,26 +224,20 @@ def stage_costs(
     tp_pass_ms = 0.0 if tensor == 1 else tensor_parallel_comm_ms(message, tensor, tensor_link)
     tokens = microbatch_size * model.seq_len
     input_passes = 2 if model.recompute else 1  # the recomputed forward communicates too
-    layer_mem, layer_w = layer_activation_memory_bytes(
-        model, microbatch_size, tensor, sequence_parallel
-    )
 
     def pass_ms(flops: int) -> float:
         return compute_ms(flops / tensor, gpu, efficiency, tokens)
 
     last = len(partition) - 1
-    fwd, inp, wgt, act, wgrad = [], [], [], [], []
+    fwd, inp, wgt = [], [], []
     for k, layers in enumerate(partition):
-        ends = {"first": k == 0, "last": k == last}
-        flops = stage_flops(model, layers, microbatch_size, **ends)
+        flops = stage_flops(model, layers, microbatch_size, first=k == 0, last=k == last)
         fwd.append(pass_ms(flops.forward) + layers * tp_pass_ms)
         inp.append(pass_ms(flops.backward_input) + input_passes * layers * tp_pass_ms)
         wgt.append(pass_ms(flops.backward_weight))
-        extra_mem, extra_w = stage_extra_activation_bytes(
-            model, microbatch_size, tensor=tensor, sequence_parallel=sequence_parallel, **ends
-        )
-        act.append(layers * layer_mem + extra_mem)
-        wgrad.append(layers * layer_w + extra_w)
+    act, wgrad = stage_activation_memory_bytes(
+        model, partition, microbatch_size, tensor, sequence_parallel
+    )
     return Costs(
         forward_ms=tuple(fwd),
         backward_ms=tuple(i + w for i, w in zip(inp, wgt, strict=True)),
@@ -246,6 +248,35 @@ def stage_costs(
         weight_grad_memory_bytes=tuple(wgrad),
         overhead_ms=efficiency.launch_overhead_ms,
     )
+
+
+def stage_activation_memory_bytes(
+    model: TransformerModel,
+    partition: Sequence[int],
+    microbatch_size: int,
+    tensor: int = 1,
+    sequence_parallel: bool = False,
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Activation memory each stage keeps per microbatch, and the part of it W still needs:
+    its layers' (``layer_activation_memory_bytes``) plus the embedding's or the LM head's
+    (``stage_extra_activation_bytes``)."""
+    layer_mem, layer_w = layer_activation_memory_bytes(
+        model, microbatch_size, tensor, sequence_parallel
+    )
+    last = len(partition) - 1
+    act, wgrad = [], []
+    for k, layers in enumerate(partition):
+        extra_mem, extra_w = stage_extra_activation_bytes(
+            model,
+            microbatch_size,
+            first=k == 0,
+            last=k == last,
+            tensor=tensor,
+            sequence_parallel=sequence_parallel,
+        )
+        act.append(layers * layer_mem + extra_mem)
+        wgrad.append(layers * layer_w + extra_w)
+    return tuple(act), tuple(wgrad)
 
 
 def data_parallel_allreduce_ms(

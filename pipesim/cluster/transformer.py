@@ -133,12 +133,17 @@ def stage_flops(
     return flops
 
 
-def model_flops_per_step(model: TransformerModel, global_batch: int) -> int:
-    """Useful FLOPs of one training step over ``global_batch`` sequences, for MFU: forward and
+def model_flops_per_step(
+    model: TransformerModel, global_batch: int, *, forward_only: bool = False
+) -> int:
+    """Useful FLOPs of one step over ``global_batch`` sequences, for MFU: forward and
     backward of every layer and the LM head, recomputation not counted. For f = 4h this is
-    Megatron-LM's ``72 B s L h^2 (1 + s/(6h) + V/(12 h L))``."""
-    per_sequence = layer_flops(model, 1).total * model.layers + lm_head_flops(model, 1).total
-    return per_sequence * global_batch
+    Megatron-LM's ``72 B s L h^2 (1 + s/(6h) + V/(12 h L))``. ``forward_only`` (inference)
+    counts the forward pass alone, ``24 B s L h^2 (1 + s/(6h) + V/(12 h L))``."""
+    layer, head = layer_flops(model, 1), lm_head_flops(model, 1)
+    if forward_only:
+        return (layer.forward * model.layers + head.forward) * global_batch
+    return (layer.total * model.layers + head.total) * global_batch
 
 
 # -- bytes ---------------------------------------------------------------------------------
@@ -252,6 +257,7 @@ def static_memory(
     data_parallel: int = 1,
     zero_stage: int = 0,
     tensor: int = 1,
+    training: bool = True,
 ) -> tuple[StaticMemory, ...]:
     """Weights, gradients and optimizer states per GPU of each stage.
 
@@ -259,7 +265,7 @@ def static_memory(
     2 for the bf16 weights, 2 for their gradients, 12 for the fp32 master copy and Adam's two
     moments. ZeRO shards over the ``data_parallel`` replicas: stage 1 the 12 optimizer bytes,
     stage 2 the gradients too, stage 3 the weights too. Tensor parallelism divides all of it
-    by ``tensor``.
+    by ``tensor``. Without ``training`` (forward only, inference) only the weights are kept.
     """
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
@@ -272,8 +278,12 @@ def static_memory(
         result.append(
             StaticMemory(
                 weights_bytes=width * local / (n if zero_stage >= 3 else 1),
-                gradients_bytes=width * local / (n if zero_stage >= 2 else 1),
-                optimizer_bytes=OPTIMIZER_BYTES_PER_PARAM * local / (n if zero_stage >= 1 else 1),
+                gradients_bytes=width * local / (n if zero_stage >= 2 else 1) if training else 0.0,
+                optimizer_bytes=(
+                    OPTIMIZER_BYTES_PER_PARAM * local / (n if zero_stage >= 1 else 1)
+                    if training
+                    else 0.0
+                ),
             )
         )
     return tuple(result)
