@@ -1,18 +1,25 @@
 """Memory over time: the activation bytes each device holds, derived from a Trace.
 
 The engine records when actions start and end; what they take and give back is a
-question of accounting, answered here, after the run, in bulk (NumPy).
+question of accounting, answered here, after the run, in bulk (NumPy). Every change is an
+event ``(device, time, bytes, count)``: an F takes its layer group's activation when it
+starts, a backward gives it back when it ends. Sorting the events and summing them up
+gives each device's timeline.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from pipesim.schedules.ir import Kind, Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.trace import COMPUTE, KIND_CODE, Trace
+
+# At one instant a device first gives back (an action that ends), then takes (the next
+# action that starts), as it runs them in that order.
+TAKE, GIVE_BACK = 0, 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,55 +31,82 @@ class MemoryTimeline:
     inflight: np.ndarray
 
 
+@dataclass(slots=True)
+class _Events:
+    """Memory changes collected kind by kind, as parallel arrays."""
+
+    device: list[np.ndarray] = field(default_factory=list)
+    time: list[np.ndarray] = field(default_factory=list)
+    row: list[np.ndarray] = field(default_factory=list)
+    order: list[np.ndarray] = field(default_factory=list)
+    change_bytes: list[np.ndarray] = field(default_factory=list)
+    change_count: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, trace: Trace, rows, time, change_bytes, change_count: int, order: int) -> None:
+        rows = np.asarray(rows, dtype=np.int64)
+        self.device.append(trace.device[rows])
+        self.time.append(np.asarray(time, dtype=np.float64))
+        self.row.append(rows)
+        self.order.append(np.full(len(rows), order))
+        self.change_bytes.append(np.asarray(change_bytes, dtype=np.float64))
+        self.change_count.append(np.full(len(rows), change_count, dtype=np.float64))
+
+
 def memory_timelines(trace: Trace, schedule: Schedule, costs: Costs) -> tuple[MemoryTimeline, ...]:
     """Activation bytes and microbatch-chunks in flight on each device over time.
 
     An activation is taken when its F starts; a full B gives it all back when it ends; a
     split backward gives back all but ``weight_grad_memory_bytes`` when I ends and the rest
     when W ends. Inference (no backward at all) keeps an activation only while its F runs.
-    At one instant a device first gives back (an action that ends) and then takes (the
-    next action that starts), as it runs them in that order.
     """
-    devices, actions = trace.devices, trace.actions
-    ints = np.column_stack([trace.device, trace.lane, trace.stage, trace.microbatch, trace.kind])
-    table = np.column_stack([ints, trace.start, trace.end]).astype(np.float64)
-    model_stage = np.array([schedule.model_stage(s) for s in range(schedule.stages)] + [0])
-    act = np.asarray(costs.activation_memory_bytes, dtype=np.float64)
-    wgrad = np.asarray(costs.weight_grad_memory_bytes, dtype=np.float64)
-    keeps = schedule.is_training
-    compute = ints[:, 1] == COMPUTE
-    index = np.flatnonzero(compute)
-    kinds, stages = ints[index, 4], ints[index, 2]
-    events: list[tuple[np.ndarray, ...]] = []  # (device, time, row, order, bytes, count)
+    events = _Events()
+    _simple_events(events, trace, schedule, costs)
+    _overlapped_events(events, trace, schedule, costs)
+    return _timelines(events, trace.devices)
 
-    def add(rows, time, change_bytes, change_count, order):
-        events.append(
-            (ints[rows, 0], time, rows.astype(np.float64), np.full(len(rows), order),
-             change_bytes, np.full(len(rows), change_count, dtype=np.float64))
-        )  # fmt: skip
 
-    def simple(code):
-        chosen = kinds == code
-        return index[chosen], model_stage[stages[chosen]]
+def _simple_events(events: _Events, trace: Trace, schedule: Schedule, costs: Costs) -> None:
+    """F, B, I and W: what each takes or gives back, by its layer group (model stage)."""
+    layer_group_of = np.array([schedule.model_stage(s) for s in range(schedule.stages)] + [0])
+    kept = np.asarray(costs.activation_memory_bytes, dtype=np.float64)
+    weight_grad = np.asarray(costs.weight_grad_memory_bytes, dtype=np.float64)
+    compute = np.flatnonzero(trace.lane == COMPUTE)
+    kinds = trace.kind[compute]
 
-    rows, ms = simple(KIND_CODE[Kind.F])
-    add(rows, table[rows, 5], act[ms], 1, 0)
-    if not keeps:
-        add(rows, table[rows, 6], -act[ms], -1, 1)
-    rows, ms = simple(KIND_CODE[Kind.B])
-    add(rows, table[rows, 6], -act[ms], -1, 1)
-    rows, ms = simple(KIND_CODE[Kind.I])
-    add(rows, table[rows, 6], -(act[ms] - wgrad[ms]), -1, 1)
-    rows, ms = simple(KIND_CODE[Kind.W])
-    add(rows, table[rows, 6], -wgrad[ms], 0, 1)
-    for row in index[kinds == KIND_CODE[Kind.OVERLAP_F_B]]:
-        fwd, bwd = actions[row].sub_actions
-        f_ms, b_ms = schedule.model_stage(fwd.stage), schedule.model_stage(bwd.stage)
-        freed = act[b_ms] if bwd.kind == Kind.B else act[b_ms] - wgrad[b_ms]
-        one = np.array([row])
-        add(one, table[one, 5], act[[f_ms]], 1, 0)
-        add(one, table[one, 6], np.array([-freed]), -1, 1)
-    device, time, row, order, change, count = (np.concatenate(c) for c in zip(*events, strict=True))
+    def rows_of(kind: Kind) -> tuple[np.ndarray, np.ndarray]:
+        rows = compute[kinds == KIND_CODE[kind]]
+        return rows, layer_group_of[trace.stage[rows]]
+
+    rows, group = rows_of(Kind.F)
+    events.add(trace, rows, trace.start[rows], kept[group], 1, TAKE)
+    if not schedule.is_training:
+        events.add(trace, rows, trace.end[rows], -kept[group], -1, GIVE_BACK)
+    rows, group = rows_of(Kind.B)
+    events.add(trace, rows, trace.end[rows], -kept[group], -1, GIVE_BACK)
+    rows, group = rows_of(Kind.I)
+    events.add(trace, rows, trace.end[rows], -(kept[group] - weight_grad[group]), -1, GIVE_BACK)
+    rows, group = rows_of(Kind.W)
+    events.add(trace, rows, trace.end[rows], -weight_grad[group], 0, GIVE_BACK)
+
+
+def _overlapped_events(events: _Events, trace: Trace, schedule: Schedule, costs: Costs) -> None:
+    """An overlapped F&B pair takes its forward's activation and frees its backward's."""
+    kept, weight_grad = costs.activation_memory_bytes, costs.weight_grad_memory_bytes
+    pairs = np.flatnonzero((trace.lane == COMPUTE) & (trace.kind == KIND_CODE[Kind.OVERLAP_F_B]))
+    for row in pairs:
+        forward, backward = trace.actions[row].sub_actions
+        f_group, b_group = schedule.model_stage(forward.stage), schedule.model_stage(backward.stage)
+        freed = kept[b_group] if backward.kind == Kind.B else kept[b_group] - weight_grad[b_group]
+        events.add(trace, [row], [trace.start[row]], [kept[f_group]], 1, TAKE)
+        events.add(trace, [row], [trace.end[row]], [-freed], -1, GIVE_BACK)
+
+
+def _timelines(events: _Events, devices: int) -> tuple[MemoryTimeline, ...]:
+    device, time, row, order, change, count = (
+        np.concatenate(parts)
+        for parts in (events.device, events.time, events.row, events.order,
+                      events.change_bytes, events.change_count)
+    )  # fmt: skip
     sort = np.lexsort((order, row, time, device))
     device, time, change, count = device[sort], time[sort], change[sort], count[sort]
     bounds = np.searchsorted(device, np.arange(devices + 1))
