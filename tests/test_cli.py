@@ -11,6 +11,7 @@ from pipesim.cli.commands import main
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 SEED = str(SCENARIOS / "seed-pipelined.yaml")
 GPIPE = str(SCENARIOS / "gpipe-vs-1f1b.yaml")
+INTERLEAVED = str(SCENARIOS / "interleaved.yaml")
 
 
 def invoke(*args):
@@ -20,9 +21,68 @@ def invoke(*args):
 def test_run_prints_the_table():
     result = invoke("run", SEED)
     assert result.exit_code == 0, result.output
-    assert "makespan          7.000 ms   (analytic 7.000 ms)" in result.stdout
-    assert "bubble fraction   0.4286" in result.stdout
+    device = (
+        "{}      4.000      3.000      4.000   0.4286               1                0 B     0.000"
+    )
+    assert result.stdout.splitlines() == [
+        "pipesim - seed-pipelined",
+        "",
+        "  schedule          gpipe",
+        "  devices           4   stages 4",
+        "  microbatches      4 x 1 samples",
+        "  makespan          7.000 ms   (analytic 7.000 ms)",
+        "  bubble fraction   0.4286   (analytic 0.4286)",
+        "  bubble overhead   0.7500   (analytic 0.7500)",
+        "  span bubble rate  0.0000",
+        "  throughput        571.4 samples/s",
+        "",
+        "  device    busy ms    idle ms    span ms   bubble  peak in-flight   peak activations     at ms",
+        *(f"       {device.format(d)}" for d in range(4)),
+    ]
     assert result.stderr == ""
+
+
+def test_run_critical_path_in_the_table():
+    # GPipe 4 x 2, F 1 ms, B 2 ms: 15 ms along F of microbatch 0 down, F1 and the
+    # backwards of microbatch 1 up, then 0B0.
+    result = invoke("run", GPIPE, "--set", "pipeline.microbatches=2", "--critical-path")
+    assert result.exit_code == 0 and result.stderr == ""
+    tail = result.stdout.split("\n\n")[-2:]
+    assert tail == [
+        "  critical path (10 steps, 0 to 15.0 ms):\n"
+        "      start ms     end ms  device  action\n"
+        "           0.0        1.0       0  0F0\n"
+        "           1.0        2.0       1  1F0\n"
+        "           2.0        3.0       2  2F0\n"
+        "           3.0        4.0       3  3F0\n"
+        "           4.0        5.0       3  3F1\n"
+        "           5.0        7.0       3  3B1\n"
+        "           7.0        9.0       2  2B1\n"
+        "           9.0       11.0       1  1B1\n"
+        "          11.0       13.0       0  0B1\n"
+        "          13.0       15.0       0  0B0",
+        "  idle time per device and cause (ms):\n"
+        "    device 0: downstream gradient 9.0\n"
+        "    device 1: upstream activation 1.0, downstream gradient 6.0, done 2.0\n"
+        "    device 2: upstream activation 2.0, downstream gradient 3.0, done 4.0\n"
+        "    device 3: upstream activation 3.0, done 6.0\n",
+    ]
+    data = json.loads(invoke("run", GPIPE, "--set", "pipeline.microbatches=2",
+                             "--critical-path", "--format", "json").stdout)  # fmt: skip
+    assert [e["name"] for e in data["critical_path"]][-2:] == ["0B1", "0B0"]
+    assert data["idle_by_cause"]["0"] == {"downstream gradient": 9.0}
+
+
+def test_run_says_hand_typed_costs_are_per_chunk():
+    result = invoke("run", INTERLEAVED, "--format", "json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["makespan_ms"] == 57
+    assert result.stderr == (
+        "pipesim: note: costs are per chunk: 4 devices x 2 chunks = 8 stages, each costing the "
+        "forward_ms/backward_ms given; to cut the same model finer, divide them by 2 "
+        "(pipesim compare does)\n"
+    )
+    assert invoke("run", GPIPE).stderr == ""  # one chunk per device: nothing to say
 
 
 def test_json_report_has_the_documented_keys():
@@ -190,4 +250,66 @@ def test_compare_lists_every_schedule_and_reasons(tmp_path):
         ).stdout
     )
     assert [r["makespan_ms"] for r in rows] == [33, 33, 28.5]
-    assert rows[2]["note"] == "virtual_stages=2, per-chunk costs x1/2"
+    assert [r["note"] for r in rows] == [
+        "",
+        "",
+        "virtual_stages=2, hand-typed per-chunk costs x1/2",
+    ]
+
+
+def test_compare_says_when_it_rescales_hand_typed_costs():
+    result = invoke("compare", INTERLEAVED, "--schedules", "gpipe,1f1b,interleaved-1f1b,zbv")
+    assert result.exit_code == 0
+    assert result.stderr == (
+        "pipesim: note: gpipe, 1f1b: virtual_stages=1, hand-typed per-chunk costs x2/1: "
+        "hand-typed costs are per chunk, so they were scaled to keep the work the same\n"
+    )
+    names_and_makespans = [line.split()[:2] for line in result.stdout.splitlines()[1:]]
+    assert names_and_makespans == [
+        ["gpipe", "66.000"], ["1f1b", "66.000"], ["interleaved-1f1b", "57.000"], ["zbv", "51.000"],
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        (",", "--schedules ',': names no schedule; e.g. --schedules gpipe,1f1b"),
+        (" , ,", "--schedules ' , ,': names no schedule; e.g. --schedules gpipe,1f1b"),
+        ("gpipe,nope", "--schedules: unknown schedule 'nope'; allowed: gpipe, 1f1b,"),
+    ],
+)
+def test_compare_bad_schedule_list_is_one_line(names, message):
+    result = invoke("compare", GPIPE, "--schedules", names)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"pipesim: error: {message}")
+
+
+def test_a_long_error_is_capped_at_one_readable_line():
+    name = "x" * 5000
+    result = invoke("run", GPIPE, "--set", f"pipeline.schedule={name}")
+    assert result.exit_code == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("pipesim: error: ") and "xxx" in line
+    assert len(line) <= 300 and "characters left out" in line
+
+
+def test_a_long_schedule_grid_keeps_the_marked_row(tmp_path):
+    steps = [f"0F{i}" for i in range(200)] + ["0F0"] + [f"0B{i}" for i in range(200)]
+    (tmp_path / "s.csv").write_text(",".join(steps) + "\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "schema_version: 1\nname: x\n"
+        "pipeline: {schedule: csv, schedule_file: s.csv, devices: 1, microbatches: 200}\n"
+    )
+    result = invoke("run", str(scenario))
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("pipesim: error: ") and "0F0 appears twice" in lines[0]
+    picture = lines[1:]
+    assert len(picture) <= 45
+    assert picture[0].strip() == "Rank 0"
+    marked = [line for line in picture if "<-- ERROR HERE" in line]
+    assert len(marked) == 1 and marked[0].startswith("Step 200 >>0F0<<")
+    assert picture[-1] == "... (198 more lines)"

@@ -14,6 +14,7 @@ from pipesim.scenario.build import read_mapping
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 GPIPE = str(SCENARIOS / "gpipe-vs-1f1b.yaml")  # 4 devices, F 1 ms, B 2 ms, 100 MiB per microbatch
+GPT = str(SCENARIOS / "gpt-nvlink-vs-pcie.yaml")  # costs derived from a model section
 GRID = ["pipeline.microbatches=4,8", "pipeline.schedule=gpipe,1f1b,interleaved-1f1b"]
 
 
@@ -70,6 +71,14 @@ def test_an_invalid_point_is_a_row_with_its_error():
     assert bad.makespan_ms.isna().all()
 
 
+def test_a_schedule_grid_over_a_model_cuts_the_model_finer():
+    # As in `pipesim compare`: zbv runs 2 chunks per device, costs derived from the model.
+    frame = run_sweep(read_mapping(GPT), GPT, parse_grid(["pipeline.schedule=gpipe,zbv"]))
+    assert list(frame.error) == ["", ""]
+    assert list(frame.stages) == [4, 8]
+    assert frame.makespan_ms[1] < frame.makespan_ms[0]
+
+
 def test_processes_give_the_same_frame_as_one_process():
     pd.testing.assert_frame_equal(sweep(jobs=2), sweep(jobs=1))
 
@@ -120,6 +129,23 @@ def test_cli_writes_csv_json_and_plot(tmp_path):
     assert printed.splitlines()[0].split()[:2] == ["pipeline.microbatches", "pipeline.schedule"]
 
 
+def test_cli_prints_a_narrow_table_in_human_units():
+    result = invoke(
+        "sweep", GPIPE, "--grid", "pipeline.microbatches=4,6",
+        "--grid", "pipeline.schedule=1f1b,interleaved-1f1b", "--jobs", "1",
+    )  # fmt: skip
+    assert result.exit_code == 0 and result.stderr == ""
+    assert result.stdout.splitlines() == [
+        "pipeline.microbatches  pipeline.schedule  makespan ms  bubble  samples/s  peak activations  error",
+        "                    4               1f1b       21.000  0.4286      190.5        400.00 MiB",
+        "                    4   interleaved-1f1b       16.500  0.2727      242.4        400.00 MiB",
+        "                    6               1f1b       27.000  0.3333      222.2        400.00 MiB",
+        "                    6   interleaved-1f1b            -       -          -                 -  "
+        "pipeline: interleaved-1f1b runs microbatches in groups of devices=4: the last group of "
+        "microbatches=6 would hold 2; use a multiple of 4",
+    ]
+
+
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
     result = invoke("sweep", GPIPE, "--grid", "pipeline.microbatches")
     assert result.exit_code == 2 and result.stdout == ""
@@ -129,7 +155,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
     )
     assert result.exit_code == 2 and "allowed: .csv, .parquet, .json" in result.stderr
     result = invoke("sweep", GPIPE, "--grid", "pipeline.microbatches=4", "--executor", "dask")
-    assert result.exit_code == 2 and "--scheduler" in result.stderr
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == ("pipesim: error: --executor dask needs --scheduler tcp://HOST:PORT\n")
 
 
 def test_cli_writes_parquet(tmp_path):

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipesim.analysis.monte_carlo import MonteCarloSummary, Percentiles, monte_carlo
 from pipesim.analysis.run import run_scenario, study
 from pipesim.cli.commands import main
 from pipesim.scenario.build import ScenarioError, load_scenario
@@ -16,6 +17,7 @@ from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Kind
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
+from pipesim.sim.metrics import build_report
 from pipesim.sim.variability import (
     Noise,
     Straggler,
@@ -83,8 +85,31 @@ def test_zero_variability_passes_no_hooks_and_gives_the_deterministic_step(tmp_p
     deterministic = run_scenario(scenario).report
     assert result.makespan_ms == (deterministic.makespan_ms,) * 5 == (37.0,) * 5
     summary = result.summary()
-    assert summary["makespan_ms_p50"] == summary["makespan_ms_p99"] == 37.0
-    assert summary["bubble_fraction_p90"] == deterministic.bubble_fraction
+    assert summary == MonteCarloSummary(
+        runs=5,
+        seed=9,
+        makespan_ms=Percentiles(37.0, 37.0, 37.0),
+        bubble_fraction=Percentiles(*(deterministic.bubble_fraction,) * 3),
+    )
+    assert summary.to_dict() == {
+        "monte_carlo_runs": 5,
+        "monte_carlo_seed": 9,
+        **{f"makespan_ms_p{p}": 37.0 for p in (50, 90, 99)},
+        **{f"bubble_fraction_p{p}": deterministic.bubble_fraction for p in (50, 90, 99)},
+    }
+
+
+def test_run_scenario_attaches_the_study_and_counts_progress(tmp_path):
+    scenario = load_scenario(write(tmp_path, NOISY))
+    ticks = []
+    result = run_scenario(scenario, runs=7, seed=3, progress=ticks.append)
+    assert ticks == [1] * 7
+    assert result.monte_carlo == study(scenario, runs=7, seed=3).summary()
+    assert result.explanation is None and result.notes == ()
+    assert result.report.makespan_ms == 37.0  # the deterministic step stays the headline
+    flat = result.to_dict()
+    assert flat["makespan_ms_p50"] == result.monte_carlo.makespan_ms.p50
+    assert flat["monte_carlo_runs"] == 7 and "extra" not in flat
 
 
 def test_a_certain_straggler_equals_slower_stage_costs():
@@ -141,8 +166,6 @@ def test_percentiles_are_ordered_and_the_seed_reproduces_them(seed, runs):
         stragglers=(Straggler(0, 1.3, 0.5),),
         link_jitter=Noise("normal", cv=0.3),
     )
-    from pipesim.analysis.monte_carlo import monte_carlo
-    from pipesim.sim.metrics import build_report
 
     def run_step(duration_scale, link_scale):
         trace = simulate(
@@ -155,8 +178,8 @@ def test_percentiles_are_ordered_and_the_seed_reproduces_them(seed, runs):
     again = monte_carlo(variability, schedule, run_step, runs, seed)
     assert first == again
     summary = first.summary()
-    for name in ("makespan_ms", "bubble_fraction"):
-        assert summary[f"{name}_p50"] <= summary[f"{name}_p90"] <= summary[f"{name}_p99"]
+    for figure in (summary.makespan_ms, summary.bubble_fraction):
+        assert figure.p50 <= figure.p90 <= figure.p99
 
 
 def test_scenario_section_is_read_and_checked(tmp_path):

@@ -1,11 +1,19 @@
-"""Scenario in, Trace and Report out: the one call the CLI, sweeps and notebooks share."""
+"""Scenario in, Result out: the one call the CLI, sweeps and notebooks share.
+
+A ``Result`` is the Report of one simulated step plus what the analyses on top attach to
+it, each as its own typed field: the Monte Carlo percentiles (``monte_carlo``), the
+critical path and idle causes (``explanation``), and notes a user should read
+(``notes``, e.g. that hand-typed costs are per chunk). ``Result.to_dict()`` flattens it
+all for JSON, keeping the keys reports always had (``makespan_ms_p50``, ``critical_path``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipesim.analysis.monte_carlo import MonteCarlo, monte_carlo
+from pipesim.analysis.critical import Explanation, explain
+from pipesim.analysis.monte_carlo import MonteCarlo, MonteCarloSummary, Progress, monte_carlo
 from pipesim.scenario.build import Scenario
 from pipesim.sim.engine import DurationScale, simulate
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
@@ -16,20 +24,76 @@ from pipesim.sim.variability import Variability
 
 @dataclass(frozen=True, slots=True)
 class Result:
+    """One simulated step of a scenario, and what was learnt about it."""
+
     scenario: Scenario
     trace: Trace
     report: Report
     memory: tuple[MemoryTimeline, ...] = ()  # activation bytes per device over time
+    monte_carlo: MonteCarloSummary | None = None
+    explanation: Explanation | None = None
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        """The report's fields, then the Monte Carlo percentiles (``makespan_ms_p50``, ...)
+        and the critical path with idle time per device and cause, where present."""
+        data = self.report.to_dict()
+        if self.monte_carlo is not None:
+            data.update(self.monte_carlo.to_dict())
+        if self.explanation is not None:
+            data["critical_path"] = list(self.explanation.critical_path)
+            data["idle_by_cause"] = {
+                str(d): causes for d, causes in self.explanation.idle_by_cause().items()
+            }
+        return data
+
+    def scalars(self) -> dict[str, float | int | str | None]:
+        """The report's flat fields and the Monte Carlo percentiles (one table row)."""
+        data = self.report.scalars()
+        if self.monte_carlo is not None:
+            data.update(self.monte_carlo.to_dict())
+        return data
 
 
 def run_scenario(
     scenario: Scenario,
     *,
+    runs: int | None = None,
+    seed: int = 0,
+    critical_path: bool = False,
+    progress: Progress | None = None,
+) -> Result:
+    """Simulate one step of ``scenario`` and measure it.
+
+    ``runs``: also run a Monte Carlo study of that many random steps under the scenario's
+    variability (``seed`` makes it reproducible; ``progress(1)`` after each step).
+    ``critical_path``: also walk the critical path and the cause of every idle gap.
+    """
+    result = simulate_step(scenario)
+    summary = study(scenario, runs, seed, progress).summary() if runs is not None else None
+    return Result(
+        scenario,
+        result.trace,
+        result.report,
+        result.memory,
+        monte_carlo=summary,
+        explanation=_explain(result) if critical_path else None,
+        notes=cost_notes(scenario),
+    )
+
+
+def explain_scenario(scenario: Scenario) -> Result:
+    """``pipesim explain``: one step with its critical path and idle-gap causes."""
+    return run_scenario(scenario, critical_path=True)
+
+
+def simulate_step(
+    scenario: Scenario,
     duration_scale: DurationScale | None = None,
     link_scale: Callable[[int, int], float] | None = None,
 ) -> Result:
-    """Simulate one step of ``scenario`` and measure it (``duration_scale`` and
-    ``link_scale``: one random step of a Monte Carlo study, see ``pipesim.variability``)."""
+    """Simulate one step, bare (``duration_scale`` and ``link_scale``: one random step of a
+    Monte Carlo study, see ``pipesim.sim.variability``)."""
     trace = simulate(
         scenario.schedule,
         scenario.costs,
@@ -54,13 +118,31 @@ def run_scenario(
     return Result(scenario, trace, report, memory)
 
 
-def study(scenario: Scenario, runs: int, seed: int) -> MonteCarlo:
+def study(scenario: Scenario, runs: int, seed: int, progress: Progress | None = None) -> MonteCarlo:
     """A Monte Carlo study of a Scenario under its ``variability`` (none: every run is the
     deterministic step)."""
 
     def run_step(duration_scale, link_scale):
-        report = run_scenario(scenario, duration_scale=duration_scale, link_scale=link_scale).report
+        report = simulate_step(scenario, duration_scale, link_scale).report
         return report.makespan_ms, report.bubble_fraction
 
     variability = scenario.variability or Variability()
-    return monte_carlo(variability, scenario.schedule, run_step, runs, seed)
+    return monte_carlo(variability, scenario.schedule, run_step, runs, seed, progress)
+
+
+def _explain(result: Result) -> Explanation:
+    return explain(result.trace, result.scenario.schedule, result.scenario.topology)
+
+
+def cost_notes(scenario: Scenario) -> tuple[str, ...]:
+    """What a reader of the numbers should know about the costs: hand-typed costs are per
+    chunk, so more virtual stages mean more work, not the same model cut finer."""
+    schedule, spec = scenario.schedule, scenario.spec
+    chunks = schedule.stages // schedule.devices
+    if chunks <= 1 or spec.model is not None or spec.costs.profile is not None:
+        return ()
+    return (
+        f"costs are per chunk: {schedule.devices} devices x {chunks} chunks = "
+        f"{schedule.stages} stages, each costing the forward_ms/backward_ms given; to cut the "
+        f"same model finer, divide them by {chunks} (pipesim compare does)",
+    )

@@ -30,9 +30,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from pipesim.analysis.compare import scenario_for_schedule
 from pipesim.analysis.run import run_scenario
-from pipesim.scenario.build import apply_overrides, build_scenario, parse_spec, with_schedule
-from pipesim.schedules import POLICIES
+from pipesim.scenario.build import apply_overrides
 
 EXECUTORS = ("local", "dask")
 
@@ -100,24 +100,20 @@ def grid_points(axes: Sequence[GridAxis]) -> list[tuple[str, ...]]:
 
 
 def run_point(base: dict, source: str, keys: Sequence[str], raw: Sequence[str]) -> dict:
-    """Simulate one point; the report's scalars, or ``{"error": text}``."""
+    """Simulate one point; the report's scalars, or ``{"error": text}``.
 
+    A point of a ``pipeline.schedule`` grid (without a ``pipeline.virtual_stages`` one)
+    runs each schedule at the chunk count it needs, the same model cut finer, as
+    ``pipesim compare`` does (``pipesim.analysis.compare.scenario_for_schedule``).
+    """
     try:
         overrides = [f"{key}={value}" for key, value in zip(keys, raw, strict=True)]
         data = apply_overrides(base, overrides, source="--grid")
-        name = data.get("pipeline", {}).get("schedule")
-        if (
-            "pipeline.schedule" in keys
-            and "pipeline.virtual_stages" not in keys
-            and name in POLICIES
-        ):
-            # As in `pipesim compare`: each schedule runs at the chunk count it needs, the
-            # same model cut finer (scalar per-chunk costs scaled to match).
-            data, _ = with_schedule(data, name)
-        scenario = build_scenario(parse_spec(data, source), source)
-        row = run_scenario(scenario).report.scalars()
-        row.pop("analytic", None)  # None where no closed form applies; a dict is never a scalar
-        return row
+        refit = "pipeline.schedule" in keys and "pipeline.virtual_stages" not in keys
+        pipeline = data.get("pipeline")
+        name = pipeline.get("schedule") if refit and isinstance(pipeline, dict) else None
+        scenario, _ = scenario_for_schedule(data, source, name)
+        return run_scenario(scenario).scalars()
     except Exception as exc:  # noqa: BLE001 - one bad point is a row, never a lost sweep
         return {"error": _one_line(exc, source)}
 

@@ -1,42 +1,50 @@
-"""The ``pipesim`` command line. It renders Reports; it never computes them.
+"""The ``pipesim`` command line: parse, call one library function, render.
 
 User mistakes (bad file, unknown key, impossible combination) print one line
-``pipesim: error: FILE: FIELD: what is allowed`` on stderr and exit with code 2; no
-output file is written unless the whole run succeeded (files are written to a
-temporary name and renamed).
+``pipesim: error: FILE: FIELD: what is allowed`` on stderr and exit with code 2. Every
+output path is checked before anything runs, and nothing is written unless the whole run
+succeeded (``pipesim.cli.output``). Notes worth reading next to the numbers (costs per
+chunk, costs rescaled for a comparison) go to stderr as ``pipesim: note: ...``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import os
-import sys
-from dataclasses import replace
-from pathlib import Path
 
 import click
 
-from pipesim.analysis.critical import explain as explain_trace
-from pipesim.analysis.critical import with_critical_path
-from pipesim.analysis.monte_carlo import with_monte_carlo
-from pipesim.analysis.run import Result, run_scenario, study
-from pipesim.analysis.sweep import SweepError, parse_grid, run_sweep
+from pipesim.analysis.compare import CompareError, Comparison, compare_schedules
+from pipesim.analysis.run import Result, explain_scenario, run_scenario
+from pipesim.analysis.sweep import parse_grid, run_sweep
 from pipesim.cli.calibrate import COMMANDS
-from pipesim.cli.output import UserError, check_suffix, user_errors, write_atomic, write_text
-from pipesim.cli.render import RENDERERS, compare_row, rank_rows, render_compare, render_explanation
-from pipesim.plot.figures import gantt_figure, save_figure, stacked_gantt_figure, sweep_figure
-from pipesim.scenario.build import (
-    ScenarioError,
-    apply_overrides,
-    build_scenario,
-    load_scenario,
-    parse_spec,
-    read_mapping,
-    with_schedule,
+from pipesim.cli.options import no_progress_option, set_option
+from pipesim.cli.output import (
+    FIGURE_SUFFIXES,
+    Output,
+    UserError,
+    check_outputs,
+    figure_bytes,
+    note,
+    suffix_of,
+    user_errors,
+    write_outputs,
 )
-from pipesim.schedules import POLICIES, list_schedules
-from pipesim.schedules.ir import ScheduleError, to_csv
-from pipesim.sim.engine import DeadlockError
+from pipesim.cli.progress import progress_bar
+from pipesim.cli.render import (
+    RENDERERS,
+    SWEEP_SUFFIXES,
+    frame_bytes,
+    render_compare,
+    render_explanation,
+    render_sweep_table,
+)
+from pipesim.plot.figures import gantt_figure, stacked_gantt_figure, sweep_figure
+from pipesim.scenario.build import apply_overrides, load_scenario, read_mapping
+from pipesim.schedules import list_schedules
+from pipesim.schedules.ir import to_csv
 from pipesim.sim.export import to_chrome_trace
 from pipesim.sim.export import to_csv as trace_to_csv
 
@@ -50,13 +58,6 @@ def main() -> None:
     """Simulate pipeline-parallel schedules and show where the time goes."""
 
 
-set_option = click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY.PATH=VALUE",
-    help="Override a scenario key (value parsed as YAML), e.g. --set pipeline.microbatches=16.",
-)
 runs_option = click.option(
     "--runs",
     type=click.IntRange(min=1),
@@ -94,10 +95,11 @@ seed_option = click.option(
     is_flag=True,
     help="Add the critical path and idle time per cause to the report; outline it on --gantt.",
 )
+@no_progress_option
 @user_errors
 def run(
     scenario, overrides, fmt, output, gantt, trace_path, trace_csv, schedule_csv, runs, seed,
-    critical_path,
+    critical_path, no_progress,
 ) -> None:  # fmt: skip
     """Simulate SCENARIO and print its report.
 
@@ -105,45 +107,42 @@ def run(
     variability section and report makespan and bubble fraction percentiles (p50, p90,
     p99); the same --seed gives the same output.
     """
-    check_suffix(gantt, "--gantt", (".png", ".svg", ".pdf"))
-    check_suffix(trace_path, "--trace", (".json",))
-    check_suffix(trace_csv, "--trace-csv", (".csv",))
-    check_suffix(schedule_csv, "--schedule-csv", (".csv",))
-    result = run_scenario(load_scenario(scenario, overrides))
-    path = None
-    if critical_path:
-        scn = result.scenario
-        explanation = explain_trace(result.trace, scn.schedule, scn.topology)
-        path = explanation.critical_path
-        result = replace(result, report=with_critical_path(result.report, explanation))
-    if runs is not None:
-        monte_carlo = study(result.scenario, runs, seed)
-        result = replace(result, report=with_monte_carlo(result.report, monte_carlo))
-    text = RENDERERS[fmt](result.report)
-    write_outputs(result, gantt, trace_path, trace_csv, schedule_csv, path)
-    write_text(output, text)
-
-
-def write_outputs(
-    result: Result, gantt, trace_path, trace_csv, schedule_csv, critical_path=None
-) -> None:
-    if gantt:
-        if critical_path is None:
-            figure = gantt_figure(result.trace, result.report, result.memory)
-        else:
-            figure = gantt_figure(
-                result.trace, result.report, result.memory, critical_path=critical_path
-            )
-        write_atomic(gantt, lambda tmp: save_figure(figure, tmp))
-    if trace_path:
-        chrome = to_chrome_trace(
-            result.trace, label=result.report.scenario or "pipesim", memory=result.memory
+    check_outputs(
+        Output("-o", output, stdout=True),
+        Output("--gantt", gantt, FIGURE_SUFFIXES),
+        Output("--trace", trace_path, (".json",)),
+        Output("--trace-csv", trace_csv, (".csv",)),
+        Output("--schedule-csv", schedule_csv, (".csv",)),
+    )
+    loaded = load_scenario(scenario, overrides)
+    with progress_bar(runs or 0, "run", "Monte Carlo", disabled=no_progress) as progress:
+        result = run_scenario(
+            loaded, runs=runs, seed=seed, critical_path=critical_path, progress=progress
         )
-        write_text(trace_path, json.dumps(chrome))
+    for text in result.notes:
+        note(text)
+    files = _run_files(result, gantt, trace_path, trace_csv, schedule_csv)
+    write_outputs([*files, (output, RENDERERS[fmt](result))])
+
+
+def _run_files(
+    result: Result, gantt, trace_path, trace_csv, schedule_csv
+) -> list[tuple[str | None, str | bytes]]:
+    """Every extra output of ``run``, rendered in memory (nothing written yet)."""
+    files: list[tuple[str | None, str | bytes]] = []
+    if gantt:
+        path = result.explanation.critical_path if result.explanation is not None else None
+        figure = gantt_figure(result.trace, result.report, result.memory, critical_path=path)
+        files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
+    if trace_path:
+        label = result.report.scenario or "pipesim"
+        chrome = to_chrome_trace(result.trace, label=label, memory=result.memory)
+        files.append((trace_path, json.dumps(chrome)))
     if trace_csv:
-        write_text(trace_csv, trace_to_csv(result.trace))
+        files.append((trace_csv, trace_to_csv(result.trace)))
     if schedule_csv:
-        write_text(schedule_csv, to_csv(result.scenario.schedule))
+        files.append((schedule_csv, to_csv(result.scenario.schedule)))
+    return files
 
 
 @main.command()
@@ -191,46 +190,53 @@ def schedules() -> None:
 )
 @runs_option
 @seed_option
+@no_progress_option
 @user_errors
-def compare(scenario, overrides, names, fmt, output, gantt, runs, seed) -> None:
+def compare(scenario, overrides, names, fmt, output, gantt, runs, seed, no_progress) -> None:
     """Run SCENARIO under several schedules and compare them side by side.
 
-    With --runs N each schedule also runs a Monte Carlo study under the variability section,
-    and the schedules are ranked by p50 makespan, then p99.
+    Each schedule runs at the virtual stages it needs; hand-typed costs are per chunk, so
+    they are scaled to keep the work the same (a note on stderr says so). With --runs N
+    each schedule also runs a Monte Carlo study under the variability section, and the
+    schedules are ranked by p50 makespan, then p99.
     """
-    check_suffix(gantt, "--gantt", (".png", ".svg", ".pdf"))
     wanted = [n.strip() for n in names.split(",") if n.strip()]
-    unknown = [n for n in wanted if n not in POLICIES]
-    if unknown:
-        raise UserError(
-            f"--schedules: unknown schedule {unknown[0]!r}; allowed: {', '.join(POLICIES)}"
-        )
+    if not wanted:
+        raise UserError(f"--schedules {names!r}: names no schedule; e.g. --schedules gpipe,1f1b")
+    check_outputs(Output("-o", output, stdout=True), Output("--gantt", gantt, FIGURE_SUFFIXES))
     base = apply_overrides(read_mapping(scenario), list(overrides))
-    rows, results = [], []
-    for name in wanted:
+    total = len(wanted) * (runs or 0)
+    with progress_bar(total, "run", "Monte Carlo", disabled=no_progress) as progress:
         try:
-            data, note = with_schedule(base, name)
-            result = run_scenario(build_scenario(parse_spec(data, scenario), scenario))
-        except (ScenarioError, ScheduleError, DeadlockError) as exc:
-            reason = str(exc).splitlines()[0].removeprefix(f"{scenario}: ")
-            rows.append({"schedule": name, "error": reason})
-            continue
-        results.append((result.trace, result.report))
-        rows.append(compare_row(result.report, note))
-        if runs is not None:
-            rows[-1].update(study(result.scenario, runs, seed).summary())
-    if runs is not None:
-        rows = rank_rows(rows)
-    if gantt and results:
-        figure = stacked_gantt_figure(results)
-        write_atomic(gantt, lambda tmp: save_figure(figure, tmp))
-    write_text(output, render_compare(rows, fmt))
+            comparison = compare_schedules(
+                base, scenario, wanted, runs=runs, seed=seed, progress=progress
+            )
+        except CompareError as exc:
+            raise UserError(f"--schedules: {exc}") from None
+    _compare_notes(comparison)
+    files: list[tuple[str | None, str | bytes]] = []
+    if gantt and comparison.results:
+        pairs = [(r.trace, r.report) for r in comparison.results]
+        files.append((gantt, figure_bytes(stacked_gantt_figure(pairs), suffix_of(gantt))))
+    elif gantt:
+        note(f"--gantt {gantt}: not written, no schedule ran")
+    write_outputs([*files, (output, render_compare(comparison, fmt))])
+
+
+def _compare_notes(comparison: Comparison) -> None:
+    """One note per rescaling: which schedules ran their hand-typed costs scaled."""
+    by_note: dict[str, list[str]] = {}
+    for row in comparison.rescaled:
+        by_note.setdefault(row.note, []).append(row.schedule)
+    for text, schedules in by_note.items():
+        note(
+            f"{', '.join(schedules)}: {text}: hand-typed costs are per chunk, so they were "
+            "scaled to keep the work the same"
+        )
 
 
 # ---------------------------------------------------------------------------
 # Sweeps and explanations
-
-_SWEEP_SUFFIXES = (".csv", ".parquet", ".json")
 
 
 @main.command()
@@ -258,7 +264,7 @@ _SWEEP_SUFFIXES = (".csv", ".parquet", ".json")
     "-o", "--output", metavar="PATH", help="Write the table (.csv, .parquet, .json); else print it."
 )
 @click.option("--plot", "plot_path", metavar="PATH", help="Sweep figure (.png, .svg, .pdf).")
-@click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
+@no_progress_option
 @user_errors
 def sweep(
     scenario, overrides, grids, jobs, executor, scheduler, output, plot_path, no_progress
@@ -268,77 +274,33 @@ def sweep(
     One row per point: the grid keys, the report's scalar fields, and an error column
     (a point that cannot run is a row with its reason, never an aborted sweep).
     """
-
-    check_suffix(output, "-o", _SWEEP_SUFFIXES)
-    check_suffix(plot_path, "--plot", (".png", ".svg", ".pdf"))
-    if output and output.lower().endswith(".parquet") and not _has_parquet():
+    check_outputs(
+        Output("-o", output, SWEEP_SUFFIXES), Output("--plot", plot_path, FIGURE_SUFFIXES)
+    )
+    if output and suffix_of(output) == ".parquet" and not _has_parquet():
         raise UserError(
             f"-o {output}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'"
         )
-    try:
-        axes = parse_grid(grids)
-        base = apply_overrides(read_mapping(scenario), list(overrides))
-        with _progress_bar(no_progress, axes) as progress:
-            frame = run_sweep(
-                base, scenario, axes, jobs=jobs or os.cpu_count() or 1, executor=executor,
-                scheduler=scheduler, progress=progress,
-            )  # fmt: skip
-    except SweepError as exc:
-        raise UserError(str(exc)) from None
+    axes = parse_grid(grids)
+    base = apply_overrides(read_mapping(scenario), list(overrides))
+    total = math.prod(len(axis.raw) for axis in axes)
+    with progress_bar(total, "point", "sweep", disabled=no_progress) as progress:
+        frame = run_sweep(
+            base, scenario, axes, jobs=jobs or os.cpu_count() or 1, executor=executor,
+            scheduler=scheduler, progress=progress,
+        )  # fmt: skip
+    files: list[tuple[str | None, str | bytes]] = []
     if plot_path:
-        figure = sweep_figure(frame)
-        write_atomic(plot_path, lambda tmp: save_figure(figure, tmp))
+        files.append((plot_path, figure_bytes(sweep_figure(frame), suffix_of(plot_path))))
     if output:
-        write_atomic(output, lambda tmp: _write_frame(frame, tmp, output))
+        files.append((output, frame_bytes(frame, suffix_of(output))))
     else:
-        click.echo(frame.to_string(index=False))
+        files.append(("-", render_sweep_table(frame)))
+    write_outputs(files)
 
 
 def _has_parquet() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("pyarrow") is not None
-
-
-def _write_frame(frame, tmp: str, target: str) -> None:
-    suffix = Path(target).suffix.lower()
-    if suffix == ".parquet":
-        frame.to_parquet(tmp, index=False)
-    elif suffix == ".json":
-        Path(tmp).write_text(
-            frame.to_json(orient="records", indent=2, double_precision=15) + "\n",
-            encoding="utf-8",
-        )
-    else:
-        frame.to_csv(tmp, index=False)
-
-
-class _NoBar:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
-def _progress_bar(disabled: bool, axes):
-    """tqdm on stderr, only when stderr is a terminal; else no callback at all."""
-    if disabled or not sys.stderr.isatty():
-        return _NoBar()
-    import math
-
-    from tqdm import tqdm
-
-    class _Bar:
-        def __enter__(self):
-            total = math.prod(len(axis.raw) for axis in axes)
-            self.bar = tqdm(total=total, unit="point", file=sys.stderr, desc="sweep")
-            return self.bar.update
-
-        def __exit__(self, *exc) -> None:
-            self.bar.close()
-
-    return _Bar()
 
 
 @main.command()
@@ -353,14 +315,13 @@ def _progress_bar(disabled: bool, axes):
 @user_errors
 def explain(scenario, overrides, fmt, max_gaps, output) -> None:
     """Say where SCENARIO's time goes: the critical path, and why each device idles."""
-
-    result = run_scenario(load_scenario(scenario, overrides))
-    scn = result.scenario
-    explanation = explain_trace(result.trace, scn.schedule, scn.topology)
+    check_outputs(Output("-o", output, stdout=True))
+    result = explain_scenario(load_scenario(scenario, overrides))
     if fmt == "json":
-        write_text(output, json.dumps(explanation.to_dict(), indent=2) + "\n")
-        return
-    write_text(output, render_explanation(result.report, explanation, max_gaps))
+        text = json.dumps(result.explanation.to_dict(), indent=2) + "\n"
+    else:
+        text = render_explanation(result, max_gaps)
+    write_outputs([(output, text)])
 
 
 def _register_calibration() -> None:

@@ -1,6 +1,8 @@
-"""Text, JSON and CSV renderings of Reports, comparisons and explanations.
+"""Text, JSON and CSV renderings of Results, comparisons and explanations.
 
-Rendering only: every number shown was computed by the core; nothing here simulates.
+Rendering only: every number shown was computed by the library; nothing here simulates.
+Each renderer reads the typed fields of a Result (its Report, its Monte Carlo summary, its
+explanation); JSON and CSV use ``Result.to_dict()``, whose keys stay stable for scripts.
 """
 
 from __future__ import annotations
@@ -8,66 +10,99 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import asdict
 
-from pipesim.analysis.critical import describe_gap, format_ms
+import pandas as pd
+
+from pipesim.analysis.compare import CompareRow, Comparison
+from pipesim.analysis.critical import Explanation, describe_gap, format_ms
+from pipesim.analysis.monte_carlo import MonteCarloSummary
+from pipesim.analysis.run import Result
 from pipesim.sim.metrics import Report
 
+TABLE_PATH_STEPS = 40  # critical path steps shown in the run table (all in JSON and explain)
 
-def render_table(report: Report) -> str:
-    lines = [f"pipesim - {report.scenario}", ""]
-    analytic = report.analytic or {}
 
-    def line(label: str, value: str, key: str | None = None, fmt: str = "{:.4f}") -> None:
-        extra = f"   (analytic {fmt.format(analytic[key])})" if key in analytic else ""
-        lines.append(f"  {label:<18}{value}{extra}")
+def render_table(result: Result) -> str:
+    """The report as a table; Monte Carlo percentiles and the critical path when present."""
+    report = result.report
+    lines = [f"pipesim - {report.scenario}", ""] + _summary_lines(report)
+    if result.monte_carlo is not None:
+        lines += [""] + _monte_carlo_lines(result.monte_carlo)
+    lines += _memory_lines(report)
+    lines += [""] + _device_lines(report)
+    if result.explanation is not None:
+        path = _path_lines(result.explanation, report.makespan_ms, TABLE_PATH_STEPS)
+        lines += [""] + [f"  {line}" if line else line for line in path]
+    return "\n".join(lines) + "\n"
+
+
+def _summary_lines(report: Report) -> list[str]:
+    analytic = report.analytic
+    lines: list[str] = []
+
+    def line(label: str, value: str, predicted: str = "") -> None:
+        lines.append(f"  {label:<18}{value}" + (f"   (analytic {predicted})" if predicted else ""))
 
     line("schedule", report.schedule)
     line("devices", f"{report.devices}   stages {report.stages}")
     line("microbatches", f"{report.microbatches} x {report.microbatch_size} samples")
-    line("makespan", f"{report.makespan_ms:.3f} ms", "makespan_ms", "{:.3f} ms")
-    line("bubble fraction", f"{report.bubble_fraction:.4f}", "bubble_fraction")
-    line("bubble overhead", f"{report.bubble_overhead:.4f}", "bubble_overhead")
+    line("makespan", f"{report.makespan_ms:.3f} ms",
+         f"{analytic.makespan_ms:.3f} ms" if analytic else "")  # fmt: skip
+    line("bubble fraction", f"{report.bubble_fraction:.4f}",
+         f"{analytic.bubble_fraction:.4f}" if analytic else "")  # fmt: skip
+    line("bubble overhead", f"{report.bubble_overhead:.4f}",
+         f"{analytic.bubble_overhead:.4f}" if analytic else "")  # fmt: skip
     line("span bubble rate", f"{report.span_bubble_rate:.4f}")
     line("throughput", f"{report.samples_per_second:,.1f} samples/s")
     if report.tokens_per_second:
         line("", f"{report.tokens_per_second:,.0f} tokens/s")
-    if "makespan_ms_p50" in report.extra:
-        extra = report.extra
-        runs = f"({extra['monte_carlo_runs']} runs, seed {extra['monte_carlo_seed']})"
-        lines.append("")
-        lines.append(f"  Monte Carlo {runs}        p50        p90        p99")
-        for label, key, fmt in (("makespan ms", "makespan_ms", "{:>10.3f}"),
-                                ("bubble fraction", "bubble_fraction", "{:>10.4f}")):  # fmt: skip
-            values = " ".join(fmt.format(extra[f"{key}_p{p}"]) for p in (50, 90, 99))
-            lines.append(f"  {label:<18}{' ' * 10}{values}")
+    return lines
+
+
+def _monte_carlo_lines(summary: MonteCarloSummary) -> list[str]:
+    runs = f"({summary.runs} runs, seed {summary.seed})"
+    lines = [f"  Monte Carlo {runs}        p50        p90        p99"]
+    for label, figure, fmt in (("makespan ms", summary.makespan_ms, "{:>10.3f}"),
+                               ("bubble fraction", summary.bubble_fraction, "{:>10.4f}")):  # fmt: skip
+        values = " ".join(fmt.format(v) for v in (figure.p50, figure.p90, figure.p99))
+        lines.append(f"  {label:<18}{' ' * 10}{values}")
+    return lines
+
+
+def _memory_lines(report: Report) -> list[str]:
+    lines = []
     if report.mfu is not None:
-        line("MFU", f"{report.mfu:.1%}")
+        lines.append(f"  {'MFU':<18}{report.mfu:.1%}")
     if any(d.static_memory_bytes for d in report.per_device):
         worst = max(report.per_device, key=lambda d: d.peak_memory_bytes)
         verdict = "OUT OF MEMORY" if report.oom else "fits"
-        line(
-            "peak memory",
-            f"{format_bytes(worst.peak_memory_bytes)} on device {worst.device} ({verdict})",
-        )
-    lines.append("")
-    header = f"  {'device':>6} {'busy ms':>10} {'idle ms':>10} {'span ms':>10} {'bubble':>8} {'peak in-flight':>15} {'peak activations':>18} {'at ms':>9}"
-    lines.append(header)
+        peak = f"{format_bytes(worst.peak_memory_bytes)} on device {worst.device} ({verdict})"
+        lines.append(f"  {'peak memory':<18}{peak}")
+    return lines
+
+
+def _device_lines(report: Report) -> list[str]:
     with_static = any(d.static_memory_bytes for d in report.per_device)
-    if with_static:
-        lines[-1] += f" {'static':>12} {'peak total':>12}"
+    header = (
+        f"  {'device':>6} {'busy ms':>10} {'idle ms':>10} {'span ms':>10} {'bubble':>8} "
+        f"{'peak in-flight':>15} {'peak activations':>18} {'at ms':>9}"
+    )
+    lines = [header + (f" {'static':>12} {'peak total':>12}" if with_static else "")]
     for d in report.per_device:
         static = (
             f" {format_bytes(d.static_memory_bytes):>12} {format_bytes(d.peak_memory_bytes):>12}"
             if with_static
             else ""
         )
-        oom = "  OOM" if d.oom else ""
         lines.append(
             f"  {d.device:>6} {d.busy_ms:>10.3f} {d.idle_ms:>10.3f} {d.span_ms:>10.3f} "
-            f"{d.bubble_fraction:>8.4f} {d.peak_inflight:>15d} {format_bytes(d.peak_activation_bytes):>18} "
-            f"{d.peak_activation_time_ms:>9.3f}" + static + oom
+            f"{d.bubble_fraction:>8.4f} {d.peak_inflight:>15d} "
+            f"{format_bytes(d.peak_activation_bytes):>18} {d.peak_activation_time_ms:>9.3f}"
+            + static
+            + ("  OOM" if d.oom else "")
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def format_bytes(value: float) -> str:
@@ -77,52 +112,38 @@ def format_bytes(value: float) -> str:
     return f"{value:.0f} B"
 
 
-def render_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=2) + "\n"
+def render_json(result: Result) -> str:
+    return json.dumps(result.to_dict(), indent=2) + "\n"
 
 
-def render_csv(report: Report) -> str:
-    """One row per device: the report's scalar fields, then the device's own fields."""
-    scalars = {k: v for k, v in report.to_dict().items() if not isinstance(v, list | dict)}
-    buffer = io.StringIO()
+def render_csv(result: Result) -> str:
+    """One row per device: the result's scalar fields, then the device's own fields."""
+    scalars = {k: v for k, v in result.to_dict().items() if not isinstance(v, list | dict)}
     rows = [
-        {
-            **scalars,
-            **{
-                f"device_{k}" if k == "bubble_fraction" else k: v
-                for k, v in _device_dict(d).items()
-            },
-        }
-        for d in report.per_device
-    ]
+        {**scalars, **{f"device_{k}" if k == "bubble_fraction" else k: v
+                       for k, v in asdict(d).items()}}
+        for d in result.report.per_device
+    ]  # fmt: skip
+    buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
 
 
-def _device_dict(device) -> dict:
-    from dataclasses import asdict
-
-    return asdict(device)
-
-
 RENDERERS = {"table": render_table, "json": render_json, "csv": render_csv}
 
 
-def compare_row(report: Report, note: str) -> dict:
-    return {
-        "schedule": report.schedule,
-        "makespan_ms": report.makespan_ms,
-        "bubble_fraction": report.bubble_fraction,
-        "span_bubble_rate": report.span_bubble_rate,
-        "samples_per_second": report.samples_per_second,
-        "peak_activation_bytes": [d.peak_activation_bytes for d in report.per_device],
-        "note": note,
-        "error": "",
-    }
-
-
+COMPARE_FIELDS = (
+    "schedule",
+    "makespan_ms",
+    "bubble_fraction",
+    "span_bubble_rate",
+    "samples_per_second",
+    "peak_activation_bytes",
+    "note",
+    "error",
+)
 STUDY_FIELDS = (
     "rank",
     "makespan_ms_p50",
@@ -136,90 +157,117 @@ STUDY_FIELDS = (
 )
 
 
-def rank_rows(rows: list[dict]) -> list[dict]:
-    """Order by p50 makespan, ties by p99 (error rows last), and number the ranks."""
-    ran = sorted(
-        (r for r in rows if not r.get("error")),
-        key=lambda r: (r["makespan_ms_p50"], r["makespan_ms_p99"]),
-    )
-    for rank, row in enumerate(ran, start=1):
-        row["rank"] = rank
-    return ran + [r for r in rows if r.get("error")]
-
-
-def render_compare(rows: list[dict], fmt: str) -> str:
+def render_compare(comparison: Comparison, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(rows, indent=2) + "\n"
+        return json.dumps(comparison.to_dicts(), indent=2) + "\n"
     if fmt == "csv":
-        buffer = io.StringIO()
-        fields = [
-            "schedule",
-            "makespan_ms",
-            "bubble_fraction",
-            "span_bubble_rate",
-            "samples_per_second",
-            "peak_activation_bytes",
-            "note",
-            "error",
-        ]
-        fields[1:1] = [k for k in STUDY_FIELDS if any(k in r for r in rows)]
-        writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(
-                {
-                    **row,
-                    "peak_activation_bytes": ";".join(
-                        f"{v:.0f}" for v in row.get("peak_activation_bytes", [])
-                    ),
-                }
-            )
-        return buffer.getvalue()
-    width = max(len(r["schedule"]) for r in rows)
-    study = any("rank" in r for r in rows)
+        return _compare_csv(comparison)
+    width = max(len(row.schedule) for row in comparison.rows)
+    ranked = comparison.ranked
     lines = [
-        ("rank  " if study else "")
+        ("rank  " if ranked else "")
         + f"{'schedule':<{width}}  {'makespan ms':>12} "
-        + (f"{'p50 ms':>10} {'p99 ms':>10} " if study else "")
+        + (f"{'p50 ms':>10} {'p99 ms':>10} " if ranked else "")
         + f"{'bubble':>8} {'span bubble':>12} {'samples/s':>12}  peak activations per device"
     ]
-    for row in rows:
-        if row.get("error"):
-            lines.append(
-                ("-     " if study else "") + f"{row['schedule']:<{width}}  not run: {row['error']}"
-            )
-            continue
-        peaks = " ".join(format_bytes(v) for v in row["peak_activation_bytes"])
-        percentiles = (
-            f" {row['makespan_ms_p50']:>10.3f} {row['makespan_ms_p99']:>10.3f}" if study else ""
-        )
-        lines.append(
-            (f"{row['rank']:<4}  " if study else "")
-            + f"{row['schedule']:<{width}}  {row['makespan_ms']:>12.3f}{percentiles} {row['bubble_fraction']:>8.4f} "
-            f"{row['span_bubble_rate']:>12.4f} {row['samples_per_second']:>12.1f}  {peaks}"
-            + (f"  ({row['note']})" if row["note"] else "")
-        )
+    lines += [_compare_line(row, width, ranked) for row in comparison.rows]
     return "\n".join(lines) + "\n"
 
 
-def render_explanation(report: Report, explanation, max_gaps: int) -> str:
+def _compare_line(row: CompareRow, width: int, ranked: bool) -> str:
+    if row.result is None:
+        return ("-     " if ranked else "") + f"{row.schedule:<{width}}  not run: {row.error}"
+    report, summary = row.result.report, row.result.monte_carlo
+    peaks = " ".join(format_bytes(d.peak_activation_bytes) for d in report.per_device)
+    percentiles = (
+        f" {summary.makespan_ms.p50:>10.3f} {summary.makespan_ms.p99:>10.3f}"
+        if ranked and summary is not None
+        else ""
+    )
+    return (
+        (f"{row.rank:<4}  " if ranked else "")
+        + f"{row.schedule:<{width}}  {report.makespan_ms:>12.3f}{percentiles} "
+        f"{report.bubble_fraction:>8.4f} {report.span_bubble_rate:>12.4f} "
+        f"{report.samples_per_second:>12.1f}  {peaks}" + (f"  ({row.note})" if row.note else "")
+    )
 
-    path = explanation.critical_path
+
+def _compare_csv(comparison: Comparison) -> str:
+    rows = comparison.to_dicts()
+    fields = list(COMPARE_FIELDS)
+    fields[1:1] = [k for k in STUDY_FIELDS if any(k in r for r in rows)]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        peaks = ";".join(f"{v:.0f}" for v in row.get("peak_activation_bytes", []))
+        writer.writerow({**row, "peak_activation_bytes": peaks})
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------
+# Sweeps
+
+SWEEP_SUFFIXES = (".csv", ".parquet", ".json")
+
+
+def frame_bytes(frame: pd.DataFrame, suffix: str) -> bytes:
+    """A sweep table as a ``.csv``, ``.json`` (records) or ``.parquet`` file's content."""
+    if suffix == ".parquet":
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        return buffer.getvalue()
+    if suffix == ".json":
+        text = frame.to_json(orient="records", indent=2, double_precision=15) + "\n"
+        return text.encode("utf-8")
+    return frame.to_csv(index=False).encode("utf-8")
+
+
+def render_sweep_table(frame: pd.DataFrame) -> str:
+    """The sweep for a terminal: grid keys, then makespan, bubble, throughput and peak
+    memory in human units, and the reason of any point that did not run (every column is
+    in ``-o table.csv``)."""
+    columns = list(frame.columns)
+    grid = columns[: columns.index("scenario")] if "scenario" in columns else columns[:-1]
+    shown = {key: [str(v) for v in frame[key]] for key in grid}
+    if "makespan_ms" in frame:
+        memory = "peak_memory_bytes_max"
+        if not (frame[memory].fillna(0) > frame["peak_activation_bytes_max"].fillna(0)).any():
+            memory = "peak_activation_bytes_max"  # no static memory known
+        for label, key, fmt in (("makespan ms", "makespan_ms", "{:.3f}"),
+                                ("bubble", "bubble_fraction", "{:.4f}"),
+                                ("samples/s", "samples_per_second", "{:,.1f}")):  # fmt: skip
+            shown[label] = [_cell(v, fmt) for v in frame[key]]
+        label = "peak memory" if memory == "peak_memory_bytes_max" else "peak activations"
+        shown[label] = ["-" if pd.isna(v) else format_bytes(float(v)) for v in frame[memory]]
+    errors = [str(e) for e in frame["error"]]
+    widths = {name: max(len(name), *(len(c) for c in cells)) for name, cells in shown.items()}
+    lines = ["  ".join(name.rjust(widths[name]) for name in shown)]
+    if any(errors):
+        lines[0] += "  error"
+    for i, error in enumerate(errors):
+        cells = "  ".join(shown[name][i].rjust(widths[name]) for name in shown)
+        lines.append((cells + (f"  {error}" if error else "")).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: object, fmt: str) -> str:
+    return "-" if pd.isna(value) else fmt.format(float(value))
+
+
+# ---------------------------------------------------------------------------
+# Explanations
+
+
+def render_explanation(result: Result, max_gaps: int) -> str:
+    """``pipesim explain``: the whole critical path, idle time per cause, and the gaps."""
+    report, explanation = result.report, result.explanation
     lines = [
         f"pipesim explain - {report.scenario} ({report.schedule}): "
         f"makespan {format_ms(report.makespan_ms)} ms",
         "",
-        f"critical path ({len(path)} steps, 0 to {format_ms(report.makespan_ms)} ms):",
-        f"  {'start ms':>10} {'end ms':>10}  device  action",
     ]
-    lines += [
-        f"  {format_ms(e['start_ms']):>10} {format_ms(e['end_ms']):>10}  {e['device']:>6}  {e['name']}"
-        for e in path
-    ]
-    lines += ["", "idle time per device and cause (ms):"]
-    for device, causes in sorted(explanation.idle_by_cause().items()):
-        parts = ", ".join(f"{cause} {format_ms(ms)}" for cause, ms in causes.items())
-        lines.append(f"  device {device}: {parts}")
+    lines += _path_lines(explanation, report.makespan_ms, None)
     lines += ["", "idle gaps:"]
     shown: dict[int, int] = {}
     for gap in explanation.gaps:
@@ -230,3 +278,26 @@ def render_explanation(report: Report, explanation, max_gaps: int) -> str:
     if hidden:
         lines.append(f"  ... {hidden} more (raise --max-gaps, or use --format json)")
     return "\n".join(lines) + "\n"
+
+
+def _path_lines(explanation: Explanation, makespan_ms: float, limit: int | None) -> list[str]:
+    """The critical path (at most ``limit`` steps), then idle time per device and cause."""
+    path = explanation.critical_path
+    lines = [
+        f"critical path ({len(path)} steps, 0 to {format_ms(makespan_ms)} ms):",
+        f"  {'start ms':>10} {'end ms':>10}  device  action",
+    ]
+    shown = path if limit is None or len(path) <= limit else path[:limit]
+    lines += [
+        f"  {format_ms(e['start_ms']):>10} {format_ms(e['end_ms']):>10}  {e['device']:>6}  {e['name']}"
+        for e in shown
+    ]
+    if len(shown) < len(path):
+        lines.append(
+            f"  ... {len(path) - len(shown)} more steps (pipesim explain, or --format json)"
+        )
+    lines += ["", "idle time per device and cause (ms):"]
+    for device, causes in sorted(explanation.idle_by_cause().items()):
+        parts = ", ".join(f"{cause} {format_ms(idle_ms)}" for cause, idle_ms in causes.items())
+        lines.append(f"  device {device}: {parts}")
+    return lines

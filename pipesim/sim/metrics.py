@@ -15,12 +15,12 @@ own name (DESIGN.md, "Metrics"):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from pipesim.schedules.ir import Schedule
-from pipesim.sim.closed_form import closed_form
+from pipesim.sim.closed_form import Analytic, closed_form
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
@@ -61,6 +61,12 @@ class Accounting:
 
 @dataclass(frozen=True, slots=True)
 class Report:
+    """The metrics of one simulated step (DESIGN.md, "Metrics"), every field typed.
+
+    Analyses on top (Monte Carlo percentiles, the critical path) travel beside the Report,
+    on ``pipesim.analysis.run.Result``, not inside it.
+    """
+
     scenario: str
     schedule: str
     devices: int
@@ -74,22 +80,20 @@ class Report:
     samples_per_second: float
     tokens_per_second: float | None
     per_device: tuple[DeviceReport, ...]
-    analytic: dict[str, float] | None = None
+    analytic: Analytic | None = None
     step_time_ms: float = 0.0  # the makespan, end-of-step collectives included
     mfu: float | None = None
     oom: bool = False
-    extra: dict[str, object] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["per_device"] = [asdict(d) for d in self.per_device]
-        extra = data.pop("extra")
-        data.update(extra)
         return data
 
     def scalars(self) -> dict[str, float | int | str | None]:
-        """The flat fields (no per-device list), e.g. for one row of a sweep table."""
+        """The flat fields (no per-device list, no closed form), e.g. one row of a sweep."""
         data = {k: v for k, v in self.to_dict().items() if not isinstance(v, list | dict)}
+        data.pop("analytic", None)  # None where no closed form applies
         data["peak_activation_bytes_max"] = max(d.peak_activation_bytes for d in self.per_device)
         data["peak_inflight_max"] = max(d.peak_inflight for d in self.per_device)
         data["peak_memory_bytes_max"] = max(d.peak_memory_bytes for d in self.per_device)
@@ -118,65 +122,88 @@ def build_report(
     if memory is None:
         memory = memory_timelines(trace, schedule, costs) if costs is not None else ()
     accounting = accounting or Accounting((0.0,) * trace.devices)
-    capacity = accounting.memory_capacity_bytes
-    analytic = closed_form(schedule, costs, topology) if costs is not None else None
-    devices = trace.devices
     makespan = trace.makespan_ms
-    compute = trace.lane == COMPUTE
-    busy = np.bincount(
-        trace.device[compute], weights=trace.end[compute] - trace.start[compute], minlength=devices
+    busy = busy_ms_per_device(trace)
+    per_device = tuple(
+        device_report(trace, d, float(busy[d]), memory[d] if memory else None, accounting)
+        for d in range(trace.devices)
     )
-    per_device = []
-    for d in range(devices):
-        rows = compute & (trace.device == d)
-        span = float(trace.end[rows].max() - trace.start[rows].min()) if rows.any() else 0.0
-        timeline = memory[d] if memory else None
-        if timeline is not None and len(timeline.time):
-            peak_index = int(np.argmax(timeline.activation_bytes))
-            peak_bytes = float(max(timeline.activation_bytes[peak_index], 0.0))
-            peak_time = float(timeline.time[peak_index]) if peak_bytes > 0 else 0.0
-            peak_inflight = int(max(timeline.inflight.max(), 0))
-        else:
-            peak_bytes, peak_time, peak_inflight = 0.0, 0.0, 0
-        static = float(accounting.static_memory_bytes[d])
-        per_device.append(
-            DeviceReport(
-                device=d,
-                busy_ms=float(busy[d]),
-                idle_ms=makespan - float(busy[d]),
-                span_ms=span,
-                bubble_fraction=1.0 - float(busy[d]) / makespan if makespan > 0 else 0.0,
-                peak_inflight=peak_inflight,
-                peak_activation_bytes=peak_bytes,
-                peak_activation_time_ms=peak_time,
-                static_memory_bytes=static,
-                peak_memory_bytes=static + peak_bytes,
-                oom=bool(capacity) and static + peak_bytes > capacity,
-            )
-        )
     longest = max(per_device, key=lambda r: r.span_ms)
     samples = schedule.microbatches * microbatch_size * accounting.replicas
     per_second = samples / (makespan / 1000.0) if makespan > 0 else 0.0
     return Report(
         scenario=scenario,
         schedule=schedule.name,
-        devices=devices,
+        devices=trace.devices,
         stages=schedule.stages,
         microbatches=schedule.microbatches,
         microbatch_size=microbatch_size,
         makespan_ms=makespan,
-        bubble_fraction=1.0 - float(busy.sum()) / (devices * makespan) if makespan > 0 else 0.0,
+        bubble_fraction=_ratio_left(float(busy.sum()), trace.devices * makespan),
         bubble_overhead=makespan / float(busy.max()) - 1.0 if busy.max() > 0 else 0.0,
-        span_bubble_rate=1.0 - longest.busy_ms / longest.span_ms if longest.span_ms > 0 else 0.0,
+        span_bubble_rate=_ratio_left(longest.busy_ms, longest.span_ms),
         samples_per_second=per_second,
         tokens_per_second=per_second * seq_len if seq_len else None,
-        per_device=tuple(per_device),
-        analytic=analytic,
+        per_device=per_device,
+        analytic=closed_form(schedule, costs, topology) if costs is not None else None,
         step_time_ms=makespan,
-        mfu=(
-            accounting.flops_per_step / (makespan / 1000.0) / accounting.peak_flops
-            if accounting.peak_flops and makespan > 0
-            else None
-        ),
+        mfu=_mfu(accounting, makespan),
         oom=any(d.oom for d in per_device),
     )
+
+
+def busy_ms_per_device(trace: Trace) -> np.ndarray:
+    """Sum of compute durations on each device."""
+    compute = trace.lane == COMPUTE
+    durations = trace.end[compute] - trace.start[compute]
+    return np.bincount(trace.device[compute], weights=durations, minlength=trace.devices)
+
+
+def device_report(
+    trace: Trace,
+    device: int,
+    busy_ms: float,
+    timeline: MemoryTimeline | None,
+    accounting: Accounting,
+) -> DeviceReport:
+    """One device's line of the report: time, span, peak activations, static memory."""
+    makespan = trace.makespan_ms
+    rows = (trace.lane == COMPUTE) & (trace.device == device)
+    span = float(trace.end[rows].max() - trace.start[rows].min()) if rows.any() else 0.0
+    peak_bytes, peak_time, peak_inflight = _memory_peaks(timeline)
+    static = float(accounting.static_memory_bytes[device])
+    capacity = accounting.memory_capacity_bytes
+    return DeviceReport(
+        device=device,
+        busy_ms=busy_ms,
+        idle_ms=makespan - busy_ms,
+        span_ms=span,
+        bubble_fraction=_ratio_left(busy_ms, makespan),
+        peak_inflight=peak_inflight,
+        peak_activation_bytes=peak_bytes,
+        peak_activation_time_ms=peak_time,
+        static_memory_bytes=static,
+        peak_memory_bytes=static + peak_bytes,
+        oom=bool(capacity) and static + peak_bytes > capacity,
+    )
+
+
+def _memory_peaks(timeline: MemoryTimeline | None) -> tuple[float, float, int]:
+    """``(peak activation bytes, when first reached in ms, peak in-flight count)``."""
+    if timeline is None or not len(timeline.time):
+        return 0.0, 0.0, 0
+    peak_index = int(np.argmax(timeline.activation_bytes))
+    peak_bytes = float(max(timeline.activation_bytes[peak_index], 0.0))
+    peak_time = float(timeline.time[peak_index]) if peak_bytes > 0 else 0.0
+    return peak_bytes, peak_time, int(max(timeline.inflight.max(), 0))
+
+
+def _ratio_left(part: float, whole: float) -> float:
+    """``1 - part / whole``, 0 for an empty whole."""
+    return 1.0 - part / whole if whole > 0 else 0.0
+
+
+def _mfu(accounting: Accounting, makespan_ms: float) -> float | None:
+    if not accounting.peak_flops or makespan_ms <= 0:
+        return None
+    return accounting.flops_per_step / (makespan_ms / 1000.0) / accounting.peak_flops

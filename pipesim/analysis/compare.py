@@ -1,0 +1,167 @@
+"""One scenario under several schedules, side by side.
+
+Schedules differ in how many model chunks each device holds: 1F1B one, interleaved 1F1B
+two or more, the V shapes exactly two. To compare them on the same model, each schedule
+runs at the chunk count it needs (``pipesim.schedules.fit_virtual_stages``), and
+``scenario_for_schedule`` cuts the same model finer or coarser:
+
+* with a ``model`` section, the costs are derived per chunk from the model anyway;
+* with hand-typed costs, which are per chunk, scalar costs are scaled by old/new chunks
+  so every schedule does the same work (per-stage lists cannot be re-cut: an error), and
+  the note says so;
+* a profile times a fixed cut: a schedule that needs another one cannot run.
+
+``pipesim compare`` and the sweeps (a ``pipeline.schedule`` grid) share this recipe.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pipesim.analysis.monte_carlo import Progress
+from pipesim.analysis.run import Result, run_scenario
+from pipesim.scenario.build import Scenario, build_scenario, parse_spec, with_schedule
+from pipesim.scenario.schema import ScenarioError
+from pipesim.schedules import POLICIES, fit_virtual_stages
+from pipesim.schedules.ir import ScheduleError
+from pipesim.sim.engine import DeadlockError
+
+
+class CompareError(ValueError):
+    """A comparison that cannot start (no schedule, an unknown one); one line."""
+
+
+def scenario_for_schedule(data: dict, source: str, name: str | None = None) -> tuple[Scenario, str]:
+    """Build the scenario mapping ``data`` (read from ``source``) under schedule ``name``
+    (None: as written), at the number of virtual stages that schedule needs.
+
+    Returns the Scenario and a note on what changed ("" when nothing did).
+    """
+    note = ""
+    if name is not None:
+        data, note = _rechunk(data, source, name)
+    return build_scenario(parse_spec(data, source), source), note
+
+
+def _rechunk(data: dict, source: str, name: str) -> tuple[dict, str]:
+    pipeline = data.get("pipeline")
+    old = pipeline.get("virtual_stages", 1) if isinstance(pipeline, dict) else None
+    known = isinstance(name, str) and name in POLICIES
+    if not known or not isinstance(old, int) or isinstance(old, bool) or old < 1:
+        data = copy.deepcopy(data)  # validation will name what is wrong
+        if isinstance(pipeline, dict):
+            data["pipeline"]["schedule"] = name
+        return data, ""
+    new = fit_virtual_stages(name, old)
+    if new == old or "model" in data:
+        data = copy.deepcopy(data)
+        data["pipeline"].update(schedule=name, virtual_stages=new)
+        cut = f"virtual_stages={new}, costs derived from the model"
+        return data, (cut if new != old else "")
+    costs = data.get("costs")
+    if isinstance(costs, dict) and "profile" in costs:
+        raise ScenarioError(
+            f"{source}: costs.profile: times virtual_stages={old}; {name} needs {new}"
+        )
+    data, _ = with_schedule(data, name)
+    return data, f"virtual_stages={new}, hand-typed per-chunk costs x{old}/{new}"
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRow:
+    """One schedule of a comparison: its Result, or the reason it could not run."""
+
+    schedule: str
+    result: Result | None = None
+    note: str = ""
+    error: str = ""
+    rank: int | None = None  # by p50 makespan, then p99 (Monte Carlo comparisons only)
+
+    def to_dict(self) -> dict:
+        if self.result is None:
+            return {"schedule": self.schedule, "error": self.error}
+        report = self.result.report
+        data = {
+            "schedule": report.schedule,
+            "makespan_ms": report.makespan_ms,
+            "bubble_fraction": report.bubble_fraction,
+            "span_bubble_rate": report.span_bubble_rate,
+            "samples_per_second": report.samples_per_second,
+            "peak_activation_bytes": [d.peak_activation_bytes for d in report.per_device],
+            "note": self.note,
+            "error": "",
+        }
+        if self.result.monte_carlo is not None:
+            data.update(self.result.monte_carlo.to_dict())
+        if self.rank is not None:
+            data["rank"] = self.rank
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Rows in the order asked for, or ranked when every schedule ran a Monte Carlo study."""
+
+    rows: tuple[CompareRow, ...]
+    ranked: bool = False
+
+    @property
+    def results(self) -> tuple[Result, ...]:
+        return tuple(row.result for row in self.rows if row.result is not None)
+
+    @property
+    def rescaled(self) -> tuple[CompareRow, ...]:
+        """Rows whose hand-typed per-chunk costs were scaled to a new chunk count."""
+        return tuple(row for row in self.rows if "per-chunk costs" in row.note)
+
+    def to_dicts(self) -> list[dict]:
+        return [row.to_dict() for row in self.rows]
+
+
+def compare_schedules(
+    data: dict,
+    source: str,
+    names: Sequence[str],
+    *,
+    runs: int | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> Comparison:
+    """Run the scenario mapping ``data`` under each schedule in ``names``.
+
+    A schedule that cannot run (a broken constraint, a deadlock) is a row with its reason.
+    With ``runs``, each also runs a Monte Carlo study and the rows are ranked by p50
+    makespan, then p99 (rows that did not run last). ``progress(n)``: n more steps done.
+    """
+    names = list(dict.fromkeys(names))
+    if not names:
+        raise CompareError("no schedule to compare; name at least one, e.g. gpipe,1f1b")
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise CompareError(f"unknown schedule {unknown[0]!r}; allowed: {', '.join(POLICIES)}")
+    rows = []
+    for name in names:
+        try:
+            scenario, note = scenario_for_schedule(data, source, name)
+            result = run_scenario(scenario, runs=runs, seed=seed, progress=progress)
+        except (ScenarioError, ScheduleError, DeadlockError) as exc:
+            reason = str(exc).splitlines()[0].removeprefix(f"{source}: ")
+            rows.append(CompareRow(name, error=reason))
+            if progress is not None and runs is not None:
+                progress(runs)
+            continue
+        rows.append(CompareRow(name, result, note))
+    if runs is None:
+        return Comparison(tuple(rows))
+    return Comparison(_ranked(rows), ranked=True)
+
+
+def _ranked(rows: list[CompareRow]) -> tuple[CompareRow, ...]:
+    """Order by p50 makespan, ties by p99 (rows that did not run last), and number them."""
+    ran = [row for row in rows if row.result is not None]
+    ran.sort(key=lambda row: (row.result.monte_carlo.makespan_ms.p50,
+                              row.result.monte_carlo.makespan_ms.p99))  # fmt: skip
+    numbered = [replace(row, rank=rank) for rank, row in enumerate(ran, start=1)]
+    return tuple(numbered + [row for row in rows if row.result is None])

@@ -1,0 +1,93 @@
+"""Comparisons and the one recipe they share with sweeps: a scenario under a schedule,
+at the chunk count that schedule needs."""
+
+from pathlib import Path
+
+import pytest
+
+from pipesim.analysis.compare import (
+    CompareError,
+    CompareRow,
+    compare_schedules,
+    scenario_for_schedule,
+)
+from pipesim.scenario.build import ScenarioError, apply_overrides, read_mapping
+
+SCENARIOS = Path(__file__).parents[2] / "scenarios"
+GPIPE = str(SCENARIOS / "gpipe-vs-1f1b.yaml")  # F 1 ms, B 2 ms, 100 MiB kept per microbatch
+GPT = str(SCENARIOS / "gpt-nvlink-vs-pcie.yaml")  # costs derived from a model section
+
+
+def test_hand_typed_costs_are_scaled_per_chunk_and_the_note_says_so():
+    base = read_mapping(GPIPE)
+    scenario, note = scenario_for_schedule(base, GPIPE, "interleaved-1f1b")
+    assert note == "virtual_stages=2, hand-typed per-chunk costs x1/2"
+    assert scenario.schedule.stages == 8
+    assert scenario.costs.forward_ms == (0.5,) * 8 and scenario.costs.backward_ms == (1.0,) * 8
+    assert scenario.costs.activation_memory_bytes == (50 * 2**20,) * 8
+    assert base["pipeline"]["schedule"] == "gpipe" and "virtual_stages" not in base["pipeline"]
+    same, note = scenario_for_schedule(base, GPIPE, "1f1b")
+    assert note == "" and same.costs.forward_ms == (1.0,) * 4
+    as_written, note = scenario_for_schedule(base, GPIPE)
+    assert note == "" and as_written.schedule.name == "gpipe"
+
+
+def test_a_model_section_is_cut_finer_without_hand_typed_costs():
+    gpipe, _ = scenario_for_schedule(read_mapping(GPT), GPT, "gpipe")
+    zbv, note = scenario_for_schedule(read_mapping(GPT), GPT, "zbv")
+    assert note == "virtual_stages=2, costs derived from the model"
+    assert zbv.schedule.stages == 8 and zbv.costs.stages == 8
+    assert sum(zbv.costs.forward_ms) == pytest.approx(sum(gpipe.costs.forward_ms), rel=1e-9)
+
+
+def test_a_profile_cannot_be_recut_and_lists_cannot_either(tmp_path):
+    base = apply_overrides(read_mapping(GPIPE), ["costs={profile: p.json}"])
+    with pytest.raises(ScenarioError, match=r"costs\.profile: times virtual_stages=1; zbv needs 2"):
+        scenario_for_schedule(base, GPIPE, "zbv")
+    lists = apply_overrides(read_mapping(GPIPE), ["costs.forward_ms=[1,1,1,1]"])
+    with pytest.raises(ScenarioError, match="per-stage list fits virtual_stages=1"):
+        scenario_for_schedule(lists, GPIPE, "zbv")
+
+
+def test_compare_gives_typed_rows_in_order_with_reasons():
+    base = apply_overrides(read_mapping(GPIPE), ["pipeline.microbatches=6"])
+    comparison = compare_schedules(base, GPIPE, ["gpipe", "interleaved-1f1b", "1f1b", "gpipe"])
+    assert [row.schedule for row in comparison.rows] == ["gpipe", "interleaved-1f1b", "1f1b"]
+    gpipe, interleaved, one_f_one_b = comparison.rows
+    assert gpipe.result.report.makespan_ms == one_f_one_b.result.report.makespan_ms == 27.0
+    assert interleaved == CompareRow(
+        "interleaved-1f1b",
+        error="pipeline: interleaved-1f1b runs microbatches in groups of devices=4: the last "
+        "group of microbatches=6 would hold 2; use a multiple of 4",
+    )
+    assert comparison.results == (gpipe.result, one_f_one_b.result)
+    assert not comparison.ranked and comparison.rescaled == ()
+    assert interleaved.to_dict() == {"schedule": "interleaved-1f1b", "error": interleaved.error}
+
+
+def test_compare_with_runs_ranks_by_p50_and_counts_progress():
+    ticks = []
+    comparison = compare_schedules(
+        read_mapping(GPIPE), GPIPE, ["gpipe", "zbv", "1f1b"], runs=3, seed=1, progress=ticks.append
+    )
+    assert sum(ticks) == 9
+    assert comparison.ranked
+    assert [(row.schedule, row.rank) for row in comparison.rows] == [
+        ("zbv", 1), ("gpipe", 2), ("1f1b", 3)
+    ]  # fmt: skip
+    assert [row.schedule for row in comparison.rescaled] == ["zbv"]
+    first = comparison.rows[0].to_dict()
+    assert first["rank"] == 1 and first["makespan_ms_p50"] == first["makespan_ms"] == 25.5
+    assert first["note"] == "virtual_stages=2, hand-typed per-chunk costs x1/2"
+
+
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        ([], "no schedule to compare"),
+        (["gpipe", "nope"], "unknown schedule 'nope'; allowed: gpipe"),
+    ],
+)
+def test_compare_refuses_an_empty_or_unknown_list(names, message):
+    with pytest.raises(CompareError, match=message):
+        compare_schedules(read_mapping(GPIPE), GPIPE, names)
