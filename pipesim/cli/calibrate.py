@@ -1,8 +1,9 @@
 """Click commands of the calibration workflow: profile, import-trace, crosscheck, fit.
 
 ``pipesim.cli`` registers them on its ``main`` group. User mistakes print one line
-``pipesim: error: ...`` on stderr and exit with code 2; output files are written whole or
-not at all (temp file, then rename). torch is imported only when a command needs it.
+``pipesim: error: ...`` on stderr and exit with code 2; every output path is checked
+before anything runs, and files are written by ``pipesim.cli.output``'s rules (whole or
+not at all, devices and FIFOs in place). torch is imported only when a command needs it.
 """
 
 from __future__ import annotations
@@ -26,8 +27,18 @@ from pipesim.calibrate.trace_import import (
     profile_from_spans,
     trace_from_spans,
 )
-from pipesim.cli.output import user_errors
-from pipesim.plot.figures import crosscheck_figure, save_figure
+from pipesim.cli.options import set_option
+from pipesim.cli.output import (
+    FIGURE_SUFFIXES,
+    Output,
+    check_folder,
+    check_outputs,
+    figure_bytes,
+    suffix_of,
+    user_errors,
+    write_outputs,
+)
+from pipesim.plot.figures import crosscheck_figure
 from pipesim.scenario.build import load_scenario
 from pipesim.scenario.profile import (
     HostOverhead,
@@ -38,8 +49,6 @@ from pipesim.scenario.profile import (
     costs_from_profile,
     load_profile,
     profile_to_dict,
-    save_profile,
-    write_atomic,
 )
 from pipesim.sim.export import to_chrome_trace, to_csv
 
@@ -56,28 +65,19 @@ def _user_errors(command: Callable) -> Callable:
     )
 
 
+TORCH_PIN = "torch==2.13.0"  # unpinned, pip pulls several GB of CUDA packages
+
+
 def _require_torch() -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise CalibrationError("this command needs torch: pip install 'pipesim[torch]'") from None
+        raise CalibrationError(f"this command needs torch: pip install {TORCH_PIN}") from None
 
 
-def _check_output(path: str | None, option: str, suffixes: tuple[str, ...]) -> None:
-    if path is None:
-        return
-    target = Path(path)
-    if target.suffix.lower() not in suffixes:
-        raise CalibrationError(
-            f"{option} {path}: unsupported file type; allowed: {', '.join(suffixes)}"
-        )
-    if not target.parent.exists():
-        raise CalibrationError(f"{option} {path}: directory {target.parent} does not exist")
-
-
-def _load_scenario(path: str, overrides: tuple[str, ...]):
-
-    return load_scenario(path, list(overrides))
+def _profile_text(profile: Profile) -> str:
+    """The profile file's content (``pipesim.scenario.profile.load_profile`` reads it)."""
+    return json.dumps(profile_to_dict(profile), indent=2) + "\n"
 
 
 # Shapes of real stages, for scenarios without a model section.
@@ -118,6 +118,7 @@ _SHAPE_OPTIONS = [
         type=click.Choice(["float32", "float16", "bfloat16"]),
         default="float32",
         show_default=True,
+        help="Element type of the stages' weights and activations.",
     ),
 ]
 
@@ -158,29 +159,34 @@ def stage_specs(scenario, ops: str, shapes: dict) -> list[StageSpec]:
 @click.command("profile")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, help="Profile file to write (.json).")
-@click.option(
-    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario field."
-)
+@set_option
 @click.option(
     "--ops", type=click.Choice(["mlp", "transformer", "synthetic"]), default="mlp", show_default=True,
     help="Stage computation: MLP or GPT blocks at the given shapes, or sleeps of the scenario's costs.",
 )  # fmt: skip
 @_shape_options
-@click.option("--repeats", type=click.IntRange(min=20), default=20, show_default=True)
 @click.option(
-    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True
+    "--repeats",
+    type=click.IntRange(min=20),
+    default=20,
+    show_default=True,
+    help="Timed repetitions of each action (at least 20, for stable percentiles).",
 )
+@click.option(
+    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    help="Where the stages run (auto: CUDA when available).",
+)  # fmt: skip
 @click.option(
     "--links/--no-links", default=True, show_default=True, help="Time point-to-point transfers."
 )
 @_user_errors
 def profile_command(scenario, output, overrides, ops, repeats, device, links, **shapes) -> None:
     """Time each stage's F, I, W and B (and the links) and write a profile file."""
-    _check_output(output, "-o", (".json",))
+    check_outputs(Output("-o", output, (".json",)))
     _require_torch()
     import torch
 
-    loaded = _load_scenario(scenario, overrides)
+    loaded = load_scenario(scenario, list(overrides))
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
@@ -191,7 +197,7 @@ def profile_command(scenario, output, overrides, ops, repeats, device, links, **
         fits = tuple(cuda_links()) if device == "cuda" else (gloo_link(),)
         result = replace(result, links=fits)
     result = replace(result, provenance={**result.provenance, "scenario": str(scenario)})
-    save_profile(result, output)
+    write_outputs([(output, _profile_text(result))])
     click.echo(_profile_summary(result))
 
 
@@ -225,17 +231,21 @@ def _profile_summary(result: Profile) -> str:
 def import_trace_command(traces, output, timeline, timeline_csv) -> None:
     """Read PyTorch profiler traces (one per rank) of a real pipeline run into a profile."""
 
-    _check_output(output, "-o", (".json",))
-    _check_output(timeline, "--timeline", (".json",))
-    _check_output(timeline_csv, "--timeline-csv", (".csv",))
+    check_outputs(
+        Output("-o", output, (".json",)),
+        Output("--timeline", timeline, (".json",)),
+        Output("--timeline-csv", timeline_csv, (".csv",)),
+    )
     spans = import_traces(list(traces))
     result = profile_from_spans(spans, {"traces": [str(t) for t in traces]})
     measured = trace_from_spans(spans)
-    save_profile(result, output)
-    if timeline:
-        write_atomic(timeline, json.dumps(to_chrome_trace(measured, label="measured")))
-    if timeline_csv:
-        write_atomic(timeline_csv, to_csv(measured))
+    write_outputs(
+        [
+            (output, _profile_text(result)),
+            (timeline, json.dumps(to_chrome_trace(measured, label="measured")) if timeline else ""),
+            (timeline_csv, to_csv(measured) if timeline_csv else ""),
+        ]
+    )
     click.echo(
         f"{len(spans)} PP spans from {len(traces)} rank(s), makespan {measured.makespan_ms:.3f} ms"
     )
@@ -248,9 +258,7 @@ def import_trace_command(traces, output, timeline, timeline_csv) -> None:
 
 @click.command("crosscheck")
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option(
-    "--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario field."
-)
+@set_option
 @click.option(
     "--runs",
     type=click.IntRange(min=1),
@@ -273,7 +281,12 @@ def import_trace_command(traces, output, timeline, timeline_csv) -> None:
     "--schedules", default=None, help="Comma-separated schedules to rank alongside the scenario's."
 )
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Print the errors as a table, or as JSON with every figure.",
 )
 @click.option(
     "--trace", "trace_path", default=None, help="Perfetto trace, measured and simulated (.json)."
@@ -301,43 +314,27 @@ def crosscheck_command(
     **shapes,
 ) -> None:
     """Run the scenario's schedule for real, simulate it, and report the errors."""
-    _check_output(trace_path, "--trace", (".json",))
-    _check_output(gantt, "--gantt", (".png", ".svg", ".pdf"))
+    check_outputs(
+        Output("--trace", trace_path, (".json",)), Output("--gantt", gantt, FIGURE_SUFFIXES)
+    )
+    check_folder("--save-runs", save_runs)
     _require_torch()
 
-    loaded = _load_scenario(scenario, overrides)
+    loaded = load_scenario(scenario, list(overrides))
     specs = stage_specs(loaded, "synthetic" if ops == "synthetic" else real_ops, shapes)
     profile = load_profile(profile_path) if profile_path else None
     names = [s.strip() for s in schedules.split(",") if s.strip()] if schedules else []
     plan = [loaded.schedule] + other_schedules(loaded.schedule, names)
     outcome = check_schedules(plan, specs, runs=runs, profile=profile, save_runs=save_runs)
+    files: list[tuple[str | None, str | bytes]] = []
     if trace_path:
-        write_atomic(trace_path, json.dumps(outcome.chrome_trace()))
+        files.append((trace_path, json.dumps(outcome.chrome_trace())))
     if gantt:
-        _save_gantt(outcome, gantt)
+        first = outcome.results[0].schedule
+        figure = crosscheck_figure(outcome.measured[0], outcome.simulated[0], first)
+        files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
+    write_outputs(files)
     click.echo(outcome.render_json() if fmt == "json" else outcome.render_table(), nl=False)
-
-
-def _save_gantt(outcome, path: str) -> None:
-    import os
-    import tempfile
-
-    target = Path(path)
-    handle, temp = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent
-    )
-    os.close(handle)
-    try:
-        save_figure(
-            crosscheck_figure(
-                outcome.measured[0], outcome.simulated[0], outcome.results[0].schedule
-            ),
-            temp,
-        )
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------------------
@@ -356,8 +353,7 @@ def _save_gantt(outcome, path: str) -> None:
 @_user_errors
 def fit_command(runs, output, base) -> None:
     """Fit per-action host overhead and per-hop cost from saved real runs (crosscheck --save-runs)."""
-
-    _check_output(output, "-o", (".json",))
+    check_outputs(Output("-o", output, (".json",)))
     measured = []
     for path in runs:
         try:
@@ -384,7 +380,7 @@ def fit_command(runs, output, base) -> None:
             for s in range(costs.stages)
         )  # fmt: skip
         result = Profile(timings, (), host, {"source": "pipesim fit", "runs": list(runs)})
-    save_profile(result, output)
+    write_outputs([(output, _profile_text(result))])
     click.echo(
         f"host overhead {host.overhead_ms:.4f} ms per action, hop {host.hop_ms:.4f} ms, "
         f"from {len(measured)} run(s) ({host.samples} samples)"
