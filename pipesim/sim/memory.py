@@ -90,15 +90,25 @@ def _simple_events(events: _Events, trace: Trace, schedule: Schedule, costs: Cos
 
 
 def _overlapped_events(events: _Events, trace: Trace, schedule: Schedule, costs: Costs) -> None:
-    """An overlapped F&B pair takes its forward's activation and frees its backward's."""
+    """A group (an overlapped F&B pair, or any group torch's CSV holds) takes its forwards'
+    activations at its start and gives back what its backwards free at its end."""
     kept, weight_grad = costs.activation_memory_bytes, costs.weight_grad_memory_bytes
-    pairs = np.flatnonzero((trace.lane == COMPUTE) & (trace.kind == KIND_CODE[Kind.OVERLAP_F_B]))
-    for row in pairs:
-        forward, backward = trace.actions[row].sub_actions
-        f_group, b_group = schedule.model_stage(forward.stage), schedule.model_stage(backward.stage)
-        freed = kept[b_group] if backward.kind == Kind.B else kept[b_group] - weight_grad[b_group]
-        events.add(trace, [row], [trace.start[row]], [kept[f_group]], 1, TAKE)
-        events.add(trace, [row], [trace.end[row]], [-freed], -1, GIVE_BACK)
+    training = schedule.is_training
+    groups = np.flatnonzero((trace.lane == COMPUTE) & (trace.kind == KIND_CODE[Kind.OVERLAP_F_B]))
+    for row in groups:
+        start, end = [trace.start[row]], [trace.end[row]]
+        for member in trace.actions[row].sub_actions:
+            group = schedule.model_stage(member.stage)
+            if member.kind == Kind.F:
+                events.add(trace, [row], start, [kept[group]], 1, TAKE)
+                if not training:
+                    events.add(trace, [row], end, [-kept[group]], -1, GIVE_BACK)
+            elif member.kind == Kind.B:
+                events.add(trace, [row], end, [-kept[group]], -1, GIVE_BACK)
+            elif member.kind == Kind.I:
+                events.add(trace, [row], end, [weight_grad[group] - kept[group]], -1, GIVE_BACK)
+            else:
+                events.add(trace, [row], end, [-weight_grad[group]], 0, GIVE_BACK)
 
 
 def _timelines(events: _Events, devices: int) -> tuple[MemoryTimeline, ...]:
