@@ -12,7 +12,7 @@ Three figures, the way Lumos, Proteus and vTrain report theirs (signed fractions
 
 Both makespans run from the first compute start to the last compute end; the engine
 adds the overhead after each action, so the simulated one drops the last action's.
-``post_stall_ms`` (in ``extra``, median over the runs) is the time the ranks sat blocked
+``post_stall_ms`` (median over the runs) is the time the ranks sat blocked
 posting sends and receives (``fit.post_stalls_ms``): milliseconds of it mean the ranks
 competed for cores with other processes, and every figure of that check measures the
 machine's load as much as the schedule.
@@ -25,7 +25,7 @@ measurement.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -59,11 +59,13 @@ class CrossCheck:
     start_error_p50_ms: float
     start_error_p90_ms: float
     host: HostOverhead
-    extra: dict = field(default_factory=dict)
+    post_stall_ms: float = 0.0  # median over the runs
+    post_stalls_ms: tuple[float, ...] = ()  # one per run
 
     def to_dict(self) -> dict:
         out = asdict(self)
         out["replay_errors"] = list(self.replay_errors)
+        out["post_stalls_ms"] = list(self.post_stalls_ms)
         return out
 
 
@@ -182,6 +184,7 @@ def cross_check(
         replay_makespan(line, fit_host([run])) / line.makespan_ms - 1
         for line, run in zip(lines, runs, strict=True)
     )
+    stalls = tuple(post_stalls_ms(run) for run in runs)
     start_errors = [abs(starts[k] - line.start[k]) for line in lines for k in line.start]
     result = CrossCheck(
         schedule=schedule.name,
@@ -199,10 +202,8 @@ def cross_check(
         start_error_p50_ms=float(np.percentile(start_errors, 50)),
         start_error_p90_ms=float(np.percentile(start_errors, 90)),
         host=host,
-        extra={
-            "post_stall_ms": float(np.median([post_stalls_ms(run) for run in runs])),
-            "post_stalls_ms": [post_stalls_ms(run) for run in runs],
-        },
+        post_stall_ms=float(np.median(stalls)),
+        post_stalls_ms=stalls,
     )
     return result, trace
 

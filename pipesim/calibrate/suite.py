@@ -84,7 +84,7 @@ def render_table(results: list[CrossCheck]) -> str:
             f"{r.schedule:<18} {r.devices:>2} {r.microbatches:>3} {r.measured_makespan_ms:>11.2f} "
             f"{r.measured_spread:>7.1%} {r.simulated_makespan_ms:>12.2f} {r.prediction_error:>+8.1%} "
             f"{r.replay_error:>+10.1%} {r.start_error_p50_ms:>12.2f} {r.start_error_p90_ms:>12.2f} "
-            f"{r.extra.get('post_stall_ms', 0.0):>8.1f}"
+            f"{r.post_stall_ms:>8.1f}"
         )
     return "\n".join(lines) + "\n"
 

@@ -135,5 +135,5 @@ def test_post_stalls_count_only_blocked_sends_and_receives():
     )
     assert post_stalls_ms(stalled) == pytest.approx(STALLED_POST_MS + 2.0)
     result, _ = cross_check([run, stalled, stalled], uniform_costs(2, 1.0, 2.0))
-    assert result.extra["post_stalls_ms"] == pytest.approx([0.0, 3.0, 3.0])
-    assert result.extra["post_stall_ms"] == pytest.approx(3.0)
+    assert result.post_stalls_ms == pytest.approx([0.0, 3.0, 3.0])
+    assert result.post_stall_ms == pytest.approx(3.0)
