@@ -1,10 +1,11 @@
 """Links between devices and the topology that says which link joins two devices.
 
-A link follows the LogGP model: a message of ``n`` bytes occupies its channel for
-``n / bandwidth`` (plus an optional per-message gap), then arrives ``latency`` later.
-Latency is a pure delay, so several messages can be in flight on one link; only the
-bandwidth time queues. Links that share a physical channel (several GPUs behind one PCIe
-switch) carry the same ``channel`` name and share one queue.
+A link follows the LogGP model. A message of ``n`` bytes occupies its channel for
+``n / bandwidth`` plus an optional per-message gap (LogGP's g), then arrives ``latency``
+later. Latency is a pure delay, so several messages can be in flight on one link; only
+the time on the channel queues. Each directed link is its own channel; links that share a
+physical channel (several GPUs behind one PCIe switch) carry the same channel name in
+``Topology.channels`` and share one queue, first come first served.
 """
 
 from __future__ import annotations
@@ -15,19 +16,30 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """One directed link. ``bandwidth_gbps`` is in GB/s (1e9 bytes/s); inf means no size cost."""
+    """One directed link: ``latency_us`` of pure delay, ``bandwidth_gbps`` in GB/s (1e9
+    bytes/s; inf means no size cost) and ``gap_us`` of channel time per message."""
 
     latency_us: float = 0.0
     bandwidth_gbps: float = math.inf
     name: str = "ideal"
+    gap_us: float = 0.0
+
+    def occupancy_ms(self, nbytes: float) -> float:
+        """How long a message holds the channel: ``nbytes / bandwidth + gap``."""
+        size_ms = 0.0 if math.isinf(self.bandwidth_gbps) else nbytes / (self.bandwidth_gbps * 1e6)
+        return size_ms + self.gap_us / 1000.0
+
+    @property
+    def latency_ms(self) -> float:
+        return self.latency_us / 1000.0
 
     def transfer_ms(self, nbytes: float) -> float:
-        size_ms = 0.0 if math.isinf(self.bandwidth_gbps) else nbytes / (self.bandwidth_gbps * 1e6)
-        return self.latency_us / 1000.0 + size_ms
+        """The time of one message on an idle link: channel time, then latency."""
+        return self.occupancy_ms(nbytes) + self.latency_ms
 
     @property
     def is_ideal(self) -> bool:
-        return self.latency_us == 0 and math.isinf(self.bandwidth_gbps)
+        return self.latency_us == 0 and math.isinf(self.bandwidth_gbps) and self.gap_us == 0
 
 
 IDEAL = Link()
@@ -35,10 +47,10 @@ IDEAL = Link()
 
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """Which link joins two devices, and which links share a queue.
+    """Which link joins two devices, and which links share a channel.
 
     ``links[(src, dst)]`` overrides ``default`` for one directed pair; ``channels`` maps a
-    directed pair to a shared queue name (default: each pair its own queue).
+    directed pair to a shared channel name (default: each pair its own channel).
     """
 
     devices: int
