@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--one", nargs=2, metavar=("SCHEDULE", "ACTIONS"))
     args = parser.parse_args()
     if args.one:
-        import pipesim.run  # noqa: F401  (imports before the baseline RSS)
+        import pipesim.analysis.run  # noqa: F401  (imports before the baseline RSS)
 
         print(json.dumps(one_run(args.one[0], int(args.one[1]))))
         return
