@@ -251,6 +251,10 @@ def test_balanced_answers_at_once_for_deep_models():
     balanced = partition_layers(deep, 1000, "balanced")
     assert sum(balanced) == 10**9 and max(balanced) - min(balanced[:-1]) <= 1
     assert balanced[-1] < balanced[0]
+    # An LM head heavier than all the layers together: the other stages could hold 10^15
+    # layers each, and the surplus is taken away in bulk, not one layer at a time.
+    huge_head = TransformerModel(layers=24, hidden=4096, heads=32, seq_len=2048, vocab=2**53)
+    assert partition_layers(huge_head, 4, "balanced") == (7, 8, 8, 1)
 
 
 def test_balanced_is_strictly_faster_with_a_large_vocabulary():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -159,34 +160,59 @@ def _balanced(model: TransformerModel, stages: int) -> tuple[int, ...]:
     per_layer = stage_flops(model, 1, 1, first=False, last=False).total
     extras = [0] * stages
     extras[-1] += lm_head_flops(model, 1).total
+    groups = Counter(extras)  # stages alike in their extra load (the LM head or none)
 
-    def capacity(limit: int) -> list[int] | None:
-        caps = [(limit - e) // per_layer for e in extras]
-        return caps if min(caps) >= 1 and sum(caps) >= model.layers else None
+    def feasible(limit: int) -> bool:
+        caps = {e: (limit - e) // per_layer for e in groups}
+        held = sum(caps[e] * n for e, n in groups.items())
+        return min(caps.values()) >= 1 and held >= model.layers
 
     # The bottleneck is some stage's load n * per_layer + extra. For each distinct extra,
     # binary search the smallest feasible n; the least of those limits is the optimum.
     layer_counts = range(1, model.layers + 1)
     limits = []
-    for extra in set(extras):
+    for extra in groups:
         index = bisect.bisect_left(
-            layer_counts, True, key=lambda n: capacity(n * per_layer + extra) is not None
+            layer_counts, True, key=lambda n: feasible(n * per_layer + extra)
         )
         if index < len(layer_counts):
             limits.append(layer_counts[index] * per_layer + extra)
-    counts = capacity(min(limits)) if limits else None
-    assert counts is not None, f"no feasible partition for {model.layers=}, {stages=}"
-    # Take the surplus away from the most loaded stages, so the rest stay as even as can be.
+    assert limits, f"no feasible partition for {model.layers=}, {stages=}"
+    caps = [(min(limits) - e) // per_layer for e in extras]
+    return tuple(_level_down(caps, extras, per_layer, model.layers))
+
+
+def _level_down(counts: list[int], extras: list[int], per_layer: int, layers: int) -> list[int]:
+    """Take layers away from the most loaded stage (never below one) until ``layers`` remain,
+    so the rest stay as even as can be.
+
+    Lowering every load above some level to that level is a state this one-by-one greedy
+    passes through, so the bulk of the work is a binary search for the lowest level that
+    still holds ``layers``; fewer than one layer per stage is left to take one by one.
+    """
+    groups = Counter(zip(counts, extras, strict=True))
+
+    def at(level: int, count: int, extra: int) -> int:
+        return min(count, max(1, (level - extra) // per_layer))
+
+    low, high = 0, max(c * per_layer + e for c, e in groups)
+    while low < high:
+        mid = (low + high) // 2
+        if sum(n * at(mid, c, e) for (c, e), n in groups.items()) >= layers:
+            high = mid
+        else:
+            low = mid + 1
+    counts = [at(low, c, e) for c, e in zip(counts, extras, strict=True)]
     heap = [(-(n * per_layer + e), k) for k, (n, e) in enumerate(zip(counts, extras, strict=True))]
     heapq.heapify(heap)
-    for _ in range(sum(counts) - model.layers):
+    for _ in range(sum(counts) - layers):
         while True:
             _, k = heapq.heappop(heap)
             if counts[k] > 1:
                 break
         counts[k] -= 1
         heapq.heappush(heap, (-(counts[k] * per_layer + extras[k]), k))
-    return tuple(counts)
+    return counts
 
 
 # -- assembling Costs ----------------------------------------------------------------------
