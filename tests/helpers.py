@@ -43,7 +43,8 @@ QUARTERS = st.integers(1, 12).map(lambda k: k / 4)  # exact in binary floating p
 
 @st.composite
 def policy_runs(draw, sizes, virtual_stages):
-    """A policy at sizes within its constraints, random per-stage costs, a latency link.
+    """A policy at sizes within its constraints, random per-stage costs, a LogGP link,
+    perhaps shared channels.
 
     ``sizes`` draws ``(name, devices, microbatches)``; ``virtual_stages[name]`` is its v.
     """
@@ -62,7 +63,17 @@ def policy_runs(draw, sizes, virtual_stages):
     link = Link(
         latency_us=draw(st.integers(0, 4)) * 250, bandwidth_gbps=draw(st.sampled_from([1.0, inf]))
     )
-    return schedule, costs, Topology(devices, default=link)
+    return schedule, costs, Topology(devices, default=link, channels=draw(shared_channels(devices)))
+
+
+@st.composite
+def shared_channels(draw, devices):
+    """None, or some directed pairs on two shared channels (a PCIe switch's uplinks)."""
+    if not draw(st.booleans()):
+        return {}
+    pairs = [(a, b) for a in range(devices) for b in range(devices) if a != b]
+    names = [draw(st.sampled_from([None, "up0", "up1"])) for _ in pairs]
+    return {pair: name for pair, name in zip(pairs, names, strict=True) if name}
 
 
 def assert_matches_oracle_and_round_trips(schedule, costs, topology):

@@ -14,6 +14,8 @@ from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import build_report
+from pipesim.sim.trace import CAUSE_CHANNEL, CAUSE_FLUSH, CAUSE_START, COMM
+from tests.helpers import shared_channels
 from tests.oracle import evaluate
 
 QUARTERS = st.integers(0, 12).map(lambda k: k / 4)  # exact in binary floating point
@@ -70,8 +72,14 @@ def random_schedules(draw):
     link = Link(
         latency_us=draw(st.integers(0, 4)) * 250,
         bandwidth_gbps=draw(st.sampled_from([1.0, float("inf")])),
+        gap_us=draw(st.sampled_from([0, 0, 250])),
     )
-    topology = Topology(devices, default=link, comm_overlap=draw(st.booleans()))
+    topology = Topology(
+        devices,
+        default=link,
+        channels=draw(shared_channels(devices)),
+        comm_overlap=draw(st.booleans()),
+    )
     return schedule, costs, topology
 
 
@@ -126,7 +134,56 @@ def check_invariants(schedule, costs, topology):
         mine = list(zip(rows.start, rows.end, strict=True))
         theirs = [oracle[(d, k)] for k in range(len(schedule.device_actions[d]))]
         assert mine == theirs
+    check_causes(trace, topology)
     return report
+
+
+def check_causes(trace, topology=None):
+    """Every row starts exactly when what released it ended (a queued transfer: when the
+    transfer ahead of it left the channel, after that one started and before it arrived)."""
+    start, end, cause, cause_row = trace.start, trace.end, trace.cause, trace.cause_row
+    for row in range(len(start)):
+        ahead = cause_row[row]
+        if cause[row] == CAUSE_START:
+            assert start[row] == 0 and ahead == -1
+        elif cause[row] == CAUSE_CHANNEL:
+            assert trace.lane[row] == trace.lane[ahead] == COMM
+            assert start[ahead] < start[row] <= end[ahead]
+            assert channel_of(trace, row, topology) == channel_of(trace, ahead, topology)
+        else:
+            assert 0 <= ahead < row or cause[row] == CAUSE_FLUSH
+            assert start[row] == end[ahead], (trace.name(row), trace.name(ahead))
+
+
+def channel_of(trace, row, topology):
+    src, dst = int(trace.device[row]), int(trace.peer[row])
+    return (topology or Topology(trace.devices)).channel(src, dst)
+
+
+@settings(max_examples=30, deadline=None)
+@given(random_schedules(), st.integers(0, 2**32 - 1))
+def test_causes_stay_exact_under_variability(case, seed):
+    # Random durations and link times (any floats, not quarters): every row still starts
+    # at its cause's end, to the bit; and the general step equals the common one.
+    schedule, costs, topology = case
+    rng = np.random.default_rng(seed)
+    factors = {}
+
+    def duration_scale(device, action):
+        return factors.setdefault((device, action), float(rng.uniform(0.5, 1.5)))
+
+    trace = simulate(
+        schedule, costs, topology, duration_scale=duration_scale,
+        link_scale=lambda src, dst: float(rng.uniform(0.5, 1.5)),
+    )  # fmt: skip
+    check_causes(trace, topology)
+    if not topology.channels:  # one unit hook takes the general step
+        fast, general = (
+            simulate(schedule, costs, topology),
+            simulate(schedule, costs, topology, duration_scale=lambda device, action: 1.0),
+        )
+        for column in ("device", "kind", "start", "end", "peer", "cause", "cause_row"):
+            assert np.array_equal(getattr(fast, column), getattr(general, column))
 
 
 @settings(max_examples=60, deadline=None)
@@ -158,7 +215,9 @@ def policy_cases(draw):
         activation_bytes=250_000,
     )
     topology = Topology(
-        max(devices, 1), default=Link(latency_us=draw(st.integers(0, 3)) * 250, bandwidth_gbps=1.0)
+        max(devices, 1),
+        default=Link(latency_us=draw(st.integers(0, 3)) * 250, bandwidth_gbps=1.0),
+        channels=draw(shared_channels(devices)),
     )
     return schedule, costs, topology
 

@@ -11,35 +11,49 @@ Semantics (DESIGN.md, "Engine semantics"):
 
 * ``F(s,i)`` waits for the activation of ``F(s-1,i)``; ``B(s,i)``/``I(s,i)`` for the
   gradient of ``B/I(s+1,i)``; ``W(s,i)`` only for ``I(s,i)``, which precedes it on the
-  same device (the validator guarantees local order, so the engine never waits for it).
-* A transfer starts when its producer ends and takes ``latency + bytes / bandwidth`` of
-  the link between the two devices (nothing on one device or on an ideal link). Each
-  directed link (or shared channel) carries one message at a time, first come first
-  served. Requests reach a channel in simulated-time order, so a FIFO resource of
-  capacity one is fully described by the time it next falls free; the engine keeps that
-  time instead of a ``simpy.Resource`` object, which gives the same timeline with one
-  SimPy event per transfer instead of three.
+  same device.
+* Same-device order is enforced, not assumed (``pipesim.sim.order``): a backward before
+  its forward, a W before its I, an action twice or left out, or a device waiting for
+  its own later action raises the validator's ScheduleError with the grid.
+* Links follow LogGP (``pipesim.sim.links``): a transfer starts when its producer ends,
+  holds its channel for ``bytes / bandwidth + gap`` and arrives ``latency`` after
+  leaving it; nothing is sent on one device or over an ideal link. Channels queue first
+  come, first served, with an explicit tie rule where several senders share one
+  (``pipesim.sim.channels``). A channel is fully described by the time it next falls
+  free, so the engine keeps that time instead of a ``simpy.Resource``: one SimPy event
+  per action, not three per transfer.
 * ``comm_overlap=False``: the sender is busy until its transfer has arrived.
+* Every row records what released it (``pipesim.sim.trace``, ``CAUSE_*``). Times are
+  computed exactly from those causes (a row starts at its cause's end, to the bit);
+  SimPy's clock only orders the events.
 * A schedule that can never finish raises DeadlockError naming the blocked actions.
 
 Only SimPy events that something waits on are created: an input whose arrival time is
-already known costs a dict lookup (and a timeout if it is still on the wire), so a run
-costs little more than one event per action.
+already known costs a dict lookup, so a run costs little more than one event per action.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import simpy
 
 from pipesim.schedules.gc_pause import no_cyclic_gc
-from pipesim.schedules.ir import Action, B, F, I, Schedule, W, format_grid
+from pipesim.schedules.ir import OVERLAP_F_B, Action, B, F, I, Schedule, W
+from pipesim.sim.channels import ARRIVAL, GRANT, ROW, Channels
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
+from pipesim.sim.order import DeadlockError, OrderCheck
 from pipesim.sim.trace import (
     ALLREDUCE,
-    COMM,
+    CAUSE_CHANNEL,
+    CAUSE_DEVICE,
+    CAUSE_FLUSH,
+    CAUSE_INPUT,
+    CAUSE_PRODUCER,
+    CAUSE_SENDING,
+    CAUSE_START,
     COMPUTE,
     KIND_CODE,
     ROWS_PER_BLOCK,
@@ -48,15 +62,6 @@ from pipesim.sim.trace import (
     Trace,
     TraceBuilder,
 )
-
-
-class DeadlockError(RuntimeError):
-    """The schedule has a cycle of waits: no device can make progress."""
-
-
-# Input keys: (stage * width + microbatch) * 2 + direction; direction 0 = activation
-# arriving at ``stage``, 1 = gradient arriving at ``stage``.
-_ACT, _GRAD = 0, 1
 
 DurationScale = Callable[[int, Action], float]
 
@@ -71,14 +76,14 @@ def simulate(
     tail_ms: Sequence[float] | None = None,
     tail_after_flush: bool = True,
 ) -> Trace:
-    """Simulate ``schedule`` and return its Trace.
+    """Simulate ``schedule`` and return its Trace; raise ScheduleError if it is invalid.
 
     ``duration_scale(device, action)`` multiplies an action's duration and
-    ``link_scale(src, dst)`` a transfer's time (stochastic runs; default 1).
-    ``tail_ms[d]`` is end-of-step work on device d (the data-parallel gradient all-reduce),
-    counted in the makespan: after the pipeline flush (every device done computing), or,
-    with ``tail_after_flush=False``, as soon as the device's own last action ends
-    (overlapped with the other devices' cool-down).
+    ``link_scale(src, dst)`` a transfer's channel time and latency (stochastic runs;
+    default 1). ``tail_ms[d]`` is end-of-step work on device d (the data-parallel gradient
+    all-reduce), counted in the makespan: after the pipeline flush (every device done
+    computing), or, with ``tail_after_flush=False``, as soon as the device's own last
+    action ends (overlapped with the other devices' cool-down).
     """
     if costs.stages < schedule.model_stages:
         raise ValueError(
@@ -98,187 +103,263 @@ class _Run:
     """The state of one simulation: what has arrived, who waits, when channels fall free."""
 
     def __init__(self, schedule, costs, topology, duration_scale, link_scale):
-        self.schedule = schedule
-        self.costs = costs
-        self.topology = topology
-        self.duration_scale = duration_scale
-        self.link_scale = link_scale
+        self.schedule, self.costs, self.topology = schedule, costs, topology
+        self.duration_scale, self.link_scale = duration_scale, link_scale
         self.env = simpy.Environment()
-        stages = schedule.stages
-        self.width = 1 + max(
-            (c.microbatches.stop - 1 for c in schedule.chains if len(c.microbatches)), default=0
-        )
-        self.model_stage = [schedule.model_stage(s) for s in range(stages)]
-        self.prev = [schedule.prev_stage(s) for s in range(stages)]
-        self.next = [schedule.next_stage(s) for s in range(stages)]
-        self.placement = schedule.placement
-        # key -> time the input is (or will be) on its device; set when the producer ends
-        self.arrival_at: dict[int, float] = {}
+        self.order = OrderCheck(schedule)
+        self.width = self.order.width
+        self.model_stage = [schedule.model_stage(s) for s in range(schedule.stages)]
+        # input key -> (time it is on its device, the row that delivered it)
+        self.arrival_at: dict[int, tuple[float, int]] = {}
         self.waiting: dict[int, simpy.Event] = {}
-        self.channel_free: dict[object, float] = {}
-        self.position = [0] * schedule.devices  # the step a device is blocked at
-        self.finished = [False] * schedule.devices
-        self.blocked_on: dict[int, int] = {}
         self.out = TraceBuilder(schedule.devices)
+        self.next_row = itertools.count().__next__  # rows are numbered in append order
+        self.channels = Channels(self.env, topology, self.out, self.next_row, self._deliver)
         self.tail_ms: tuple[float, ...] | None = None
         self.tail_after_flush = True
         self.flush = self.env.event()  # every device has run its last action
+        self.flush_at, self.flush_row = 0.0, -1
         self.computing = schedule.devices
+        self.overhead = costs.overhead_ms
         self._stage_tables()
+        # The general step handles what the common one does not (see _device).
+        self.general = bool(
+            self.channels.shared_names or duration_scale or link_scale or not topology.comm_overlap
+        )
 
     def _stage_tables(self) -> None:
         """Per-kind, per-stage lookups, so the hot loop only indexes lists."""
-        costs, width, ms = self.costs, self.width, self.model_stage
-        stages = range(self.schedule.stages)
-        self.durations = {k: [costs.duration_ms(k, ms[s]) for s in stages] for k in (F, B, I, W)}
+        schedule, width = self.schedule, self.width
+        stages = range(schedule.stages)
+        prev = [schedule.prev_stage(s) for s in stages]
+        nxt = [schedule.next_stage(s) for s in stages]
         # The input an action waits for: key base (+ 2 * microbatch), or None.
-        act = [None if p is None else 2 * s * width for s, p in enumerate(self.prev)]
-        grad = [None if n is None else 2 * s * width + 1 for s, n in enumerate(self.next)]
-        self.needs = {F: act, B: grad, I: grad, W: [None] * len(act)}
-        # The output an action sends: (key base at the receiver, receiver, ms, channel) or
-        # None; channel None means it arrives the moment it is produced.
-        fwd = [self._target(s, n, 0) for s, n in enumerate(self.next)]
-        bwd = [self._target(s, p, 1) for s, p in enumerate(self.prev)]
-        self.sends = {F: fwd, B: bwd, I: bwd, W: [None] * len(fwd)}
+        act = [None if p is None else 2 * s * width for s, p in enumerate(prev)]
+        grad = [None if n is None else 2 * s * width + 1 for s, n in enumerate(nxt)]
+        # The output an action sends: (key base at the receiver, receiver, channel ms,
+        # latency ms, channel or None, shared) or None.
+        fwd = [self._target(s, n, 0) for s, n in enumerate(nxt)]
+        bwd = [self._target(s, p, 1) for s, p in enumerate(prev)]
+        nothing = [None] * len(prev)
+
+        def ms(kind):
+            return [self.costs.duration_ms(kind, self.model_stage[s]) for s in stages]
+
+        # kind -> (inputs, outputs, durations, order state before and after, kind code,
+        # transfer kind code)
+        steps = self.order.steps
+        self.rules = {
+            F: (act, fwd, ms(F), *steps[F], KIND_CODE[F], SEND_F),
+            B: (grad, bwd, ms(B), *steps[B], KIND_CODE[B], SEND_B),
+            I: (grad, bwd, ms(I), *steps[I], KIND_CODE[I], SEND_B),
+            W: (nothing, nothing, ms(W), *steps[W], KIND_CODE[W], None),
+        }
 
     def _target(self, stage: int, other: int | None, direction: int):
         if other is None:
             return None
-        src, dst = self.placement[stage], self.placement[other]
-        boundary = self.model_stage[min(stage, other)]
+        src, dst = self.schedule.placement[stage], self.schedule.placement[other]
+        key = 2 * other * self.width + direction
         link = self.topology.link(src, dst)
         if src == dst or link.is_ideal:
-            return (2 * other * self.width + direction, dst, 0.0, None)
-        cost = link.transfer_ms(self.costs.activation_bytes[boundary])
-        return (2 * other * self.width + direction, dst, cost, self.topology.channel(src, dst))
+            return (key, dst, 0.0, 0.0, None, False)
+        nbytes = self.costs.activation_bytes[self.model_stage[min(stage, other)]]
+        channel, shared = self.channels.index(self.topology.channel(src, dst))
+        return (key, dst, link.occupancy_ms(nbytes), link.latency_ms, channel, shared)
 
     def execute(self) -> Trace:
         for device, actions in enumerate(self.schedule.device_actions):
             self.env.process(self._device(device, actions))
-        self.env.run()
-        stuck = [d for d in range(self.schedule.devices) if not self.finished[d]]
-        if stuck:
-            raise DeadlockError(self._deadlock_message(stuck))
-        return self.out.build(self.schedule)
+        try:
+            self.env.run()
+        except (KeyError, IndexError, TypeError):
+            self.order.invalid()  # an action names a stage or microbatch the schedule lacks
+            raise
+        self.order.check_finished()
+        trace = self.out.build(self.schedule)
+        simple = (trace.lane == COMPUTE) & (trace.kind != KIND_CODE[OVERLAP_F_B])
+        self.order.check_ranges(trace.stage, trace.microbatch, simple)
+        return trace
+
+    def _deliver(self, key: int, arrival: float, row: int) -> None:
+        self.arrival_at[key] = (arrival, row)
+        if self.waiting:
+            event = self.waiting.pop(key, None)
+            if event is not None:
+                event.succeed()  # the receiver wakes now, sleeps on until arrival
 
     # -- the worker ------------------------------------------------------------------
 
     def _device(self, device: int, actions: tuple[Action, ...]):
-        env, arrival_at, waiting = self.env, self.arrival_at, self.waiting
-        needs, sends, durations = self.needs, self.sends, self.durations
-        costs, scale, link_scale = self.costs, self.duration_scale, self.link_scale
-        channel_free = self.channel_free
-        overhead = costs.overhead_ms
-        rows, trace_actions = self.out.rows, self.out.actions  # pack() empties rows in place
-        blocking = not self.topology.comm_overlap
+        """One worker: wait for the inputs, compute, ship the outputs, in list order. The
+        common step is written out here; ``_general`` takes overlapped pairs, noise, shared
+        channels and blocking sends. ``free``: when the device falls free (exact)."""
+        env, arrival_at, waiting, rules = self.env, self.arrival_at, self.waiting, self.rules
+        order, progress, cells = self.order, self.order.progress, self.order.cells[device]
+        rows, trace_actions, next_row = self.out.rows, self.out.actions, self.next_row
+        channel_free, holder, overhead = self.channels.free, self.channels.holder, self.overhead
+        general = self.general
+        free, clock, cause, cause_row = 0.0, 0.0, CAUSE_START, -1  # clock: SimPy's now
         for step, action in enumerate(actions):
             stage, kind, microbatch, sub = action
-            atoms = (action,) if sub is None else sub
-            # 1. wait for the inputs: an input not yet sent means a SimPy event to wait on;
-            # one already on its way only moves the start (no event needed)
-            start = env.now
-            for atom in atoms:
-                base = needs[atom.kind][atom.stage]
-                if base is None:
-                    continue
-                key = base + 2 * atom.microbatch
-                ready = arrival_at.pop(key, None)  # each input is consumed exactly once
-                if ready is None:
-                    self.position[device], self.blocked_on[device] = step, key
-                    event = waiting[key] = env.event()
-                    yield event
-                    ready = arrival_at.pop(key)
-                    start = max(start, env.now)
-                if ready > start:
-                    start = ready
-            # 2. compute (one timeout covers the wait for in-flight inputs and the work)
-            if sub is None:
-                duration = durations[kind][stage]
-            else:
-                fwd, bwd = sub
-                duration = costs.overlapped_ms(
-                    self.model_stage[fwd.stage], bwd.kind, self.model_stage[bwd.stage]
-                )
-            if scale is not None:
-                duration *= scale(device, action)
-            end = start + duration + overhead
-            yield env.timeout(end - env.now)
-            rows.append((device, COMPUTE, stage, microbatch, KIND_CODE[kind], start, end, -1))
+            if sub is not None or general:
+                since = (free, cause, cause_row)  # what freed the device, and when
+                free, cause, cause_row = yield from self._general(device, step, action, since)
+                clock = env.now
+                continue
+            needs, outputs, durations, before, after, code, send_code = rules[kind]
+            cell = cells[stage] + microbatch  # a foreign stage: TypeError (see execute)
+            if progress[cell] != before:
+                order.out_of_order(device, step, action)
+            progress[cell] = after
+            base = needs[stage]
+            if base is not None:
+                key = base + 2 * microbatch
+                got = arrival_at.pop(key, None)  # each input is consumed exactly once
+                if got is None:
+                    yield self._wait(device, step, key)
+                    clock, got = env.now, arrival_at.pop(key)
+                if got[0] > free:
+                    free, cause, cause_row = got[0], CAUSE_INPUT, got[1]
+            end = free + durations[stage] + overhead
+            delay = end - clock if end > clock else 0.0
+            yield env.timeout(delay)
+            clock += delay  # SimPy's own sum, so clock == env.now
+            row = next_row()
+            rows.append((device, stage, microbatch, code, free, end, -1, cause, cause_row))  # fmt: skip
             trace_actions.append(action)
             if len(rows) >= ROWS_PER_BLOCK:
                 self.out.pack()  # tuples into a NumPy block: bounded memory per row
-            # 3. ship the outputs
-            last_arrival = end
-            for atom in atoms:
-                target = sends[atom.kind][atom.stage]
-                if target is None:
-                    continue
-                base, dst, cost, channel = target
-                arrival = end
-                if channel is not None:
-                    if link_scale is not None:
-                        cost *= link_scale(device, dst)
-                    free = channel_free.get(channel, 0.0)
-                    begin = free if free > end else end
-                    arrival = channel_free[channel] = begin + cost
-                    code = SEND_F if atom.kind is F else SEND_B
-                    rows.append(
-                        (device, COMM, atom.stage, atom.microbatch, code, begin, arrival, dst)
-                    )
-                    trace_actions.append(atom)
-                    if arrival > last_arrival:
-                        last_arrival = arrival
-                key = base + 2 * atom.microbatch
-                arrival_at[key] = arrival
-                if waiting:
-                    event = waiting.pop(key, None)
-                    if event is not None:
-                        event.succeed()  # the receiver wakes now, sleeps on until arrival
-            if blocking and last_arrival > end:
-                yield env.timeout(last_arrival - end)
+            free, cause, cause_row = end, CAUSE_DEVICE, row
+            target = outputs[stage]
+            if target is None:
+                continue
+            key, dst, occupancy, latency, channel, _ = target
+            key += 2 * microbatch
+            if channel is None:  # same device or an ideal link: there at once
+                arrival_at[key] = (end, row)
+            else:  # first come, first served on a channel with one sender
+                ready = channel_free[channel]
+                begin, why, why_row = (ready, CAUSE_CHANNEL, holder[channel]) if ready > end else (end, CAUSE_PRODUCER, row)  # fmt: skip
+                leave = channel_free[channel] = begin + occupancy
+                sent = holder[channel] = next_row()
+                rows.append((device, stage, microbatch, send_code, begin, leave + latency, dst, why, why_row))  # fmt: skip
+                trace_actions.append(action)
+                arrival_at[key] = (leave + latency, sent)
+            if waiting and key in waiting:
+                waiting.pop(key).succeed()  # the receiver wakes now, sleeps on until arrival
+        yield from self._finish(device, free, cause, cause_row)
+
+    # -- the general step ------------------------------------------------------------
+
+    def _wait(self, device: int, step: int, key: int) -> simpy.Event:
+        """The event that the input ``key`` has been sent (its producer has ended)."""
+        self.order.blocked[device] = (step, key)
+        event = self.waiting[key] = self.env.event()
+        return event
+
+    def _general(self, device: int, step: int, action: Action, since: tuple):
+        """Wait for the inputs of every atom, compute, ship, and, with ``comm_overlap``
+        off, stay busy until the transfers arrive. Returns (free, cause, cause row)."""
+        free, cause, cause_row = since
+        for atom in action.atoms:
+            needs, _, _, before, after, _, _ = self.rules[atom.kind]
+            cell = self.order.cells[device][atom.stage] + atom.microbatch
+            if self.order.progress[cell] != before or not 0 <= atom.microbatch < self.width:
+                self.order.out_of_order(device, step, atom)
+            self.order.progress[cell] = after
+            base = needs[atom.stage]
+            if base is None:
+                continue
+            key = base + 2 * atom.microbatch
+            if key not in self.arrival_at:
+                yield self._wait(device, step, key)
+            ready, row = self.arrival_at.pop(key)
+            if ready > free:
+                free, cause, cause_row = ready, CAUSE_INPUT, row
+        end = free + self._duration(device, action) + self.overhead
+        yield self.env.timeout(max(end - self.env.now, 0.0))
+        row = self.next_row()
+        code = KIND_CODE[action.kind]
+        self.out.rows.append((device, action.stage, action.microbatch, code, free, end, -1, cause, cause_row))  # fmt: skip
+        self.out.actions.append(action)
+        if len(self.out.rows) >= ROWS_PER_BLOCK:
+            self.out.pack()
+        sent = self._ship(device, action, end, row)
+        if not sent or self.topology.comm_overlap:
+            return end, CAUSE_DEVICE, row
+        return (yield from self._hold(end, sent, row))
+
+    def _duration(self, device: int, action: Action) -> float:
+        if action.sub_actions is None:
+            duration = self.rules[action.kind][2][action.stage]
+        else:
+            fwd, bwd = action.sub_actions
+            stage = self.model_stage
+            duration = self.costs.overlapped_ms(stage[fwd.stage], bwd.kind, stage[bwd.stage])
+        if self.duration_scale is not None:
+            duration *= self.duration_scale(device, action)
+        return duration
+
+    def _ship(self, device: int, action: Action, end: float, row: int) -> list:
+        """Send the outputs of the action in ``row``, atom by atom; return one
+        ``[arrival, row, grant, ...]`` record per transfer (arrival None until a shared
+        channel serves it)."""
+        sent = []
+        for atom in action.atoms:
+            target = self.rules[atom.kind][1][atom.stage]
+            if target is None:
+                continue
+            key, dst, occupancy, latency, channel, shared = target
+            key += 2 * atom.microbatch
+            if channel is None:
+                self._deliver(key, end, row)
+                continue
+            if self.link_scale is not None:
+                factor = self.link_scale(device, dst)
+                occupancy, latency = occupancy * factor, latency * factor
+            request = [None, None, None, end, device, atom, key, dst, occupancy, latency, row]
+            if shared:
+                self.channels.request(channel, request)
+            else:
+                request[ARRIVAL], request[ROW] = self.channels.send(
+                    channel, device, atom, key, end, dst, occupancy, latency, row
+                )
+            sent.append(request)
+        return sent
+
+    def _hold(self, end: float, sent: list, row: int):
+        """``comm_overlap`` off: the sender stays busy until its transfers have arrived."""
+        for request in sent:
+            if request[ARRIVAL] is None:
+                yield request[GRANT]  # a shared channel serves it at the end of this instant
+        arrival, last = max((r[ARRIVAL], r[ROW]) for r in sent)
+        if arrival <= end:
+            return end, CAUSE_DEVICE, row
+        yield self.env.timeout(max(arrival - self.env.now, 0.0))
+        return arrival, CAUSE_SENDING, last
+
+    # -- the end of the step ---------------------------------------------------------
+
+    def _finish(self, device: int, free: float, cause: int, cause_row: int):
+        """Count the device out; then its end-of-step work, after the flush if asked."""
+        self.order.finished[device] = True
+        if free >= self.flush_at:
+            self.flush_at, self.flush_row = free, cause_row
         self.computing -= 1
         if self.computing == 0:
             self.flush.succeed()
-        if self.tail_ms is not None and self.tail_ms[device] > 0:
-            yield from self._tail(device)
-        self.finished[device] = True
-
-    def _tail(self, device: int):
-        """End-of-step work: the gradient all-reduce, after the flush or overlapped."""
-        if self.tail_after_flush and not self.flush.triggered:
-            yield self.flush
-        start = self.env.now
-        yield self.env.timeout(self.tail_ms[device])
-        self.out.rows.append((device, COMM, -1, -1, ALLREDUCE, start, self.env.now, -1))
+        if self.tail_ms is None or self.tail_ms[device] <= 0:
+            return
+        if self.tail_after_flush:
+            if not self.flush.triggered:
+                yield self.flush
+            free, cause, cause_row = self.flush_at, CAUSE_FLUSH, self.flush_row
+        end = free + self.tail_ms[device]
+        yield self.env.timeout(max(end - self.env.now, 0.0))
+        self.out.rows.append((device, -1, -1, ALLREDUCE, free, end, -1, cause, cause_row))
         self.out.actions.append(None)
-
-    # -- diagnostics -----------------------------------------------------------------
-
-    def _deadlock_message(self, stuck: list[int]) -> str:
-        marks = {}
-        notes = []
-        for device in stuck:
-            step = self.position[device]
-            action = self.schedule.device_actions[device][step]
-            key = self.blocked_on.get(device)
-            wanted = self._describe_key(key) if key is not None else "its turn"
-            marks[(device, step)] = f"{action} waits for {wanted}"
-            notes.append(f"rank {device} step {step}: {action} waits for {wanted}")
-        return (
-            "deadlock: no device can make progress; "
-            + "; ".join(notes)
-            + "\n"
-            + format_grid(self.schedule, marks)
-        )
-
-    def _describe_key(self, key: int) -> str:
-        direction = key % 2
-        stage, microbatch = divmod(key // 2, self.width)
-        if direction == _ACT:
-            source = self.prev[stage]
-            return f"the activation of {source}F{microbatch} (device {self.placement[source]})"
-        source = self.next[stage]
-        return f"the gradient of {source}B{microbatch} (device {self.placement[source]})"
+        self.next_row()
 
 
 __all__ = ["DeadlockError", "simulate"]

@@ -10,6 +10,20 @@ compute action or transfer:
 of the step; a transfer's ``device`` is its sender and ``peer`` its receiver (-1 for
 compute). An overlapped pair has stage and microbatch -1 and its text form as name.
 
+A transfer's row spans from the moment it enters its channel (after any queueing behind
+other messages) to its arrival at the receiver: channel time (``bytes / bandwidth`` plus
+the link's gap), then latency. Under pure latency several transfers on one link overlap.
+
+Every simulated row also records what released it (``cause``, a ``CAUSE_*`` code, and
+``cause_row``, the row it names or -1): the previous action on its device, the transfer
+that held its device (``comm_overlap`` off), the input that arrived last (the transfer
+that carried it, or its producer where no link time was involved), for a transfer its
+producer or the transfer ahead of it on a busy channel, and for end-of-step work the
+pipeline flush. A row starts exactly when its cause row ends, except behind a busy
+channel: there it starts when the transfer ahead leaves the channel, before that one
+arrives. The critical path and the idle-gap causes (``pipesim.analysis.critical``) are
+walks over these records.
+
 Exporters (Chrome trace, CSV) are in ``pipesim.sim.export``.
 """
 
@@ -30,13 +44,23 @@ SEND_F, SEND_B, ALLREDUCE = 5, 6, 7
 ROWS_PER_BLOCK = 65536
 COMPUTE, COMM = 0, 1
 
+# What released a row (``Trace.cause``); ``Trace.cause_row`` names the row, or -1.
+CAUSE_START = 0  # nothing: the row starts at time 0
+CAUSE_DEVICE = 1  # the previous compute action on its device ended
+CAUSE_SENDING = 2  # its device was held until this transfer arrived (comm_overlap off)
+CAUSE_INPUT = 3  # its input arrived: the carrying transfer, or the producer itself
+CAUSE_PRODUCER = 4  # a transfer: the action that produced it ended
+CAUSE_CHANNEL = 5  # a transfer: the transfer ahead of it on its channel left the channel
+CAUSE_FLUSH = 6  # end-of-step work: the pipeline flushed (the row that ended last)
+ROW_WIDTH = 9
+
 
 class TraceBuilder:
     """Collects rows while the engine runs; ``build()`` freezes them into a Trace.
 
-    A row is ``(device, lane, stage, microbatch, kind code, start, end, peer)``; the engine
-    appends to ``rows`` and ``actions`` directly (its hot loop). Chunks are derived
-    afterwards, in bulk.
+    A row is ``(device, stage, microbatch, kind code, start, end, peer, cause, cause
+    row)``; the engine appends to ``rows`` and ``actions`` directly (its hot loop) and
+    numbers rows in append order. Lanes and chunks are derived afterwards, in bulk.
     """
 
     def __init__(self, devices: int) -> None:
@@ -46,30 +70,32 @@ class TraceBuilder:
         self.actions: list[Action] = []
 
     def pack(self) -> None:
-        """Move the collected row tuples into a compact NumPy block (8 floats a row)."""
+        """Move the collected row tuples into a compact NumPy block (9 floats a row)."""
         flat = itertools.chain.from_iterable(self.rows)
-        self.blocks.append(np.fromiter(flat, np.float64, count=8 * len(self.rows)).reshape(-1, 8))
+        count = ROW_WIDTH * len(self.rows)
+        self.blocks.append(np.fromiter(flat, np.float64, count=count).reshape(-1, ROW_WIDTH))
         self.rows.clear()
 
     def build(self, schedule: Schedule) -> Trace:
         self.pack()
         table = np.concatenate(self.blocks) if len(self.blocks) > 1 else self.blocks[0]
-        ints = table[:, :5].astype(np.int64)
-        peer = table[:, 7].astype(np.int64)
-        stage = ints[:, 2]
+        ints = table[:, :4].astype(np.int64)
+        stage, kind = ints[:, 1], ints[:, 3]
         chunk_of = np.array([schedule.chunk(s) for s in range(schedule.stages)] + [-1])
         return Trace(
             devices=self.devices,
             device=ints[:, 0],
-            lane=ints[:, 1],
+            lane=np.where(kind >= SEND_F, COMM, COMPUTE),
             stage=stage,
             chunk=chunk_of[stage],  # stage -1 (an overlapped pair) picks the trailing -1
-            microbatch=ints[:, 3],
-            kind=ints[:, 4],
-            peer=peer,
-            start=table[:, 5].copy(),
-            end=table[:, 6].copy(),
+            microbatch=ints[:, 2],
+            kind=kind,
+            peer=table[:, 6].astype(np.int64),
+            start=table[:, 4].copy(),
+            end=table[:, 5].copy(),
             actions=self.actions,
+            cause=table[:, 7].astype(np.int8),
+            cause_row=table[:, 8].astype(np.int64),
         )
 
 
@@ -86,6 +112,8 @@ class Trace:
     start: np.ndarray
     end: np.ndarray
     actions: list[Action] = field(repr=False)
+    cause: np.ndarray | None = field(default=None, repr=False)  # CAUSE_* codes; None: unknown
+    cause_row: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def makespan_ms(self) -> float:
