@@ -6,12 +6,13 @@ its input arrived), that something started when *its* predecessor let it, and so
 to time 0. Make any element of that chain shorter and the step gets shorter; make
 anything off the chain shorter and nothing changes until another chain takes over.
 
-``critical_path`` walks that chain back from the last row of a Trace. The predecessor of
-a compute action is the previous action on its device if that ended exactly when this
-one started (or, with ``comm_overlap`` off, the transfer the device was busy sending),
-otherwise the input that arrived last: the transfer that carried it, or its producer
-directly when no link time was involved. The predecessor of a transfer is its producer,
-or the transfer ahead of it on the same channel when the link was still busy.
+The engine records the hand-offs as it runs: every trace row names what released it
+(``Trace.cause`` and ``Trace.cause_row``, see ``pipesim.sim.trace``). So the critical
+path is a walk back over those records from the row that ends last, and the cause of an
+idle gap is read off the row that ends it. Nothing here compares timestamps to guess who
+waited for whom. A transfer that queued behind another on a busy channel hands off when
+the one ahead leaves the channel, before that one arrives: on the path, the one ahead
+appears with its channel time only.
 
 ``idle_gaps`` gives every idle stretch on every device one cause:
 
@@ -29,14 +30,21 @@ Everything here reads a Trace and returns data; no I/O.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from pipesim.schedules.ir import Kind, Schedule, parse_action
 from pipesim.sim.links import Topology
-from pipesim.sim.metrics import Report
-from pipesim.sim.trace import COMM, COMPUTE, Trace
+from pipesim.sim.trace import (
+    CAUSE_CHANNEL,
+    CAUSE_INPUT,
+    CAUSE_START,
+    COMM,
+    COMPUTE,
+    SEND_F,
+    Trace,
+)
 
 UPSTREAM = "upstream activation"
 DOWNSTREAM = "downstream gradient"
@@ -75,89 +83,100 @@ class IdleGap:
         return self.end_ms - self.start_ms
 
 
-@dataclass(frozen=True, slots=True)
-class _Input:
-    arrival: float
-    row: int  # the row that delivered it: a transfer, or the producer itself
-    producer: int  # the producer's compute row
-    direction: str  # "activation" or "gradient"
+def _require_causes(trace: Trace) -> None:
+    if trace.cause is None or trace.cause_row is None:
+        raise ValueError("this trace records no causes (a measured trace?): nothing to walk")
+
+
+# ---------------------------------------------------------------------------
+# The critical path
+
+
+def critical_path(
+    trace: Trace, schedule: Schedule | None = None, topology: Topology | None = None
+) -> list[dict[str, object]]:
+    """The chain of rows that sets the makespan, in time order.
+
+    Each element is ``{"name", "device", "start_ms", "end_ms"}`` (a transfer's device is
+    its sender, its name ``2F0->3``); each starts exactly when the one before it ends, the
+    first at 0 and the last at the makespan. An element is a whole row, except a transfer
+    that a queued transfer waited for: it ends when it left the channel.
+    (``schedule`` and ``topology`` are not needed: the trace holds the causes.)
+    """
+    if not len(trace.start):
+        return []
+    _require_causes(trace)
+    start, end = trace.start.tolist(), trace.end.tolist()
+    cause, cause_row = trace.cause.tolist(), trace.cause_row.tolist()
+    row = int(np.flatnonzero(trace.end == trace.end.max())[-1])
+    chain = [(row, end[row])]
+    while cause[row] != CAUSE_START and cause_row[row] >= 0:
+        # The row's cause ends (or, on a busy channel, leaves the channel) as it starts.
+        chain.append((cause_row[row], start[row]))
+        row = cause_row[row]
+    return [
+        {"name": trace.name(r), "device": int(trace.device[r]), "start_ms": start[r], "end_ms": e}
+        for r, e in reversed(chain)
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Who ran what: identity lookups over the rows (no timestamps compared)
 
 
 class _Index:
-    """Lookups over a trace: which row ran which action, what each action waited for."""
-
     def __init__(self, trace: Trace, schedule: Schedule, topology: Topology | None) -> None:
+        _require_causes(trace)
         self.trace, self.schedule = trace, schedule
         self.start, self.end = trace.start.tolist(), trace.end.tolist()
         self.device = trace.device.tolist()
-        self.lane = trace.lane.tolist()
-        self.peer = trace.peer.tolist()
+        self.cause, self.cause_row = trace.cause.tolist(), trace.cause_row.tolist()
         self.makespan = trace.makespan_ms
-        self.tol = 1e-9 * max(1.0, self.makespan)
         self.blocking = topology is not None and not topology.comm_overlap
         self.atom_row: dict[tuple[int, Kind, int], int] = {}
         self.send_row: dict[tuple[int, Kind, int], int] = {}
-        self.sends_of: dict[int, list[int]] = defaultdict(list)  # producer row -> transfers
         self.device_rows: list[list[int]] = [[] for _ in range(trace.devices)]
         self.extra_rows: list[list[int]] = [[] for _ in range(trace.devices)]
-        channels: dict[object, list[int]] = defaultdict(list)
+        lane = trace.lane.tolist()
         for row, action in enumerate(trace.actions):
             if action is None:  # end-of-step work (a collective), not an action of the IR
                 self.extra_rows[self.device[row]].append(row)
-            elif self.lane[row] == COMPUTE:
+            elif lane[row] == COMPUTE:
                 self.device_rows[self.device[row]].append(row)
                 for atom in action.atoms:
                     self.atom_row[(atom.stage, atom.kind, atom.microbatch)] = row
             else:
                 self.send_row[(action.stage, action.kind, action.microbatch)] = row
-                src, dst = self.device[row], self.peer[row]
-                key = topology.channel(src, dst) if topology is not None else (src, dst)
-                channels[key].append(row)
-        for row, action in self.send_items():
-            self.sends_of[self.atom_row[(action.stage, action.kind, action.microbatch)]].append(row)
-        self.channel_prev: dict[int, int] = {}
-        for rows in channels.values():
-            rows.sort(key=lambda r: (self.start[r], self.end[r]))
-            self.channel_prev.update(zip(rows[1:], rows[:-1], strict=True))
+        self.sends_of: dict[int, list[int]] = defaultdict(list)  # producer row -> transfers
+        for key, row in self.send_row.items():
+            self.sends_of[self.atom_row[key]].append(row)
         self.position = {r: k for rows in self.device_rows for k, r in enumerate(rows)}
-        order = np.argsort(trace.end, kind="stable")
-        self.by_end, self.sorted_end = order.tolist(), trace.end[order]
-
-    def send_items(self):
-        return ((row, self.trace.actions[row]) for row in self.send_row.values())
 
     def name(self, row: int) -> str:
         return self.trace.name(row)
 
-    def close(self, a: float, b: float) -> bool:
-        return abs(a - b) <= self.tol
+    def producer(self, row: int) -> int:
+        """The compute row whose output ``row`` carries (itself, for a compute row)."""
+        if self.trace.lane[row] == COMPUTE:
+            return row
+        action = self.trace.actions[row]
+        return self.atom_row[(action.stage, action.kind, action.microbatch)]
 
-    # -- what an action waited for ---------------------------------------------------
-
-    def inputs(self, row: int) -> list[_Input]:
-        """The cross-stage inputs of a compute row, with the time each was on its device."""
+    def inputs(self, row: int) -> list[int]:
+        """The rows that delivered the cross-stage inputs of compute ``row``: a transfer,
+        or the producer itself where no link was involved."""
         found = []
         for atom in self.trace.actions[row].atoms:
             stage, microbatch = atom.stage, atom.microbatch
             if atom.kind == Kind.F:
-                source, kinds, direction = self.schedule.prev_stage(stage), (Kind.F,), "activation"
+                source, kinds = self.schedule.prev_stage(stage), (Kind.F,)
             elif atom.kind in (Kind.B, Kind.I):
-                source, kinds, direction = (
-                    self.schedule.next_stage(stage),
-                    (Kind.B, Kind.I),
-                    "gradient",
-                )
+                source, kinds = self.schedule.next_stage(stage), (Kind.B, Kind.I)
             else:
                 continue
-            if source is None:
-                continue
-            for kind in kinds:
-                producer = self.atom_row.get((source, kind, microbatch))
-                if producer is None:
-                    continue
-                carrier = self.send_row.get((source, kind, microbatch), producer)
-                found.append(_Input(self.end[carrier], carrier, producer, direction))
-                break
+            keys = [(source, kind, microbatch) for kind in kinds if source is not None]
+            rows = [self.send_row.get(k, self.atom_row.get(k)) for k in keys]
+            found += [r for r in rows if r is not None][:1]
         return found
 
     def device_free(self, row: int) -> tuple[float, int | None]:
@@ -169,74 +188,9 @@ class _Index:
         free, holder = self.end[prev], prev
         if self.blocking:
             for send in self.sends_of.get(prev, ()):
-                if self.end[send] > free + self.tol:
+                if self.end[send] > free:
                     free, holder = self.end[send], send
         return free, holder
-
-    def any_ending_at(self, time: float, device: int, exclude: int) -> int | None:
-        """A row ending at ``time`` (same device first): the fallback predecessor."""
-        lo = int(np.searchsorted(self.sorted_end, time - self.tol, side="left"))
-        hi = int(np.searchsorted(self.sorted_end, time + self.tol, side="right"))
-        rows = [r for r in self.by_end[lo:hi] if r != exclude and self.start[r] <= time]
-        rows = [r for r in rows if not (self.start[r] == self.end[r] == self.start[exclude])]
-        own = [r for r in rows if self.device[r] == device]
-        return (own or rows or [None])[0]
-
-
-# ---------------------------------------------------------------------------
-# The critical path
-
-
-def critical_path(
-    trace: Trace, schedule: Schedule, topology: Topology | None = None
-) -> list[dict[str, object]]:
-    """The chain of rows that sets the makespan, in time order.
-
-    Each element is ``{"name", "device", "start_ms", "end_ms"}`` (a transfer's device is
-    its sender, its name ``2F0->3``); each starts when the one before it ends, the first
-    at 0 and the last at the makespan.
-    """
-    if not len(trace.start):
-        return []
-    index = _Index(trace, schedule, topology)
-    ends = trace.end
-    last = int(np.flatnonzero(ends == ends.max())[-1])
-    chain, row, seen = [last], last, {last}
-    while index.start[row] > index.tol:
-        row = _predecessor(index, row)
-        if row is None or row in seen:
-            break
-        chain.append(row)
-        seen.add(row)
-    return [
-        {
-            "name": index.name(r),
-            "device": index.device[r],
-            "start_ms": index.start[r],
-            "end_ms": index.end[r],
-        }
-        for r in reversed(chain)
-    ]
-
-
-def _predecessor(index: _Index, row: int) -> int | None:
-    start = index.start[row]
-    action = index.trace.actions[row]
-    if action is not None and index.lane[row] == COMPUTE:
-        free, holder = index.device_free(row)
-        if holder is not None and index.close(free, start):
-            return holder
-        for item in index.inputs(row):
-            if index.close(item.arrival, start):
-                return item.row
-    elif action is not None and index.lane[row] == COMM:
-        producer = index.atom_row[(action.stage, action.kind, action.microbatch)]
-        if index.close(index.end[producer], start):
-            return producer
-        ahead = index.channel_prev.get(row)
-        if ahead is not None and index.close(index.end[ahead], start):
-            return ahead
-    return index.any_ending_at(start, index.device[row], row)
 
 
 # ---------------------------------------------------------------------------
@@ -265,46 +219,52 @@ def _gaps_before(index: _Index, row: int) -> list[IdleGap]:
     free, holder = index.device_free(row)
     name = index.name(row)
     gaps = []
-    if holder is not None and index.lane[holder] == COMM and free - prev_end > index.tol:
+    if holder is not None and index.trace.lane[holder] == COMM and free > prev_end:
         gaps.append(IdleGap(device, prev_end, free, SENDING, name, via=index.name(holder)))
-    if start - free <= index.tol:
+    if start <= free:
         return gaps
-    waits = index.inputs(row)
-    if not waits:  # nothing to wait for: only an unmodelled delay could cause this
+    if index.cause[row] != CAUSE_INPUT:  # nothing it waits for: an unmodelled delay
         return [*gaps, IdleGap(device, free, start, UPSTREAM, name)]
-    wait = max(waits, key=lambda item: item.arrival)
+    carrier = index.cause_row[row]  # the input that arrived last released the action
+    producer = index.producer(carrier)
     common = {
         "before": name,
-        "waiting_for": index.name(wait.producer),
-        "source_device": index.device[wait.producer],
+        "waiting_for": index.name(producer),
+        "source_device": index.device[producer],
     }
     ready = _ready_later(index, row, start)
     if ready is not None:
-        gaps.append(
-            IdleGap(device, free, start, IN_ORDER, **common, other=index.name(ready[0]),
-                    other_ms=ready[1])
-        )  # fmt: skip
-        return gaps
-    if wait.row != wait.producer and index.start[wait.row] > index.end[wait.producer] + index.tol:
-        ahead = index.channel_prev.get(wait.row)
-        gaps.append(
-            IdleGap(device, free, start, BUSY_LINK, **common, via=index.name(wait.row),
-                    other=None if ahead is None else index.name(ahead))
-        )  # fmt: skip
-        return gaps
-    cause = UPSTREAM if wait.direction == "activation" else DOWNSTREAM
-    via = index.name(wait.row) if wait.row != wait.producer else None
-    gaps.append(IdleGap(device, free, start, cause, **common, via=via))
-    return gaps
+        gap = IdleGap(device, free, start, IN_ORDER, **common, other=index.name(ready[0]),
+                      other_ms=ready[1])  # fmt: skip
+        return [*gaps, gap]
+    via = index.name(carrier) if carrier != producer else None
+    if carrier != producer and index.cause[carrier] == CAUSE_CHANNEL:
+        ahead = index.name(index.cause_row[carrier])
+        return [*gaps, IdleGap(device, free, start, BUSY_LINK, **common, via=via, other=ahead)]
+    carried = index.trace.kind[carrier]
+    upstream = carried == SEND_F if carrier != producer else _forward_of(index, row, producer)
+    cause = UPSTREAM if upstream else DOWNSTREAM
+    return [*gaps, IdleGap(device, free, start, cause, **common, via=via)]
+
+
+def _forward_of(index: _Index, row: int, producer: int) -> bool:
+    """Whether compute ``row`` took an activation (not a gradient) from ``producer``."""
+    forwards = [a for a in index.trace.actions[producer].atoms if a.kind == Kind.F]
+    produced = {(a.stage, a.microbatch) for a in forwards}
+    wanted = [
+        (index.schedule.prev_stage(a.stage), a.microbatch)
+        for a in index.trace.actions[row].atoms
+        if a.kind == Kind.F
+    ]
+    return any(key in produced for key in wanted)
 
 
 def _ready_later(index: _Index, row: int, start: float) -> tuple[int, float] | None:
     """The first later action on the device whose inputs were all there before ``start``."""
     device, k = index.device[row], index.position[row]
-    rows = index.device_rows[device]
-    for later in rows[k + 1 :]:
+    for later in index.device_rows[device][k + 1 :]:
         ready = _ready_time(index, later, k)
-        if ready is not None and ready < start - index.tol:
+        if ready is not None and ready < start:
             return later, ready
     return None
 
@@ -313,24 +273,15 @@ def _ready_time(index: _Index, row: int, blocked_at: int) -> float | None:
     """When ``row`` could have run, were it not for its place in the order; None if it
     needs something its own device only runs at ``blocked_at`` or later."""
     device = index.device[row]
-    times = []
+    needed = [index.producer(r) for r in index.inputs(row)]
     for atom in index.trace.actions[row].atoms:
-        own = []
-        if atom.kind in (Kind.B, Kind.I):
-            own.append((atom.stage, Kind.F, atom.microbatch))
-        elif atom.kind == Kind.W:
-            own.append((atom.stage, Kind.I, atom.microbatch))
-        for key in own:
-            producer = index.atom_row.get(key)
-            if producer is None:
-                continue
-            if index.device[producer] == device and index.position[producer] >= blocked_at:
-                return None
-            times.append(index.end[producer])
-    for item in index.inputs(row):
-        if index.device[item.producer] == device and index.position[item.producer] >= blocked_at:
+        before = {Kind.B: Kind.F, Kind.I: Kind.F, Kind.W: Kind.I}.get(atom.kind)
+        own = index.atom_row.get((atom.stage, before, atom.microbatch))
+        needed += [] if own is None else [own]
+    for producer in needed:
+        if index.device[producer] == device and index.position[producer] >= blocked_at:
             return None
-        times.append(item.arrival)
+    times = [index.end[r] for r in index.inputs(row)] + [index.end[p] for p in needed]
     return max(times, default=0.0)
 
 
@@ -342,16 +293,16 @@ def _tail_gaps(index: _Index, device: int) -> list[IdleGap]:
     gaps = []
     if index.blocking and last is not None:
         for send in index.sends_of.get(last, ()):
-            if index.end[send] - time > index.tol:
+            if index.end[send] > time:
                 gaps.append(IdleGap(device, time, index.end[send], SENDING, via=index.name(send)))
                 time = index.end[send]
-    for extra in sorted(index.extra_rows[device], key=lambda r: index.start[r]):
-        if index.start[extra] - time > index.tol:
+    for extra in index.extra_rows[device]:
+        if index.start[extra] > time:
             gaps.append(IdleGap(device, time, index.start[extra], DONE, other=after))
         gaps.append(IdleGap(device, index.start[extra], index.end[extra], COLLECTIVE,
                             via=index.name(extra)))  # fmt: skip
         time = index.end[extra]
-    if index.makespan - time > index.tol:
+    if index.makespan > time:
         gaps.append(IdleGap(device, time, index.makespan, DONE, other=after))
     return gaps
 
@@ -395,16 +346,6 @@ def explain(trace: Trace, schedule: Schedule, topology: Topology | None = None) 
         critical_path=tuple(critical_path(trace, schedule, topology)),
         gaps=tuple(idle_gaps(trace, schedule, topology)),
     )
-
-
-def with_critical_path(report: Report, explanation: Explanation) -> Report:
-    """The report with ``critical_path`` and per-device ``idle_by_cause`` added."""
-    extra = {
-        **report.extra,
-        "critical_path": list(explanation.critical_path),
-        "idle_by_cause": {str(d): c for d, c in explanation.idle_by_cause().items()},
-    }
-    return replace(report, extra=extra)
 
 
 def format_ms(value: float) -> str:
@@ -452,6 +393,6 @@ __all__ = [
     "critical_path",
     "describe_gap",
     "explain",
+    "format_ms",
     "idle_gaps",
-    "with_critical_path",
 ]
