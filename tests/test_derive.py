@@ -6,12 +6,19 @@ from pathlib import Path
 import pytest
 
 from pipesim import load_scenario, run_scenario
-from pipesim.cluster.hardware import link_profile
+from pipesim.cluster.hardware import gpu_profile, link_profile
+from pipesim.cluster.model import TransformerModel, partition_layers
+from pipesim.cluster.transformer import model_flops_per_step, static_memory
 from pipesim.scenario.build import ScenarioError
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 GPT = SCENARIOS / "gpt-nvlink-vs-pcie.yaml"
 TRADEOFF = SCENARIOS / "microbatch-tradeoff.yaml"
+LLAMA = SCENARIOS / "llama-70b-4x8-h100.yaml"
+LLAMA_MODEL = TransformerModel(
+    layers=80, hidden=8192, heads=64, ffn_hidden=28672, seq_len=4096, vocab=32000,
+    flash_attention=True,
+)  # fmt: skip
 
 
 def run(path, *overrides):
@@ -140,7 +147,7 @@ def test_data_parallel_all_reduce_is_counted_in_the_step():
     "overrides, message",
     [
         (["hardware.gpu=null"], "hardware.gpu: required with a model section"),
-        (["hardware.gpu=tpu"], "hardware.gpu: Value error, unknown gpu 'tpu'; allowed: h100-sxm"),
+        (["hardware.gpu=tpu"], "hardware.gpu: unknown gpu 'tpu'; allowed: h100-sxm"),
         (
             ["hardware.link=carrier-pigeon"],
             "unknown link 'carrier-pigeon'; allowed: ideal, nvlink3",
@@ -154,3 +161,108 @@ def test_model_errors_name_the_field(overrides, message):
     with pytest.raises(ScenarioError) as info:
         load_scenario(GPT, overrides)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_inference_counts_forward_flops_and_weights_only():
+    # Llama 70B on 4 x 8 H100: TP 8, PP 4 with 2 chunks each, global batch 32.
+    served = run(LLAMA, "pipeline.mode=forward").report
+    trained = run(LLAMA).report
+    gpus = 4 * 8
+    peak = gpu_profile("h100-sxm").peak_tflops * 1e12 * gpus
+    forward_flops = model_flops_per_step(LLAMA_MODEL, 32, forward_only=True)
+    assert served.mfu == pytest.approx(forward_flops / (served.makespan_ms / 1e3) / peak)
+    assert served.mfu == pytest.approx(0.398, abs=5e-4)  # was 119 % counting the backward too
+    assert trained.mfu == pytest.approx(
+        model_flops_per_step(LLAMA_MODEL, 32) / (trained.makespan_ms / 1e3) / peak
+    )
+    # Static memory: bf16 weights split 8 ways, nothing for gradients or Adam.
+    partition = partition_layers(LLAMA_MODEL, 8, "balanced")
+    weights = static_memory(LLAMA_MODEL, partition, tensor=8, training=False)
+    for device, report in enumerate(served.per_device):
+        expected = weights[device].total_bytes + weights[device + 4].total_bytes
+        assert report.static_memory_bytes == pytest.approx(expected)
+        assert trained.per_device[device].static_memory_bytes == pytest.approx(8 * expected)
+
+
+def test_inference_has_no_gradient_all_reduce():
+    served = run(GPT, "pipeline.mode=forward", "parallel.data=2", "model.global_batch=16")
+    assert served.scenario.tail_ms is None
+    assert "ALLREDUCE" not in set(served.trace.frame.kind)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["parallel.tensor=64"],
+            "parallel.tensor: 64 tensor-parallel GPUs do not fit in a node of "
+            "hardware.gpus_per_node=8; allowed: 1, 2, 4, 8",
+        ),
+        (
+            ["parallel.tensor=3"],
+            "parallel.tensor: 3 does not divide model.heads (64); allowed: 1, 2, 4, 8, 16, 32, 64",
+        ),
+        (
+            ["parallel.tensor=16", "hardware.gpus_per_node=16", "model.ffn_hidden=28680"],
+            "parallel.tensor: 16 does not divide model.ffn_hidden (28680); "
+            "allowed: a divisor of 28680",
+        ),
+    ],
+)
+def test_tensor_parallelism_divides_the_heads_and_fits_in_a_node(overrides, message):
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(LLAMA, overrides)
+    assert str(info.value) == f"{LLAMA}: {message}"
+
+
+def test_wider_tensor_parallelism_in_a_bigger_node_is_allowed():
+    eight = run(LLAMA).report.makespan_ms
+    sixteen = run(LLAMA, "parallel.tensor=16", "hardware.gpus_per_node=16").report.makespan_ms
+    assert sixteen < eight  # twice the GPUs per stage, all-reduces still on NVLink
+
+
+def test_without_a_node_size_every_device_is_on_one_node(tmp_path):
+    data = {
+        "schema_version": 1,
+        "name": "one-node",
+        "pipeline": {"schedule": "gpipe", "devices": 4, "microbatches": 1},
+        "costs": {"forward_ms": 1, "backward_ms": 1, "activation_bytes": 1e6},
+        "hardware": {"intra_node_link": "nvlink4"},
+    }
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps(data))
+    scenario = load_scenario(path)
+    assert {scenario.topology.link(d, d + 1) for d in range(3)} == {link_profile("nvlink4")}
+    data["hardware"] = {"inter_node_link": "ib-ndr"}
+    path.write_text(json.dumps(data))
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value) == (
+        f"{path}: hardware.inter_node_link: needs hardware.gpus_per_node or "
+        "hardware.placement (without them all devices sit on one node)"
+    )
+
+
+def test_parallel_needs_a_model(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "name": "p",
+                "pipeline": {"schedule": "gpipe", "devices": 2, "microbatches": 2},
+                "parallel": {"tensor": 8},
+            }
+        )
+    )
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value) == (
+        f"{path}: parallel.tensor: only used with a model section "
+        "(hand-typed costs are already per GPU)"
+    )
+
+
+def test_model_costs_are_re_cut_not_per_chunk():
+    assert load_scenario(LLAMA).costs_per_chunk is False
+    assert load_scenario(SCENARIOS / "interleaved.yaml").costs_per_chunk is True

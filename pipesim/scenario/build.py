@@ -8,21 +8,23 @@ the core: a ``Scenario`` holding a Schedule, Costs and a Topology.
 ``--set key.path=value`` overrides go into the raw mapping before validation, so an
 override is checked exactly like the file.
 
-Every problem becomes one ``ScenarioError`` line: ``FILE: FIELD: what is wrong``.
+Every problem becomes one ``ScenarioError`` line: ``FILE: FIELD: what is wrong``. A size
+guard refuses, before anything is built, a schedule of more than ``pipeline.max_actions``
+actions (10 million unless the scenario raises it).
 """
 
 from __future__ import annotations
 
 import json
-import tomllib
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from pipesim.scenario import derive
+from pipesim.scenario.load import apply_overrides, read_mapping, read_text_file
 from pipesim.scenario.profile import ProfileError, costs_from_profile, load_profile
 from pipesim.scenario.schema import (
     CostsSpec,
@@ -59,63 +61,25 @@ class Scenario:
     tail_ms: tuple[float, ...] | None = None  # end-of-step all-reduce per device
     tail_after_flush: bool = True
     variability: Variability | None = None  # Monte Carlo runs only
+    # Hand-typed (or profiled) costs are per chunk: more virtual stages mean more work per
+    # device. Costs derived from a model are re-cut instead (False).
+    costs_per_chunk: bool = True
 
 
 # ---------------------------------------------------------------------------
-# Reading files and overrides
+# Reading, validating, building
 
 
-def read_mapping(path: str | Path) -> dict[str, Any]:
-    """Parse a YAML, TOML or JSON file into a mapping; ScenarioError on any problem."""
-    path = Path(path)
-    if not path.is_file():
-        raise ScenarioError(f"{path}: no such file")
-    text = path.read_text(encoding="utf-8")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".toml":
-            data = tomllib.loads(text)
-        elif suffix == ".json":
-            data = json.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text)
-        else:
-            raise ScenarioError(
-                f"{path}: unknown file type {suffix!r}; allowed: .yaml, .yml, .toml, .json"
-            )
-    except (yaml.YAMLError, tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ScenarioError(f"{path}: not valid {suffix[1:].upper()}: {_first_line(exc)}") from None
-    if not isinstance(data, dict):
-        raise ScenarioError(f"{path}: expected a mapping of keys at the top level")
-    return data
-
-
-def apply_overrides(
-    data: dict[str, Any], overrides: list[str], source: str = "--set"
-) -> dict[str, Any]:
-    """Return a copy of ``data`` with each ``key.path=value`` applied (value parsed as YAML)."""
-    result = json.loads(json.dumps(data, default=str)) if overrides else data
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ScenarioError(
-                f"{source} {item!r}: expected key.path=value, e.g. pipeline.microbatches=16"
-            )
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            raise ScenarioError(f"{source} {item!r}: the value is not valid YAML") from None
-        target = result
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            nested = target.get(part)
-            if not isinstance(nested, dict):
-                nested = target[part] = {} if nested is None else nested
-                if not isinstance(nested, dict):
-                    raise ScenarioError(f"{source} {item!r}: {part} is not a section")
-            target = nested
-        target[parts[-1]] = value
-    return result
+__all__ = [
+    "Scenario",
+    "ScenarioError",
+    "apply_overrides",
+    "build_scenario",
+    "load_scenario",
+    "parse_spec",
+    "read_mapping",
+    "with_schedule",
+]
 
 
 def parse_spec(data: dict[str, Any], source: str) -> ScenarioSpec:
@@ -123,6 +87,8 @@ def parse_spec(data: dict[str, Any], source: str) -> ScenarioSpec:
         return ScenarioSpec.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(f"{source}: {describe_validation_error(exc)}") from None
+    except RecursionError:
+        raise ScenarioError(f"{source}: nested too deeply") from None
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
@@ -166,24 +132,26 @@ def _build_variability(section: VariabilitySpec, schedule: Schedule, source: str
 
 def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
     pipe = spec.pipeline
+    if spec.model is not None:
+        derive.check_tensor_parallel(spec, source)
     sizes = derive.batch_sizes(spec, source)
     schedule = _build_schedule(spec, source, sizes.microbatches)
-    topology = derive.topology(spec, schedule.devices, source)
+    topology = derive.topology(spec, schedule, source)
     if spec.model is None:
-        costs = _build_costs(spec.costs, schedule.model_stages, source, pipe)
+        _no_parallel_without_model(spec, source)
         return Scenario(
-            spec.name,
-            spec.description,
-            schedule,
-            costs,
-            topology,
-            sizes.microbatch_size,
-            pipe.mode,
-            None,
-            spec,
+            name=spec.name,
+            description=spec.description,
+            schedule=schedule,
+            costs=_build_costs(spec.costs, schedule.model_stages, source, pipe),
+            topology=topology,
+            microbatch_size=sizes.microbatch_size,
+            mode=pipe.mode,
+            seq_len=None,
+            spec=spec,
         )
     _no_hand_costs(spec, source)
-    derived = derive.model_costs(spec, schedule, topology, sizes.microbatch_size, source)
+    derived = derive.model_costs(spec, schedule, sizes.microbatch_size, source)
     return Scenario(
         name=spec.name,
         description=spec.description,
@@ -197,7 +165,36 @@ def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
         accounting=derived.accounting,
         tail_ms=derived.tail_ms,
         tail_after_flush=not spec.parallel.dp_overlap,
+        costs_per_chunk=False,
     )
+
+
+def _no_parallel_without_model(spec: ScenarioSpec, source: str) -> None:
+    given = sorted(spec.parallel.model_fields_set)
+    if given:
+        raise ScenarioError(
+            f"{source}: parallel.{given[0]}: only used with a model section "
+            "(hand-typed costs are already per GPU)"
+        )
+
+
+def check_size(pipe: PipelineSpec, microbatches: int, source: str) -> None:
+    """The size guard: refuse a schedule of more than ``pipeline.max_actions`` actions
+    before building it (devices x microbatches x virtual stages x kinds, with three kinds,
+    F, I and W, when training and one when running forward only)."""
+    kinds = 1 if pipe.mode == "forward" else 3
+    actions = pipe.devices * microbatches * pipe.virtual_stages * kinds
+    if actions > pipe.max_actions:
+        raise ScenarioError(
+            f"{source}: pipeline: up to {_amount(actions)} actions ({pipe.devices} devices x "
+            f"{microbatches} microbatches x {pipe.virtual_stages} virtual stages x {kinds} "
+            f"kinds), over the limit of {pipe.max_actions:,}; raise pipeline.max_actions "
+            "to run it anyway"
+        )
+
+
+def _amount(count: int) -> str:
+    return f"{count:,}" if count < 10**12 else f"{float(count):.2e}"
 
 
 def _no_hand_costs(spec: ScenarioSpec, source: str) -> None:
@@ -215,6 +212,7 @@ def _build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Sched
         return _schedule_from_file(pipe, source, forward)
     if pipe.schedule_file is not None:
         raise ScenarioError(f"{source}: pipeline.schedule_file: only used with schedule: csv")
+    check_size(pipe, microbatches, source)
     try:
         return get_schedule(
             pipe.schedule, pipe.devices, microbatches, pipe.virtual_stages, forward=forward
@@ -227,15 +225,32 @@ def _schedule_from_file(pipe: PipelineSpec, source: str, forward: bool) -> Sched
     if pipe.schedule_file is None:
         raise ScenarioError(f"{source}: pipeline.schedule_file: required when schedule is csv")
     csv_path = Path(source).parent / pipe.schedule_file
-    if not csv_path.is_file():
-        raise ScenarioError(f"{source}: pipeline.schedule_file: no such file {csv_path}")
     try:
-        schedule = from_csv(csv_path.read_text(encoding="utf-8"), name=f"csv:{csv_path.name}")
+        text = read_text_file(csv_path, MAX_SCHEDULE_FILE_BYTES)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{source}: pipeline.schedule_file: {exc.line}") from None
+    cells = sum(map(text.count, ",;\n")) + 1  # at least one per action
+    if cells > pipe.max_actions:
+        raise ScenarioError(
+            f"{source}: pipeline.schedule_file: {csv_path.name} may hold up to {cells:,} "
+            f"actions, over the limit of {pipe.max_actions:,}; raise pipeline.max_actions "
+            "to run it anyway"
+        )
+    digits = (d.lstrip("0") or "0" for d in re.findall(r"\d+", text))
+    largest = max(digits, key=lambda d: (len(d), d), default="0")
+    if len(largest) > len(str(cells)) or int(largest) >= cells:
+        raise ScenarioError(
+            f"{csv_path}: index {largest[:20]}{'...' if len(largest) > 20 else ''} is too large: "
+            f"a file of at most {cells:,} actions has no stage or microbatch that large"
+        )
+    try:
+        schedule = from_csv(text, name=f"csv:{csv_path.name}")
         if forward:
             schedule = forward_only(schedule)
         validate(schedule)
     except ScheduleError as exc:
-        raise ScenarioError(f"{csv_path}: {exc}") from None
+        head, _, picture = str(exc).partition("\n")
+        raise ScenarioError(f"{csv_path}: {head}", picture) from None
     for field_name, given, found in (
         ("devices", pipe.devices, schedule.devices),
         ("microbatches", pipe.microbatches, schedule.microbatches),
@@ -277,6 +292,8 @@ def _profile_costs(spec: CostsSpec, stages: int, source: str) -> Costs:
         raise ScenarioError(f"{source}: costs.profile: {_first_line(exc)}") from None
 
 
+MAX_SCHEDULE_FILE_BYTES = 64 << 20
+
 PER_CHUNK_COSTS = (
     "forward_ms",
     "backward_ms",
@@ -294,26 +311,40 @@ def with_schedule(base: dict, name: str) -> tuple[dict, str]:
     When the policy needs another number of virtual stages, the model is cut into that many
     chunks per device instead: scalar per-chunk costs scale by old/new chunks so every
     schedule does the same work. Per-stage cost lists cannot be re-cut: ScenarioError.
+    Values of the wrong type are left as they are, for validation to name.
     """
     data = json.loads(json.dumps(base))
-    data["pipeline"]["schedule"] = name
-    old = int(data["pipeline"].get("virtual_stages", 1))
+    pipeline = data.get("pipeline")
+    if not isinstance(pipeline, dict):
+        raise ScenarioError("pipeline: required section is missing")
+    pipeline["schedule"] = name
+    old = pipeline.get("virtual_stages", 1)
+    if not _is_number(old) or not isinstance(old, int) or old < 1:
+        return data, ""
     new = fit_virtual_stages(name, old)
     if new == old:
         return data, ""
-    data["pipeline"]["virtual_stages"] = new
+    pipeline["virtual_stages"] = new
+    if data.get("model") is not None:
+        return data, f"virtual_stages={new}, the model re-cut into {new} chunks per device"
     costs = data.setdefault("costs", {})
+    if not isinstance(costs, dict):
+        return data, ""
     for key in PER_CHUNK_COSTS:
         value = costs.get(key)
         if isinstance(value, list):
             raise ScenarioError(
                 f"costs.{key}: per-stage list fits virtual_stages={old}, {name} needs {new}"
             )
-        if value is not None:
+        if _is_number(value):
             costs[key] = value * old / new
     if "forward_ms" not in costs:
         costs["forward_ms"] = old / new
     return data, f"virtual_stages={new}, per-chunk costs x{old}/{new}"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 # ---------------------------------------------------------------------------

@@ -94,7 +94,7 @@ def _link(choice: str | LinkSpec | None, variant: str, field: str, source: str) 
     if choice is None:
         return None
     if isinstance(choice, LinkSpec):
-        return Link(choice.latency_us, choice.bandwidth_gbps, "custom")
+        return Link(choice.latency_us, choice.bandwidth_gbps, "custom", choice.gap_us)
     if choice == "ideal":
         return IDEAL
     try:
@@ -103,24 +103,55 @@ def _link(choice: str | LinkSpec | None, variant: str, field: str, source: str) 
         raise ScenarioError(f"{source}: hardware.{field}: {exc}") from None
 
 
-def topology(spec: ScenarioSpec, devices: int, source: str) -> Topology:
-    """One link for every pair, or a cluster of nodes when ``gpus_per_node`` is given.
+def _node_links(spec: ScenarioSpec, source: str) -> tuple[Link, Link]:
+    """The links inside a node and between nodes; ``hardware.link`` stands in for either
+    when it is not given."""
+    hw = spec.hardware
+    link = _link(hw.link, hw.link_variant, "link", source)
+    intra = _link(hw.intra_node_link, hw.link_variant, "intra_node_link", source)
+    inter = _link(hw.inter_node_link, hw.link_variant, "inter_node_link", source)
+    return intra or link, inter or link
 
-    With tensor parallelism t and data parallelism n laid out as Megatron-LM does (tensor
-    ranks innermost, then data, then pipeline), pipeline device d's first GPU is
-    ``d * t * n``, so it sits on node ``d * t * n // gpus_per_node``.
+
+def gpus_per_node(spec: ScenarioSpec, devices: int) -> int:
+    """``hardware.gpus_per_node``, or every GPU of the job when no node size is given (all
+    devices then sit on one node)."""
+    par = spec.parallel
+    return spec.hardware.gpus_per_node or devices * par.tensor * par.data
+
+
+def communicating_pairs(schedule: Schedule) -> set[tuple[int, int]]:
+    """The directed device pairs a schedule sends over: neighbouring stages of each chain,
+    activations forward and gradients back."""
+    pairs = set()
+    for chain in schedule.chains:
+        for stage in chain.stages[:-1]:
+            src, dst = schedule.placement[stage], schedule.placement[stage + 1]
+            if src != dst:
+                pairs |= {(src, dst), (dst, src)}
+    return pairs
+
+
+def topology(spec: ScenarioSpec, schedule: Schedule, source: str) -> Topology:
+    """One link for every pair, or a cluster of nodes.
+
+    With ``gpus_per_node`` (or a ``placement``) devices sit on nodes; without, every device
+    sits on one node, and ``intra_node_link``, when given, joins them. With tensor
+    parallelism t and data parallelism n laid out as Megatron-LM does (tensor ranks
+    innermost, then data, then pipeline), pipeline device d's first GPU is ``d * t * n``, so
+    it sits on node ``d * t * n // gpus_per_node``.
     """
-    hw, par = spec.hardware, spec.parallel
-    variant = hw.link_variant
-    link = _link(hw.link, variant, "link", source)
-    if hw.gpus_per_node is None and hw.pcie_switch_share is None and hw.placement is None:
-        for name in ("intra_node_link", "inter_node_link"):
-            if getattr(hw, name) is not None:
-                raise ScenarioError(f"{source}: hardware.{name}: needs hardware.gpus_per_node")
-        return Topology(devices, default=link, comm_overlap=hw.comm_overlap)
-    per_node = hw.gpus_per_node or devices * par.tensor * par.data
-    intra = _link(hw.intra_node_link, variant, "intra_node_link", source) or link
-    inter = _link(hw.inter_node_link, variant, "inter_node_link", source) or link
+    hw, par, devices = spec.hardware, spec.parallel, schedule.devices
+    intra, inter = _node_links(spec, source)
+    if hw.gpus_per_node is None and hw.placement is None:
+        if hw.inter_node_link is not None:
+            raise ScenarioError(
+                f"{source}: hardware.inter_node_link: needs hardware.gpus_per_node or "
+                "hardware.placement (without them all devices sit on one node)"
+            )
+        if hw.pcie_switch_share is None:
+            return Topology(devices, default=intra, comm_overlap=hw.comm_overlap)
+    per_node = gpus_per_node(spec, devices)
     nodes = hw.placement
     if nodes is None:
         nodes = [d * par.tensor * par.data // per_node for d in range(devices)]
@@ -133,19 +164,92 @@ def topology(spec: ScenarioSpec, devices: int, source: str) -> Topology:
             placement=nodes,
             pcie_switch_share=hw.pcie_switch_share,
             comm_overlap=hw.comm_overlap,
+            pairs=communicating_pairs(schedule),
         )
     except ValueError as exc:
         raise ScenarioError(f"{source}: hardware: {exc}") from None
 
 
+def check_tensor_parallel(spec: ScenarioSpec, source: str) -> None:
+    """Tensor parallelism splits every attention head group and the MLP across ``t`` GPUs of
+    one node (Megatron-LM): ``t`` divides the heads and the FFN width, and the node."""
+    m, t = spec.model, spec.parallel.tensor
+    if t == 1:
+        return
+    for name, size in (("heads", m.heads), ("ffn_hidden", m.ffn_hidden or 4 * m.hidden)):
+        if size % t:
+            raise ScenarioError(
+                f"{source}: parallel.tensor: {t} does not divide model.{name} ({size}); "
+                f"allowed: {_divisors(size)}"
+            )
+    per_node = spec.hardware.gpus_per_node
+    if per_node is not None and per_node % t:
+        raise ScenarioError(
+            f"{source}: parallel.tensor: {t} tensor-parallel GPUs do not fit in a node of "
+            f"hardware.gpus_per_node={per_node}; allowed: {_divisors(per_node)}"
+        )
+
+
+def _divisors(number: int) -> str:
+    if number > 4096:
+        return f"a divisor of {number}"
+    found = [k for k in range(1, number + 1) if number % k == 0]
+    return ", ".join(map(str, found[:12])) + (", ..." if len(found) > 12 else "")
+
+
 def model_costs(
-    spec: ScenarioSpec, schedule: Schedule, topo: Topology, microbatch_size: int, source: str
+    spec: ScenarioSpec, schedule: Schedule, microbatch_size: int, source: str
 ) -> ModelCosts:
-    """Costs, all-reduce tail and accounting for a scenario with a ``model`` section."""
-    m, hw, par = spec.model, spec.hardware, spec.parallel
+    """Costs, all-reduce tail and accounting for a scenario with a ``model`` section.
+
+    Forward-only (``pipeline.mode: forward``, inference) counts forward FLOPs for MFU, keeps
+    the weights only in static memory (no gradients, no optimizer states) and has no
+    gradient all-reduce at the end of the step.
+    """
+    hw, par = spec.hardware, spec.parallel
     if hw.gpu is None:
         raise ScenarioError(f"{source}: hardware.gpu: required with a model section")
     gpu = gpu_profile(hw.gpu)
+    model, partition = _model_and_partition(spec, schedule.model_stages, source)
+    intra, inter = _node_links(spec, source)
+    eff = spec.model.efficiency
+    costs = stage_costs(
+        model,
+        partition,
+        microbatch_size,
+        gpu,
+        Efficiency(eff.max_fraction, eff.half_tokens, eff.launch_overhead_ms),
+        tensor=par.tensor,
+        tensor_link=intra if par.tensor > 1 else None,
+        sequence_parallel=par.sequence_parallel,
+    )
+    training = spec.pipeline.mode == "train"
+    stages_on: list[list[int]] = [[] for _ in range(schedule.devices)]
+    for stage, device in enumerate(schedule.placement):
+        stages_on[device].append(schedule.model_stage(stage))
+    static = static_memory(model, partition, par.data, par.zero_stage, par.tensor, training)
+    tail = None
+    if par.data > 1 and training:
+        link = data_parallel_link(
+            par.tensor, par.data, gpus_per_node(spec, schedule.devices), intra, inter
+        )
+        per_stage = data_parallel_allreduce_ms(model, partition, par.data, link, par.tensor)
+        tail = tuple(sum(per_stage[k] for k in stages) for stages in stages_on)
+    global_batch = schedule.microbatches * microbatch_size * par.data
+    accounting = Accounting(
+        static_memory_bytes=tuple(sum(static[k].total_bytes for k in s) for s in stages_on),
+        memory_capacity_bytes=gpu.memory_bytes,
+        replicas=par.data,
+        flops_per_step=model_flops_per_step(model, global_batch, forward_only=not training),
+        peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * par.data,
+    )
+    return ModelCosts(costs, accounting, tail)
+
+
+def _model_and_partition(
+    spec: ScenarioSpec, stages: int, source: str
+) -> tuple[TransformerModel, tuple[int, ...]]:
+    m = spec.model
     try:
         model = TransformerModel(
             layers=m.layers,
@@ -159,49 +263,6 @@ def model_costs(
             tied_embeddings=m.tied_embeddings,
             flash_attention=m.flash_attention,
         )
-        partition = partition_layers(model, schedule.model_stages, m.partition)
+        return model, partition_layers(model, stages, m.partition)
     except ValueError as exc:
         raise ScenarioError(f"{source}: model: {exc}") from None
-    intra = _link(hw.intra_node_link, hw.link_variant, "intra_node_link", source) or topo.default
-    efficiency = Efficiency(
-        m.efficiency.max_fraction, m.efficiency.half_tokens, m.efficiency.launch_overhead_ms
-    )
-    costs = stage_costs(
-        model,
-        partition,
-        microbatch_size,
-        gpu,
-        efficiency,
-        tensor=par.tensor,
-        tensor_link=intra if par.tensor > 1 else None,
-        sequence_parallel=par.sequence_parallel,
-    )
-    stages_on = [
-        [s for s in range(schedule.stages) if schedule.placement[s] == d]
-        for d in range(schedule.devices)
-    ]
-    static = static_memory(model, partition, par.data, par.zero_stage, par.tensor)
-    static_per_device = tuple(
-        sum(static[schedule.model_stage(s)].total_bytes for s in stages) for stages in stages_on
-    )
-    tail = None
-    if par.data > 1:
-        inter = (
-            _link(hw.inter_node_link, hw.link_variant, "inter_node_link", source) or topo.default
-        )
-        per_node = hw.gpus_per_node or schedule.devices * par.tensor * par.data
-        link = data_parallel_link(par.tensor, par.data, per_node, intra, inter)
-        per_stage = data_parallel_allreduce_ms(model, partition, par.data, link, par.tensor)
-        tail = tuple(
-            sum(per_stage[schedule.model_stage(s)] for s in stages) for stages in stages_on
-        )
-    gpus = schedule.devices * par.tensor * par.data
-    global_batch = schedule.microbatches * microbatch_size * par.data
-    accounting = Accounting(
-        static_memory_bytes=static_per_device,
-        memory_capacity_bytes=gpu.memory_bytes,
-        replicas=par.data,
-        flops_per_step=model_flops_per_step(model, global_batch),
-        peak_flops=gpu.peak_tflops * 1e12 * gpus,
-    )
-    return ModelCosts(costs, accounting, tail)

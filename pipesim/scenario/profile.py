@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipesim.scenario.load import read_text_file
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Link, Topology
 
@@ -159,34 +160,59 @@ def profile_to_dict(profile: Profile) -> dict:
 
 
 def profile_from_dict(data: dict, where: str = "profile") -> Profile:
-    """Parse and check a profile dict; errors name ``where`` and the field."""
+    """Parse and check a profile dict; errors name ``where`` and the field. Every number
+    must be finite and in range (durations 0 to 1e12 ms, sizes 0 to 1e18 bytes)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ProfileError(f'{where}: not a pipesim profile (expected "format": "{FORMAT}")')
-    if data.get("version") != VERSION:
+    if data.get("version") != VERSION or isinstance(data.get("version"), bool):
         raise ProfileError(
-            f"{where}: profile version {data.get('version')!r}, this pipesim reads {VERSION}"
+            f"{where}: profile version {data.get('version')!r:.40}, this pipesim reads {VERSION}"
         )
     stages = tuple(
-        _stage_from_dict(s, f"{where}: stages[{i}]") for i, s in enumerate(data.get("stages", []))
+        _stage_from_dict(s, f"{where}: stages[{i}]")
+        for i, s in enumerate(_list(data, "stages", where))
     )
     if [t.stage for t in stages] != list(range(len(stages))):
         raise ProfileError(f"{where}: stages must be numbered 0..{len(stages) - 1} in order")
     links = tuple(
-        _link_from_dict(x, f"{where}: links[{i}]") for i, x in enumerate(data.get("links", []))
+        _link_from_dict(x, f"{where}: links[{i}]")
+        for i, x in enumerate(_list(data, "links", where))
     )
     host = data.get("host")
     host_fit = None
     if host is not None:
-        try:
-            host_fit = HostOverhead(
-                float(host["overhead_ms"]),
-                float(host["hop_ms"]),
-                int(host.get("samples", 0)),
-                float(host.get("compute_scale", 1.0)),
-            )
-        except (KeyError, TypeError, ValueError):
-            raise ProfileError(f"{where}: host needs numbers overhead_ms and hop_ms") from None
-    return Profile(stages, links, host_fit, dict(data.get("provenance", {})))
+        if not isinstance(host, dict) or "overhead_ms" not in host or "hop_ms" not in host:
+            raise ProfileError(f"{where}: host needs numbers overhead_ms and hop_ms")
+        host_fit = HostOverhead(
+            _number(host["overhead_ms"], f"{where}: host.overhead_ms", _MS),
+            _number(host["hop_ms"], f"{where}: host.hop_ms", _MS),
+            int(_number(host.get("samples", 0), f"{where}: host.samples", _COUNT)),
+            _number(host.get("compute_scale", 1.0), f"{where}: host.compute_scale", _SCALE),
+        )
+    provenance = data.get("provenance", {})
+    if not isinstance(provenance, dict):
+        raise ProfileError(f"{where}: provenance must be a mapping")
+    return Profile(stages, links, host_fit, dict(provenance))
+
+
+_MS, _BYTES, _COUNT, _SCALE = (0.0, 1e12), (0.0, 1e18), (0.0, 2.0**53), (1e-6, 1e6)
+
+
+def _number(value: object, where: str, bounds: tuple[float, float]) -> float:
+    """A finite number within ``bounds``; a positive duration or size is at least 1e-9."""
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProfileError(f"{where}: expected a number, got {type(value).__name__}")
+    if not (low <= value <= high) or (low == 0 and 0 < value < 1e-9):
+        raise ProfileError(f"{where}: {value!r:.40} is not a finite number in [{low:g}, {high:g}]")
+    return float(value)
+
+
+def _list(data: dict, key: str, where: str) -> list:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise ProfileError(f"{where}: {key} must be a list")
+    return value
 
 
 def _stage_from_dict(entry: dict, where: str) -> StageTiming:
@@ -194,33 +220,40 @@ def _stage_from_dict(entry: dict, where: str) -> StageTiming:
         raise ProfileError(f"{where}: each stage needs a 'stage' index")
     kinds = {}
     for kind in KINDS:
-        if kind in entry:
-            try:
-                kinds[kind] = Spread(
-                    **{k: entry[kind][k] for k in ("median_ms", "p10_ms", "p90_ms", "samples")}
-                )
-            except (KeyError, TypeError):
-                raise ProfileError(
-                    f"{where}.{kind}: needs median_ms, p10_ms, p90_ms, samples"
-                ) from None
-            if not kinds[kind].median_ms >= 0:
-                raise ProfileError(f"{where}.{kind}.median_ms must be >= 0")
+        if kind not in entry:
+            continue
+        fields = entry[kind]
+        names = ("median_ms", "p10_ms", "p90_ms", "samples")
+        if not isinstance(fields, dict) or any(name not in fields for name in names):
+            raise ProfileError(f"{where}.{kind}: needs median_ms, p10_ms, p90_ms, samples")
+        times = [_number(fields[n], f"{where}.{kind}.{n}", _MS) for n in names[:3]]
+        samples = int(_number(fields["samples"], f"{where}.{kind}.samples", _COUNT))
+        kinds[kind] = Spread(*times, samples)
     if "F" not in kinds:
         raise ProfileError(f"{where}: a stage needs at least a forward time 'F'")
-    return StageTiming(int(entry["stage"]), kinds, float(entry.get("activation_bytes", 0.0)))
+    index = int(_number(entry["stage"], f"{where}.stage", _COUNT))
+    size = _number(entry.get("activation_bytes", 0.0), f"{where}.activation_bytes", _BYTES)
+    return StageTiming(index, kinds, size)
 
 
 def _link_from_dict(entry: dict, where: str) -> LinkFit:
-    try:
-        bandwidth = entry.get("bandwidth_gbps")
-        return LinkFit(
-            str(entry["name"]),
-            float(entry["latency_us"]),
-            math.inf if bandwidth is None else float(bandwidth),
-            tuple((float(b), float(t)) for b, t in entry.get("points", [])),
-        )
-    except (KeyError, TypeError, ValueError):
-        raise ProfileError(f"{where}: a link needs name, latency_us and bandwidth_gbps") from None
+    if not isinstance(entry, dict) or "name" not in entry or "latency_us" not in entry:
+        raise ProfileError(f"{where}: a link needs name, latency_us and bandwidth_gbps")
+    bandwidth = entry.get("bandwidth_gbps")
+    points = entry.get("points", [])
+    if not isinstance(points, list) or not all(isinstance(p, list) and len(p) == 2 for p in points):
+        raise ProfileError(f"{where}.points: must be a list of [bytes, ms] pairs")
+    return LinkFit(
+        str(entry["name"])[:200],
+        _number(entry["latency_us"], f"{where}.latency_us", (0.0, 1e15)),
+        math.inf
+        if bandwidth is None
+        else _number(bandwidth, f"{where}.bandwidth_gbps", (1e-6, 1e9)),
+        tuple(
+            (_number(b, f"{where}.points", _BYTES), _number(t, f"{where}.points", _MS))
+            for b, t in points
+        ),
+    )
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -247,15 +280,25 @@ def write_atomic(path: str | Path, text: str) -> None:
         raise
 
 
+MAX_PROFILE_BYTES = 64 << 20
+
+
 def load_profile(path: str | Path) -> Profile:
-    """Read a profile file; a missing or malformed file raises ProfileError naming it."""
+    """Read a profile file (a regular file of at most 64 MiB of UTF-8 JSON); a missing,
+    special or malformed file raises ProfileError naming it."""
+    text = read_text_file(path, MAX_PROFILE_BYTES, ProfileError, what="profile file")
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such profile file") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ProfileError(f"{path}: cannot read profile ({exc})") from None
+        data = json.loads(text)
+    except RecursionError:
+        raise ProfileError(f"{path}: cannot read profile (nested too deeply)") from None
+    except ValueError as exc:
+        raise ProfileError(f"{path}: cannot read profile ({_first_line(exc)})") from None
     return profile_from_dict(data, str(path))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 # ---------------------------------------------------------------------------

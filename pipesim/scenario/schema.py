@@ -1,16 +1,24 @@
 """The scenario file's schema: every key a scenario may hold, its type and its limits.
 
-pydantic v2 checks a scenario at the file boundary; unknown keys are errors. This module
-holds the models and turns pydantic's first complaint into one readable line
-(``describe_validation_error``); ``pipesim.scenario`` reads files and builds the core
-objects from a validated ``ScenarioSpec``.
+pydantic v2 checks a scenario at the file boundary; unknown keys are errors. The check is
+strict, as a careful reader would be: an integer is an integer (not ``true``, not
+``"4"``, not ``4.0``), a switch is ``true`` or ``false`` (not ``yes``), and every number
+is finite and inside a range the engine can add up without overflowing (durations up to
+1e12 ms, sizes up to 1e18 bytes, counts up to 2**53). A positive duration, size or
+latency is at least 1e-9 of its unit, so that no rate computed from it overflows.
+
+This module holds the models and turns pydantic's first complaint into one readable line
+(``describe_validation_error``); ``pipesim.scenario.load`` reads files and
+``pipesim.scenario.build`` builds the core objects from a validated ``ScenarioSpec``.
 """
 
 from __future__ import annotations
 
+import reprlib
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -22,27 +30,67 @@ from pydantic import (
 from pipesim.cluster.hardware import GPU_PROFILES, LINK_PROFILES
 from pipesim.schedules import POLICIES
 
+MAX_ERROR_CHARS = 300
+
 
 class ScenarioError(ValueError):
-    """A scenario that cannot be run; the message is one line naming file and field."""
+    """A scenario that cannot be run: one line naming the file, the field and what is allowed.
+
+    However strange the input it quotes, the line stays one printable line (control
+    characters escaped) of at most ``MAX_ERROR_CHARS`` characters. ``picture``, a schedule's
+    step x rank grid, may follow it on the next lines.
+    """
+
+    def __init__(self, message: object, picture: str | None = None) -> None:
+        self.line = one_line(str(message))
+        self.picture = picture or None
+        super().__init__(self.line if self.picture is None else f"{self.line}\n{self.picture}")
+
+    def __reduce__(self):
+        return type(self), (self.line, self.picture)
 
 
-NonNegative = Annotated[float, Field(ge=0)]
-PerStage = NonNegative | list[NonNegative]
+def one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` as one printable line of at most ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit * 2])
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+MAX_COUNT = 2**53  # every count converts to a float exactly
+SMALLEST = 1e-9  # of a unit: a positive duration, size or latency is at least this
+
+
+def _zero_or_at_least_smallest(value: float) -> float:
+    if 0 < value < SMALLEST:
+        raise ValueError(f"must be 0 or at least {SMALLEST:g}")
+    return value
+
+
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+Index = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Milliseconds = Annotated[float, Field(ge=0, le=1e12), AfterValidator(_zero_or_at_least_smallest)]
+Microseconds = Annotated[float, Field(ge=0, le=1e15), AfterValidator(_zero_or_at_least_smallest)]
+Bytes = Annotated[float, Field(ge=0, le=1e18), AfterValidator(_zero_or_at_least_smallest)]
+Factor = Annotated[float, Field(ge=1e-6, le=1e6)]
+PerStage = Milliseconds | list[Milliseconds]
+PerStageBytes = Bytes | list[Bytes]
+DEFAULT_MAX_ACTIONS = 10_000_000
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class PipelineSpec(_Strict):
     schedule: str
     schedule_file: str | None = None
-    devices: int = Field(ge=1)
-    microbatches: int | None = Field(default=None, ge=1)  # from model.global_batch if omitted
-    virtual_stages: int = Field(default=1, ge=1)
-    microbatch_size: int = Field(default=1, ge=1)
+    devices: Count
+    microbatches: Count | None = None  # from model.global_batch if omitted
+    virtual_stages: Count = 1
+    microbatch_size: Count = 1
     mode: Literal["train", "forward"] = "train"
+    # The size guard: a schedule of more actions is refused before it is built.
+    max_actions: Count = DEFAULT_MAX_ACTIONS
 
     @field_validator("schedule")
     @classmethod
@@ -60,16 +108,20 @@ class CostsSpec(_Strict):
     backward_input_ms: PerStage | None = None
     backward_weight_ms: PerStage | None = None
     overlapped_fb_ms: PerStage | None = None
-    activation_bytes: PerStage = 0.0
-    activation_memory_bytes: PerStage = 0.0
-    weight_grad_memory_bytes: PerStage = 0.0
-    overhead_ms: NonNegative = 0.0
+    activation_bytes: PerStageBytes = 0.0
+    activation_memory_bytes: PerStageBytes = 0.0
+    weight_grad_memory_bytes: PerStageBytes = 0.0
+    overhead_ms: Milliseconds = 0.0
     profile: str | None = None  # measured costs: a profile file from `pipesim profile`
 
 
 class LinkSpec(_Strict):
-    latency_us: NonNegative = 0.0
-    bandwidth_gbps: float = Field(default=float("inf"), gt=0)
+    """A link given by its numbers; leave ``bandwidth_gbps`` out for a link whose message
+    size costs nothing (an ideal link is the name ``ideal``, never an infinite number)."""
+
+    latency_us: Microseconds = 0.0
+    bandwidth_gbps: float = Field(default=float("inf"), ge=1e-6, le=1e9)
+    gap_us: Microseconds = 0.0  # channel time per message on top of the bytes (LogGP's g)
 
 
 LinkChoice = (
@@ -89,11 +141,11 @@ class HardwareSpec(_Strict):
     link: LinkChoice = "ideal"
     link_variant: Literal["achievable", "line-rate"] = "achievable"
     gpu: str | None = None
-    gpus_per_node: int | None = Field(default=None, ge=1)
+    gpus_per_node: Count | None = None
     intra_node_link: LinkChoice | None = None
     inter_node_link: LinkChoice | None = None
-    placement: list[Annotated[int, Field(ge=0)]] | None = None
-    pcie_switch_share: int | None = Field(default=None, ge=1)
+    placement: list[Index] | None = None
+    pcie_switch_share: Count | None = None
     comm_overlap: bool = True
 
     _links = field_validator("link", "intra_node_link", "inter_node_link")(_check_link_name)
@@ -107,31 +159,31 @@ class HardwareSpec(_Strict):
 
 
 class EfficiencySpec(_Strict):
-    max_fraction: float = Field(default=0.78, gt=0, le=1)
-    half_tokens: NonNegative = 512.0
-    launch_overhead_ms: NonNegative = 0.0
+    max_fraction: float = Field(default=0.78, ge=SMALLEST, le=1)
+    half_tokens: float = Field(default=512.0, ge=0, le=1e18)
+    launch_overhead_ms: Milliseconds = 0.0
 
 
 class ModelSpec(_Strict):
-    layers: int = Field(ge=1)
-    hidden: int = Field(ge=1)
-    heads: int = Field(ge=1)
-    seq_len: int = Field(ge=1)
-    vocab: int = Field(ge=1)
-    ffn_hidden: int | None = Field(default=None, ge=1)
+    layers: Count
+    hidden: Count
+    heads: Count
+    seq_len: Count
+    vocab: Count
+    ffn_hidden: Count | None = None
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     recompute: bool = False
     tied_embeddings: bool = False
     flash_attention: bool = False
-    partition: Literal["even", "balanced"] | list[Annotated[int, Field(ge=0)]] = "even"
-    microbatch_size: int | None = Field(default=None, ge=1)
-    global_batch: int | None = Field(default=None, ge=1)
+    partition: Literal["even", "balanced"] | list[Index] = "even"
+    microbatch_size: Count | None = None
+    global_batch: Count | None = None
     efficiency: EfficiencySpec = EfficiencySpec()
 
 
 class ParallelSpec(_Strict):
-    data: int = Field(default=1, ge=1)
-    tensor: int = Field(default=1, ge=1)
+    data: Count = 1
+    tensor: Count = 1
     zero_stage: Literal[0, 1, 2, 3] = 0
     dp_overlap: bool = False
     sequence_parallel: bool = False
@@ -142,8 +194,8 @@ class NoiseSpec(_Strict):
     from ``samples``; ``profile`` (a profile file) takes a per-stage cv from its spread."""
 
     distribution: Literal["lognormal", "normal", "empirical"] = "lognormal"
-    cv: NonNegative = 0.0
-    samples: list[Annotated[float, Field(gt=0)]] | None = None
+    cv: float = Field(default=0.0, ge=0, le=100)
+    samples: list[Factor] | None = None
     profile: str | None = None
 
     @model_validator(mode="after")
@@ -154,8 +206,8 @@ class NoiseSpec(_Strict):
 
 
 class StragglerSpec(_Strict):
-    device: int = Field(ge=0)
-    factor: float = Field(gt=0)  # 1.1: 10% slower
+    device: Index
+    factor: Factor  # 1.1: 10% slower
     probability: float = Field(default=1.0, ge=0, le=1)  # per step
 
 
@@ -166,13 +218,13 @@ class VariabilitySpec(_Strict):
     backward_weight: NoiseSpec | None = None
     stragglers: list[StragglerSpec] = []
     link_jitter: NoiseSpec | None = None
-    microbatch_scale: list[Annotated[float, Field(gt=0)]] | NoiseSpec | None = None
+    microbatch_scale: list[Factor] | NoiseSpec | None = None
 
 
 class ScenarioSpec(_Strict):
     schema_version: Literal[1]
-    name: str
-    description: str = ""
+    name: str = Field(max_length=200)
+    description: str = Field(default="", max_length=10_000)
     pipeline: PipelineSpec
     costs: CostsSpec = CostsSpec()
     hardware: HardwareSpec = HardwareSpec()
@@ -180,26 +232,58 @@ class ScenarioSpec(_Strict):
     parallel: ParallelSpec = ParallelSpec()
     variability: VariabilitySpec | None = None
 
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _a_number(cls, value: object) -> object:
+        if isinstance(value, bool):  # True == 1 in Python, not in a scenario file
+            raise ValueError("Input should be 1")
+        return value
+
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """``field.path: what is wrong`` for pydantic's first error."""
-    error = exc.errors()[0]
+    """``field.path: what is wrong`` for pydantic's first error (of a value that could be
+    one of several types, the complaint that reaches deepest into it)."""
+    errors = exc.errors()
+    first = [e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]]
+    error = max(first, key=lambda e: len(_tidy_loc(e["loc"]).replace("[", ".").split(".")))
     loc = _tidy_loc(error["loc"])
-    if error["type"] == "extra_forbidden":
+    if error["type"] == "extra_forbidden":  # the last part is the user's own key, kept whole
+        parent_loc, key = _tidy_loc(error["loc"][:-1], ""), _key_text(error["loc"][-1])
+        loc = f"{parent_loc}.{key}" if parent_loc else key
         parent = _model_at(error["loc"][:-1])
         allowed = ", ".join(parent.model_fields) if parent else "see the documentation"
         return f"{loc}: unknown key; allowed keys here: {allowed}"
     if error["type"] == "missing":
         return f"{loc}: required key is missing"
     given = error.get("input")
-    shown = "" if isinstance(given, dict) else f" (got {given!r})"
-    return f"{loc}: {error['msg']}{shown}"
+    shown = "" if isinstance(given, dict) else f" (got {_SHORT.repr(given)})"
+    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        return f"{loc}: expected a section of keys{shown}"
+    return f"{loc}: {error['msg'].removeprefix('Value error, ')}{shown}"
 
 
-def _tidy_loc(loc: tuple) -> str:
-    """Dotted field path, without the union-branch tags pydantic adds (``constrained-float``)."""
-    parts = [str(p) for p in loc if not _is_branch_tag(p)]
-    return ".".join(parts) if parts else "(top level)"
+_SHORT = reprlib.Repr()  # quotes what the user gave, but never pages of it
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlong, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxlevel = 40, 6, 4, 2
+
+
+def _tidy_loc(loc: tuple, top: str = "(top level)") -> str:
+    """Dotted field path with list indices in brackets (``costs.forward_ms[1]``), without the
+    union-branch tags pydantic adds (``constrained-float``)."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif not _is_branch_tag(part):
+            path += f".{_key_text(part)}" if path else _key_text(part)
+    return path or top
+
+
+def _key_text(part: object) -> str:
+    text = str(part)
+    if isinstance(part, int) or (text.isprintable() and text and not set(text) & set(" .'\"")):
+        return text if len(text) <= 60 else _SHORT.repr(text)
+    return _SHORT.repr(part)
 
 
 def _is_branch_tag(part: object) -> bool:

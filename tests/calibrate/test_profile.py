@@ -112,3 +112,51 @@ def test_missing_file_names_it(tmp_path):
 def test_infinite_bandwidth_is_stored_as_null():
     profile = Profile((StageTiming(0, {"F": spread(1.0)}),), (LinkFit("ideal", 0.0, float("inf")),))
     assert profile_to_dict(profile)["links"][0]["bandwidth_gbps"] is None
+
+
+def profile_with(**changes) -> dict:
+    data = profile_to_dict(two_stage_profile())
+    for path, value in changes.items():
+        target = data
+        *parents, last = path.split("__")
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[last] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"stages__0__F__median_ms": float("inf")}, "stages[0].F.median_ms: inf is not a finite"),
+        ({"stages__0__F__p90_ms": float("nan")}, "stages[0].F.p90_ms: nan is not a finite number"),
+        ({"stages__0__F__median_ms": "1"}, "stages[0].F.median_ms: expected a number, got str"),
+        ({"stages__0__B__samples": True}, "stages[0].B.samples: expected a number, got bool"),
+        ({"stages__1__activation_bytes": 1e300}, "stages[1].activation_bytes: 1e+300 is not"),
+        ({"stages__0__stage": -1}, "stages[0].stage: -1 is not a finite number in [0, 9"),
+        ({"stages": 5}, "stages must be a list"),
+        ({"links__0__bandwidth_gbps": float("inf")}, "links[0].bandwidth_gbps: inf is not"),
+        ({"links__0__points": [[1, 2, 3]]}, "links[0].points: must be a list of [bytes, ms] pairs"),
+        ({"host": {"overhead_ms": -1, "hop_ms": 0}}, "host.overhead_ms: -1 is not a finite"),
+        ({"host": [1]}, "host needs numbers overhead_ms and hop_ms"),
+        ({"provenance": [1]}, "provenance must be a mapping"),
+    ],
+)
+def test_profile_numbers_are_finite_and_of_the_right_type(tmp_path, changes, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(profile_with(**changes)))
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+
+
+def test_only_regular_utf8_json_files_are_read(tmp_path):
+    with pytest.raises(ProfileError, match="^/dev/zero: not a regular file$"):
+        load_profile("/dev/zero")
+    path = tmp_path / "p.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(ProfileError, match=r"cannot read profile \(nested too deeply\)"):
+        load_profile(path)
+    path.write_bytes(b'{"format": "caf\xe9"}')
+    with pytest.raises(ProfileError, match=r"not UTF-8 text \(byte 0xe9 at offset 15\)"):
+        load_profile(path)
