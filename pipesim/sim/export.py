@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pipesim.sim.memory import MemoryTimeline
 from pipesim.sim.trace import COMM, COMPUTE, KIND_CODES, Trace
 
+US_PER_MS = 1000.0
+
 
 def to_chrome_trace(
     trace: Trace,
@@ -21,67 +23,69 @@ def to_chrome_trace(
 
     One process per device (named by ``M`` events), compute on thread 0 and communication
     on thread 1, ``ph: X`` complete events in microseconds, and an activation-memory
-    counter track (``ph: C``) per device when ``memory`` timelines are given. ``pid_offset`` lets two traces (measured and
-    simulated) sit side by side in one file.
+    counter track (``ph: C``) per device when ``memory`` timelines are given.
+    ``pid_offset`` lets two traces (measured and simulated) sit side by side in one file.
     """
-    events: list[dict] = []
-    for d in range(trace.devices):
-        pid = d + pid_offset
-        events += [
-            {
-                "name": "process_name",
-                "ph": "M",
-                "pid": pid,
-                "tid": 0,
-                "args": {"name": f"{label}: device {d}"},
-            },
-            {
-                "name": "process_sort_index",
-                "ph": "M",
-                "pid": pid,
-                "tid": 0,
-                "args": {"sort_index": pid},
-            },
-            {
-                "name": "thread_name",
-                "ph": "M",
-                "pid": pid,
-                "tid": COMPUTE,
-                "args": {"name": "compute"},
-            },
-            {"name": "thread_name", "ph": "M", "pid": pid, "tid": COMM, "args": {"name": "comm"}},
-        ]
-    for i in range(len(trace.start)):
-        start_us = float(trace.start[i]) * 1000.0
+    events = [
+        event
+        for d in range(trace.devices)
+        for event in device_metadata(d + pid_offset, f"{label}: device {d}")
+    ]
+    events += row_events(trace, pid_offset)
+    events += memory_counters(memory, pid_offset)
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"generator": label}}
+
+
+def device_metadata(pid: int, name: str) -> list[dict]:
+    """The ``M`` events that name a device's process and its two threads and keep the
+    processes in device order."""
+
+    def meta(kind: str, tid: int, args: dict) -> dict:
+        return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args}
+
+    return [
+        meta("process_name", 0, {"name": name}),
+        meta("process_sort_index", 0, {"sort_index": pid}),
+        meta("thread_name", COMPUTE, {"name": "compute"}),
+        meta("thread_name", COMM, {"name": "comm"}),
+    ]
+
+
+def row_events(trace: Trace, pid_offset: int = 0) -> list[dict]:
+    """One complete (``X``) event per trace row; a transfer names its receiver."""
+    columns = (trace.device, trace.lane, trace.stage, trace.chunk, trace.microbatch,
+               trace.kind, trace.peer, trace.start, trace.end)  # fmt: skip
+    events = []
+    for i, row in enumerate(zip(*(c.tolist() for c in columns), strict=True)):
+        device, lane, stage, chunk, microbatch, kind, peer, start, end = row
+        args = {"stage": stage, "chunk": chunk, "microbatch": microbatch}
+        if lane == COMM:
+            args["to_device"] = peer
         events.append(
             {
-                "name": trace.name(i),
-                "cat": KIND_CODES[trace.kind[i]],
-                "ph": "X",
-                "ts": start_us,
-                "dur": float(trace.end[i]) * 1000.0 - start_us,
-                "pid": int(trace.device[i]) + pid_offset,
-                "tid": int(trace.lane[i]),
-                "args": {
-                    "stage": int(trace.stage[i]),
-                    "chunk": int(trace.chunk[i]),
-                    "microbatch": int(trace.microbatch[i]),
-                    **({"to_device": int(trace.peer[i])} if trace.lane[i] == COMM else {}),
-                },
+                "name": trace.name(i), "cat": KIND_CODES[kind], "ph": "X",
+                "ts": start * US_PER_MS, "dur": end * US_PER_MS - start * US_PER_MS,
+                "pid": device + pid_offset, "tid": lane, "args": args,
             }
+        )  # fmt: skip
+    return events
+
+
+def memory_counters(memory: Sequence[MemoryTimeline], pid_offset: int = 0) -> list[dict]:
+    """An ``activation memory`` counter (``C``) event per change, on each device's track."""
+    return [
+        {
+            "name": "activation memory",
+            "ph": "C",
+            "ts": t * US_PER_MS,
+            "pid": d + pid_offset,
+            "args": {"bytes": value},
+        }  # fmt: skip
+        for d, timeline in enumerate(memory)
+        for t, value in zip(
+            timeline.time.tolist(), timeline.activation_bytes.astype(float).tolist(), strict=True
         )
-    for d, timeline in enumerate(memory):
-        for t, value in zip(timeline.time, timeline.activation_bytes, strict=True):
-            events.append(
-                {
-                    "name": "activation memory",
-                    "ph": "C",
-                    "ts": float(t) * 1000.0,
-                    "pid": d + pid_offset,
-                    "args": {"bytes": float(value)},
-                }
-            )
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"generator": label}}
+    ]
 
 
 def to_csv(trace: Trace) -> str:
