@@ -6,6 +6,7 @@ import pytest
 
 import pipesim
 from pipesim.cluster.hardware import build_topology
+from pipesim.scenario.build import build_scenario, parse_spec
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Action, B, Chain, F, I, Schedule, W, schedule_from_lists
 from pipesim.sim.costs import uniform_costs
@@ -137,6 +138,20 @@ def test_gap_us_adds_channel_time_per_message():
     comm = trace.frame[trace.frame.lane == "comm"]
     assert list(zip(comm.start, comm.end, strict=True)) == [(0.0, 1.75), (1.5, 3.25)]
     assert link.transfer_ms(1e6) == 1.75
+
+
+def test_a_scenario_link_carries_its_gap_to_the_engine():
+    spec = {
+        "schema_version": 1,
+        "name": "gap",
+        "pipeline": {"schedule": "gpipe", "devices": 2, "microbatches": 2},
+        "costs": {"forward_ms": 0, "backward_ms": 0, "activation_bytes": 1e6},
+        "hardware": {"link": {"latency_us": 250, "bandwidth_gbps": 1, "gap_us": 500}},
+    }
+    scenario = build_scenario(parse_spec(spec, "gap.yaml"), "gap.yaml")
+    assert scenario.topology.default.gap_us == 500
+    # Each message holds the channel 1.5 ms; the two gradients leave at 3.25 and 4.75.
+    assert pipesim.run_scenario(scenario).report.makespan_ms == 6.5
 
 
 def test_shared_channel_serialises_two_links():

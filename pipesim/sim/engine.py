@@ -122,10 +122,8 @@ class _Run:
         self.computing = schedule.devices
         self.overhead = costs.overhead_ms
         self._stage_tables()
-        # The general step handles what the common one does not (see _device).
-        self.general = bool(
-            self.channels.shared_names or duration_scale or link_scale or not topology.comm_overlap
-        )
+        # The general way handles what the common step does not (see _device).
+        self.general = bool(self.channels.shared_names or link_scale or not topology.comm_overlap)
 
     def _stage_tables(self) -> None:
         """Per-kind, per-stage lookups, so the hot loop only indexes lists."""
@@ -192,21 +190,19 @@ class _Run:
 
     def _device(self, device: int, actions: tuple[Action, ...]):
         """One worker: wait for the inputs, compute, ship the outputs, in list order. The
-        common step is written out here; ``_general`` takes overlapped pairs, noise, shared
-        channels and blocking sends. ``free``: when the device falls free (exact)."""
+        common step is written out here; ``_general_device`` takes overlapped pairs, link
+        noise, shared channels, blocking sends. ``free``: when the device falls free."""
         env, arrival_at, waiting, rules = self.env, self.arrival_at, self.waiting, self.rules
         order, progress, cells = self.order, self.order.progress, self.order.cells[device]
         rows, trace_actions, next_row = self.out.rows, self.out.actions, self.next_row
         channel_free, holder, overhead = self.channels.free, self.channels.holder, self.overhead
-        general = self.general
+        general, scale = self.general, self.duration_scale
         free, clock, cause, cause_row = 0.0, 0.0, CAUSE_START, -1  # clock: SimPy's now
         for step, action in enumerate(actions):
             stage, kind, microbatch, sub = action
-            if sub is not None or general:
-                since = (free, cause, cause_row)  # what freed the device, and when
-                free, cause, cause_row = yield from self._general(device, step, action, since)
-                clock = env.now
-                continue
+            if sub is not None or general:  # from here on, the general way
+                since = (free, cause, cause_row)
+                return (yield from self._general_device(device, actions, step, since))
             needs, outputs, durations, before, after, code, send_code = rules[kind]
             cell = cells[stage] + microbatch  # a foreign stage: TypeError (see execute)
             if progress[cell] != before:
@@ -221,7 +217,10 @@ class _Run:
                     clock, got = env.now, arrival_at.pop(key)
                 if got[0] > free:
                     free, cause, cause_row = got[0], CAUSE_INPUT, got[1]
-            end = free + durations[stage] + overhead
+            duration = durations[stage]
+            if scale is not None:  # a noisy run (Monte Carlo)
+                duration *= scale(device, action)
+            end = free + duration + overhead
             delay = end - clock if end > clock else 0.0
             yield env.timeout(delay)
             clock += delay  # SimPy's own sum, so clock == env.now
@@ -258,37 +257,46 @@ class _Run:
         event = self.waiting[key] = self.env.event()
         return event
 
-    def _general(self, device: int, step: int, action: Action, since: tuple):
-        """Wait for the inputs of every atom, compute, ship, and, with ``comm_overlap``
-        off, stay busy until the transfers arrive. Returns (free, cause, cause row)."""
+    def _general_device(self, device: int, actions: tuple[Action, ...], first: int, since):
+        """The rest of a device's list from step ``first``, the general way: overlapped
+        pairs, noisy links, channels shared by several senders, and sends that hold the
+        sender until they arrive (``comm_overlap`` off). ``since``: (free, cause, row)."""
+        env, arrival_at, rules, order = self.env, self.arrival_at, self.rules, self.order
+        progress, cells, width = order.progress, order.cells[device], self.width
+        rows, trace_actions, next_row = self.out.rows, self.out.actions, self.next_row
+        duration_of, ship, overlap = self._duration, self._ship, self.topology.comm_overlap
         free, cause, cause_row = since
-        for atom in action.atoms:
-            needs, _, _, before, after, _, _ = self.rules[atom.kind]
-            cell = self.order.cells[device][atom.stage] + atom.microbatch
-            if self.order.progress[cell] != before or not 0 <= atom.microbatch < self.width:
-                self.order.out_of_order(device, step, atom)
-            self.order.progress[cell] = after
-            base = needs[atom.stage]
-            if base is None:
-                continue
-            key = base + 2 * atom.microbatch
-            if key not in self.arrival_at:
-                yield self._wait(device, step, key)
-            ready, row = self.arrival_at.pop(key)
-            if ready > free:
-                free, cause, cause_row = ready, CAUSE_INPUT, row
-        end = free + self._duration(device, action) + self.overhead
-        yield self.env.timeout(max(end - self.env.now, 0.0))
-        row = self.next_row()
-        code = KIND_CODE[action.kind]
-        self.out.rows.append((device, action.stage, action.microbatch, code, free, end, -1, cause, cause_row))  # fmt: skip
-        self.out.actions.append(action)
-        if len(self.out.rows) >= ROWS_PER_BLOCK:
-            self.out.pack()
-        sent = self._ship(device, action, end, row)
-        if not sent or self.topology.comm_overlap:
-            return end, CAUSE_DEVICE, row
-        return (yield from self._hold(end, sent, row))
+        for step in range(first, len(actions)):
+            action = actions[step]
+            for atom in action.atoms:
+                stage, kind, microbatch, _ = atom
+                needs, _, _, before, after, _, _ = rules[kind]
+                cell = cells[stage] + microbatch
+                if progress[cell] != before or not 0 <= microbatch < width:
+                    order.out_of_order(device, step, atom)
+                progress[cell] = after
+                base = needs[stage]
+                if base is None:
+                    continue
+                key = base + 2 * microbatch
+                if key not in arrival_at:
+                    yield self._wait(device, step, key)
+                ready, row = arrival_at.pop(key)
+                if ready > free:
+                    free, cause, cause_row = ready, CAUSE_INPUT, row
+            end = free + duration_of(device, action) + self.overhead
+            yield env.timeout(max(end - env.now, 0.0))
+            row = next_row()
+            code = KIND_CODE[action.kind]
+            rows.append((device, action.stage, action.microbatch, code, free, end, -1, cause, cause_row))  # fmt: skip
+            trace_actions.append(action)
+            if len(rows) >= ROWS_PER_BLOCK:
+                self.out.pack()
+            free, cause, cause_row = end, CAUSE_DEVICE, row
+            sent = ship(device, action, end, row)
+            if sent and not overlap:
+                free, cause, cause_row = yield from self._hold(end, sent, row)
+        yield from self._finish(device, free, cause, cause_row)
 
     def _duration(self, device: int, action: Action) -> float:
         if action.sub_actions is None:
