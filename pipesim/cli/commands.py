@@ -132,7 +132,11 @@ def _run_files(
     files: list[tuple[str | None, str | bytes]] = []
     if gantt:
         path = result.explanation.critical_path if result.explanation is not None else None
-        figure = gantt_figure(result.trace, result.report, result.memory, critical_path=path)
+        accounting = result.scenario.accounting
+        capacity = accounting.memory_capacity_bytes if accounting is not None else 0.0
+        figure = gantt_figure(
+            result.trace, result.report, result.memory, path, capacity_bytes=capacity
+        )
         files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
     if trace_path:
         label = result.report.scenario or "pipesim"
