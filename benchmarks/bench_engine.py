@@ -5,7 +5,9 @@
 
 Each size runs in a fresh process so its peak memory (max RSS above the process's
 baseline after imports) belongs to that run alone. Links carry a latency and a size
-cost, so every cross-device hop is a real transfer event.
+cost, so every cross-device hop is a real transfer (LogGP: channel time, then latency).
+The engine always records what released each row (the causes the critical path walks)
+and enforces same-device order as it runs; both are in the measured time.
 """
 
 from __future__ import annotations
