@@ -154,15 +154,6 @@ def test_a_scenario_link_carries_its_gap_to_the_engine():
     assert pipesim.run_scenario(scenario).report.makespan_ms == 6.5
 
 
-def test_shared_channel_serialises_two_links():
-    # Two devices each send to a third over links that share one channel.
-    schedule = schedule_from_lists([[Action(0, F, 0)], [Action(1, F, 0)]])
-    costs = uniform_costs(2, forward_ms=1, activation_bytes=1e6)
-    link = Link(bandwidth_gbps=1)
-    shared = Topology(2, default=link, channels={(0, 1): "switch"})
-    assert simulate(schedule, costs, shared).makespan_ms == pytest.approx(3.0)
-
-
 def two_senders_into_one_device():
     """Devices 0 and 1 each run one forward (1 ms) and send its activation to device 2,
     which runs stage 3 of the second chain first, then stage 1 of the first."""
@@ -179,7 +170,8 @@ def test_two_senders_contend_for_one_shared_channel():
     link = Link(latency_us=500, bandwidth_gbps=1)
     shared = Topology(3, default=link, channels={(0, 2): "switch/up", (1, 2): "switch/up"})
     trace = simulate(schedule, costs, shared)
-    rows = list(zip(trace.frame.name, trace.device.tolist(), trace.start.tolist(), trace.end.tolist(), strict=True))  # fmt: skip
+    frame = trace.frame
+    rows = list(zip(frame.name, frame.device, frame.start, frame.end, strict=True))
     assert sorted(rows, key=lambda r: (r[2], r[1])) == [
         ("0F0", 0, 0.0, 1.0),
         ("2F1", 1, 0.0, 1.0),
@@ -212,12 +204,16 @@ def test_gpipe_with_latency_longer_than_a_forward_keeps_messages_in_flight():
     _, trace, report = run_policy(
         "gpipe", 4, 8, topology=latency_topology(4, 1.5), forward_ms=1, backward_ms=2
     )
-    forwards = [(d, f"{d}F{i}", 2.5 * d + i, 2.5 * d + i + 1) for d in range(4) for i in range(8)]
-    backwards = [
-        (d, f"{d}B{7 - k}", 26 - 3.5 * d + 2 * k, 28 - 3.5 * d + 2 * k)
-        for d in range(4)
-        for k in range(8)
-    ]
+    # Start times by hand: per device, forwards of microbatches 0..7 (1 ms each), then
+    # backwards of microbatches 7..0 (2 ms each).
+    hand = {
+        0: ([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], [26, 28, 30, 32, 34, 36, 38, 40]),
+        1: ([2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5], [22.5, 24.5, 26.5, 28.5, 30.5, 32.5, 34.5, 36.5]),
+        2: ([5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0], [19, 21, 23, 25, 27, 29, 31, 33]),
+        3: ([7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5], [15.5, 17.5, 19.5, 21.5, 23.5, 25.5, 27.5, 29.5]),
+    }  # fmt: skip
+    forwards = [(d, f"{d}F{i}", t, t + 1) for d, (f, _) in hand.items() for i, t in enumerate(f)]
+    backwards = [(d, f"{d}B{7 - k}", t, t + 2) for d, (_, b) in hand.items() for k, t in enumerate(b)]  # fmt: skip
     assert compute_rows(trace) == sorted(forwards + backwards)
     assert report.makespan_ms == 42
     assert report.analytic["makespan_ms"] == 42
