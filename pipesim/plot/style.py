@@ -27,6 +27,8 @@ COLOURS = {
     "SEND_F": "#AEC7E8",
     "SEND_B": "#98DF8A",
     "ALLREDUCE": "#8C564B",
+    "UNSHARD": "#00E5E5",
+    "RESHARD": "#CC00CC",
 }
 CRITICAL = "#D62728"
 CAPACITY = "#000000"

@@ -27,11 +27,18 @@ def validate(schedule: Schedule) -> None:
     """
     if not _looks_valid(schedule):
         _explain_invalid(schedule)
-    if schedule.posts:
-        problems, missing = post_problems(schedule)
-        if problems or missing:
-            programs = [schedule.program(d) for d in range(schedule.devices)]
-            raise_with_grid(programs, problems, missing, "missing posts")
+    validate_posts(schedule)
+
+
+def validate_posts(schedule: Schedule) -> None:
+    """The rules of runtime posts alone (``pipesim.schedules.post_rules``); nothing to
+    check in a schedule without posts. Raise ScheduleError with the grid of programs."""
+    if not schedule.posts:
+        return
+    problems, missing = post_problems(schedule)
+    if problems or missing:
+        programs = [schedule.program(d) for d in range(schedule.devices)]
+        raise_with_grid(programs, problems, missing, "missing posts")
 
 
 def _looks_valid(schedule: Schedule) -> bool:

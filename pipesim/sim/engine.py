@@ -45,6 +45,7 @@ from pipesim.sim.channels import ARRIVAL, GRANT, ROW, Channels
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
 from pipesim.sim.order import DeadlockError, OrderCheck
+from pipesim.sim.rendezvous import Rendezvous
 from pipesim.sim.trace import (
     ALLREDUCE,
     CAUSE_CHANNEL,
@@ -166,8 +167,10 @@ class _Run:
         return (key, dst, link.occupancy_ms(nbytes), link.latency_ms, channel, shared)
 
     def execute(self) -> Trace:
+        # torch's runtime posts (a lowered schedule) take their own worker
+        worker = Rendezvous(self).device if self.schedule.posts else self._device
         for device, actions in enumerate(self.schedule.device_actions):
-            self.env.process(self._device(device, actions))
+            self.env.process(worker(device, actions))
         try:
             self.env.run()
         except (KeyError, IndexError, TypeError):
@@ -301,10 +304,9 @@ class _Run:
     def _duration(self, device: int, action: Action) -> float:
         if action.sub_actions is None:
             duration = self.rules[action.kind][2][action.stage]
-        else:
-            fwd, bwd = action.sub_actions
+        else:  # a group: an overlapped F&B pair, or any group torch's CSV holds
             stage = self.model_stage
-            duration = self.costs.overlapped_ms(stage[fwd.stage], bwd.kind, stage[bwd.stage])
+            duration = self.costs.group_ms([(a.kind, stage[a.stage]) for a in action.sub_actions])
         if self.duration_scale is not None:
             duration *= self.duration_scale(device, action)
         return duration

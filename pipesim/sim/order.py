@@ -48,6 +48,8 @@ class OrderCheck:
             if 0 <= device < schedule.devices:
                 self.cells[device][stage] = stage * self.width
         self.blocked: dict[int, tuple[int, int]] = {}  # device -> (step, input key) it waits at
+        # device -> (step, what it waits for) where that is not an input (a blocking send)
+        self.waits: dict[int, tuple[int, str]] = {}
         self.finished = [False] * schedule.devices  # ran its last action (tail aside)
 
     def invalid(self) -> None:
@@ -108,6 +110,8 @@ class OrderCheck:
     def _self_waits(self, stuck: list[int]) -> None:
         marks, notes = {}, []
         for device in stuck:
+            if device in self.waits:
+                continue
             step, key = self.blocked[device]
             source, text = self._source(key)
             if self.schedule.placement[source] == device:
@@ -122,6 +126,11 @@ class OrderCheck:
     def _deadlock_message(self, stuck: list[int]) -> str:
         marks, notes = {}, []
         for device in stuck:
+            if device in self.waits:
+                step, wanted = self.waits[device]
+                marks[(device, step)] = wanted
+                notes.append(f"rank {device} step {step}: {wanted}")
+                continue
             step, key = self.blocked[device]
             action = self.schedule.device_actions[device][step]
             source, text = self._source(key)

@@ -38,9 +38,12 @@ import pandas as pd
 
 from pipesim.schedules.ir import Action, Kind, Schedule
 
-KIND_CODES: tuple[str, ...] = ("F", "B", "I", "W", "OVERLAP_F_B", "SEND_F", "SEND_B", "ALLREDUCE")
+KIND_CODES: tuple[str, ...] = (
+    *("F", "B", "I", "W", "OVERLAP_F_B", "SEND_F", "SEND_B", "ALLREDUCE"),
+    *("UNSHARD", "RESHARD"),  # FSDP posts of a lowered schedule, when given a cost
+)
 KIND_CODE = {Kind(k): i for i, k in enumerate(KIND_CODES[:5])}
-SEND_F, SEND_B, ALLREDUCE = 5, 6, 7
+SEND_F, SEND_B, ALLREDUCE, UNSHARD, RESHARD = 5, 6, 7, 8, 9
 ROWS_PER_BLOCK = 65536
 COMPUTE, COMM = 0, 1
 
@@ -52,6 +55,7 @@ CAUSE_INPUT = 3  # its input arrived: the carrying transfer, or the producer its
 CAUSE_PRODUCER = 4  # a transfer: the action that produced it ended
 CAUSE_CHANNEL = 5  # a transfer: the transfer ahead of it on its channel left the channel
 CAUSE_FLUSH = 6  # end-of-step work: the pipeline flushed (the row that ended last)
+CAUSE_GATHER = 7  # a compute action: its stage's FSDP parameter gather (UNSHARD) ended
 ROW_WIDTH = 9
 
 
@@ -123,6 +127,8 @@ class Trace:
         """IR text of a row: ``2F0`` for compute, ``2F0->3`` for a transfer to device 3."""
         if self.kind[row] == ALLREDUCE:
             return "gradient all-reduce"
+        if self.kind[row] >= UNSHARD:  # an FSDP post: 1UNSHARD, 1RESHARD
+            return f"{self.stage[row]}{KIND_CODES[self.kind[row]]}"
         text = str(self.actions[row])
         return f"{text}->{self.peer[row]}" if self.lane[row] == COMM else text
 

@@ -13,6 +13,10 @@ from pipesim.schedules.ir import Action, B, F, ScheduleError, parse_action, to_c
 from pipesim.schedules.posts import RECV_F, REDUCE_GRAD, SEND_B, SEND_F, UNSHARD, Post
 from pipesim.schedules.torch_csv import read_torch_csv, to_torch_csv
 from pipesim.schedules.validation import validate
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import DeadlockError, simulate
+from pipesim.sim.links import Link, Topology
+from pipesim.sim.memory import memory_timelines
 
 GOLDEN = Path(__file__).parent / "golden"
 TORCH_FILES = sorted(p.name for p in GOLDEN.glob("torch-*.csv"))
@@ -266,3 +270,161 @@ def test_torchs_lowering_of_every_policy_keeps_the_post_rules(name):
     cells = [c for c in re.split(r"[,\r\n]+", text) if c]
     assert [str(schedules._Action.from_str(c)) for c in cells] == cells
     assert {p.kind for placed in lowered.posts for _, p in placed} >= {RECV_F, SEND_F, SEND_B}
+
+
+# ---------------------------------------------------------------------------
+# In the engine: hand-derived timelines (F = 1 ms, B = 2 ms)
+
+LATE_RECV = [
+    "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1",
+    "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1",
+]
+
+
+def run(rows, topology=None, **cost_args):
+    schedule = read_torch_csv("\r\n".join(rows) + "\r\n")
+    costs = uniform_costs(schedule.model_stages, forward_ms=1, backward_ms=2, **cost_args)
+    return simulate(schedule, costs, topology)
+
+
+def timeline(trace):
+    """[(device, name, start, end)] of every row, compute and communication, in time order."""
+    frame = trace.frame
+    rows = zip(frame.device, frame.name, frame.start, frame.end, strict=True)
+    return sorted(
+        ((int(d), n, float(s), float(e)) for d, n, s, e in rows), key=lambda r: (r[2], r[0], r[1])
+    )
+
+
+def test_a_receive_posted_late_delays_its_consumer():
+    # 0.5 ms latency. Rank 1 posts 1RECV_F1 only after 1B0 ends (4.5), though 0F1's
+    # activation could have left at 2 (0SEND_F1): it leaves at 4.5, arrives 5.0, and 1F1
+    # waits for it. Without the posts it would have arrived at 2.5 and 1F1 run at 4.5.
+    topology = Topology(2, default=Link(latency_us=500))
+    assert timeline(run(LATE_RECV, topology)) == [
+        (0, "0F0", 0.0, 1.0),
+        (0, "0F0->1", 1.0, 1.5),
+        (0, "0F1", 1.0, 2.0),
+        (1, "1F0", 1.5, 2.5),
+        (1, "1B0", 2.5, 4.5),
+        (0, "0F1->1", 4.5, 5.0),
+        (1, "1B0->0", 4.5, 5.0),
+        (0, "0B0", 5.0, 7.0),
+        (1, "1F1", 5.0, 6.0),
+        (1, "1B1", 6.0, 8.0),
+        (1, "1B1->0", 8.0, 8.5),
+        (0, "0B1", 8.5, 10.5),
+    ]
+    compute_only = read_torch_csv(
+        to_torch_csv(read_torch_csv("\r\n".join(LATE_RECV)), compute_only=True)
+    )
+    assert simulate(compute_only, uniform_costs(2, 1, 2), topology).makespan_ms == 10.0
+
+
+def test_a_send_posted_late_holds_the_transfer_back():
+    # Ideal link: rank 0 posts both sends after both forwards (at 2), so 1F0 starts at 2.
+    rows = ["0F0,0F1,0SEND_F0,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1", LATE_RECV[1]]
+    assert [r for r in timeline(run(rows)) if r[0] == 1] == [
+        (1, "1F0", 2.0, 3.0),
+        (1, "1B0", 3.0, 5.0),
+        (1, "1F1", 5.0, 6.0),
+        (1, "1B1", 6.0, 8.0),
+    ]
+    assert run(rows).makespan_ms == 10.0
+
+
+def test_reduce_grad_takes_each_stages_all_reduce_where_torch_put_it():
+    # torch's GPipe order, m=3: each rank reduces its stage after its last backward.
+    schedule = read_torch_csv(raw("torch-gpipe_p2_m3.csv"))
+    costs = uniform_costs(2, 1, 2, reduce_grad_ms=[0.5, 0.25])
+    reductions = [r for r in timeline(simulate(schedule, costs)) if r[1] == "gradient all-reduce"]
+    assert reductions == [
+        (1, "gradient all-reduce", 10.0, 10.25),
+        (0, "gradient all-reduce", 12.0, 12.5),
+    ]
+    assert simulate(schedule, uniform_costs(2, 1, 2)).makespan_ms == 12.0  # none given: free
+
+
+def test_reduce_grad_holds_the_device_until_the_reduction_ends():
+    # One rank, two stages: 1REDUCE_GRAD (1 ms) runs between 1B0 and 0B0.
+    rows = ["0F0,1F0,1B0,1REDUCE_GRAD,0B0,0REDUCE_GRAD"]
+    assert [r[1:] for r in timeline(run(rows, reduce_grad_ms=1))] == [
+        ("0F0", 0.0, 1.0),
+        ("1F0", 1.0, 2.0),
+        ("1B0", 2.0, 4.0),
+        ("gradient all-reduce", 4.0, 5.0),
+        ("0B0", 5.0, 7.0),
+        ("gradient all-reduce", 7.0, 8.0),
+    ]
+
+
+def test_fsdp_posts_are_free_unless_given_a_cost():
+    rows = ["0UNSHARD,1UNSHARD,0F0,1F0,1B0,1RESHARD,0B0,0RESHARD"]
+    assert run(rows).makespan_ms == 6.0
+    # Gathers run one after another on their own stream (stage 0: 0..1, stage 1: 1..4);
+    # a stage's first compute waits for its gather, the device does not.
+    compute = [r[1:] for r in timeline(run(rows, unshard_ms=[1, 3])) if "SHARD" not in r[1]]
+    assert compute == [("0F0", 1.0, 2.0), ("1F0", 4.0, 5.0), ("1B0", 5.0, 7.0), ("0B0", 7.0, 9.0)]
+    # A reshard holds the device for its cost.
+    assert run(rows, reshard_ms=0.5).makespan_ms == 7.0
+
+
+def test_torchs_lowered_forms_cost_nothing_more_on_ideal_links():
+    # torch posts each SEND right after its producer and each RECV early, so with ideal
+    # links the rendezvous never waits; with latency the deferred RECVs can.
+    for name in LOWERED:
+        lowered = read_torch_csv(raw(name))
+        compute_only = read_torch_csv(to_torch_csv(lowered, compute_only=True))
+        costs = uniform_costs(lowered.model_stages, 1, 2)
+        assert simulate(lowered, costs).makespan_ms == simulate(compute_only, costs).makespan_ms
+        slow = Topology(lowered.devices, default=Link(latency_us=300))
+        assert (
+            simulate(lowered, costs, slow).makespan_ms
+            >= simulate(compute_only, costs, slow).makespan_ms
+        )
+
+
+def test_a_rendezvous_that_can_never_happen_is_a_deadlock():
+    # 0B0 waits for a gradient whose forward waits for 0SEND_F0, posted only after 0B0.
+    rows = ["0F0,0RECV_B0,0B0,0SEND_F0", "1RECV_F0,1F0,1B0,1SEND_B0"]
+    with pytest.raises(DeadlockError, match="0B0 waits for"):
+        run(rows)
+
+
+def test_without_comm_overlap_a_send_holds_the_sender_until_it_arrives():
+    # 0SEND_F0 holds rank 0 until 0F0's activation arrives (1.5): 0F1 runs 1.5..2.5.
+    topology = Topology(2, default=Link(latency_us=500), comm_overlap=False)
+    rows = ["0F0,0SEND_F0,0F1,0RECV_B0,0SEND_F1,0B0,0RECV_B1,0B1", LATE_RECV[1]]
+    rank0 = [r for r in timeline(run(rows, topology)) if r[0] == 0 and "->" not in r[1]]
+    assert rank0[:2] == [(0, "0F0", 0.0, 1.0), (0, "0F1", 1.5, 2.5)]
+
+
+def test_blocking_sends_that_wait_for_each_other_are_a_deadlock():
+    # Blocking sends: rank 0 sits in 0SEND_F1 until rank 1 posts 1RECV_F1, which rank 1
+    # does only after its own 1SEND_B0, which waits for 0RECV_B0, posted after 0SEND_F1.
+    topology = Topology(2, default=Link(latency_us=500), comm_overlap=False)
+    with pytest.raises(DeadlockError) as info:
+        run(LATE_RECV, topology)
+    assert str(info.value).splitlines()[0] == (
+        "deadlock: no device can make progress; rank 0 step 2: 0SEND_F1 waits for its RECV; "
+        "rank 1 step 2: 1SEND_B0 waits for its RECV"
+    )
+
+
+def test_any_group_runs_as_one_action_and_frees_member_by_member():
+    # Two backwards in one group: 2 + 2 ms, both inputs waited for, both freed at its end.
+    text = "0F0,1F0,1B0,0F1,1F1,(1B1;0B0)OVERLAP_F_B,0B1\r\n"
+    schedule = read_torch_csv(text)
+    validate(schedule)
+    costs = uniform_costs(2, 1, 2, activation_memory_bytes=100)
+    trace = simulate(schedule, costs)
+    assert [r[1:] for r in timeline(trace)][-2:] == [
+        ("(1B1;0B0)OVERLAP_F_B", 6.0, 10.0),
+        ("0B1", 10.0, 12.0),
+    ]
+    (memory,) = memory_timelines(trace, schedule, costs)
+    assert max(memory.activation_bytes) == 300 and memory.activation_bytes[-1] == 0
+    # A forward-then-backward pair keeps its own overlapped figure; other groups add up.
+    assert costs.group_ms([(F, 0), (B, 1)]) == costs.overlapped_ms(0, B, 1) == 3
+    pair = uniform_costs(2, 1, 2, overlapped_fb_ms=2.5)
+    assert pair.group_ms([(F, 0), (B, 1)]) == 2.5 and pair.group_ms([(B, 1), (F, 0)]) == 3
