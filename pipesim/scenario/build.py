@@ -36,7 +36,8 @@ from pipesim.scenario.schema import (
 )
 from pipesim.scenario.variability import KIND_LETTERS, profile_stage_cvs, variability_from_mapping
 from pipesim.schedules import fit_virtual_stages, get_schedule
-from pipesim.schedules.ir import Schedule, ScheduleError, forward_only, from_csv
+from pipesim.schedules.ir import Schedule, ScheduleError, forward_only
+from pipesim.schedules.torch_csv import read_torch_csv
 from pipesim.schedules.validation import validate
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.links import Topology
@@ -134,8 +135,14 @@ def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
     pipe = spec.pipeline
     if spec.model is not None:
         derive.check_tensor_parallel(spec, source)
+    schedule = None
+    if _microbatches_from_file(spec):  # a csv schedule gives them, as it gives the devices
+        schedule = _build_schedule(spec, source, 0)
+        pipe = pipe.model_copy(update={"microbatches": schedule.microbatches})
+        spec = spec.model_copy(update={"pipeline": pipe})
     sizes = derive.batch_sizes(spec, source)
-    schedule = _build_schedule(spec, source, sizes.microbatches)
+    if schedule is None:
+        schedule = _build_schedule(spec, source, sizes.microbatches)
     topology = derive.topology(spec, schedule, source)
     if spec.model is None:
         _no_parallel_without_model(spec, source)
@@ -166,6 +173,13 @@ def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
         tail_ms=derived.tail_ms,
         tail_after_flush=not spec.parallel.dp_overlap,
         costs_per_chunk=False,
+    )
+
+
+def _microbatches_from_file(spec: ScenarioSpec) -> bool:
+    no_global_batch = spec.model is None or spec.model.global_batch is None
+    return (
+        spec.pipeline.schedule == "csv" and spec.pipeline.microbatches is None and no_global_batch
     )
 
 
@@ -212,6 +226,8 @@ def _build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Sched
         return _schedule_from_file(pipe, source, forward)
     if pipe.schedule_file is not None:
         raise ScenarioError(f"{source}: pipeline.schedule_file: only used with schedule: csv")
+    if pipe.devices is None:
+        raise ScenarioError(f"{source}: pipeline.devices: required (a csv schedule may omit it)")
     check_size(pipe, microbatches, source)
     try:
         return get_schedule(
@@ -244,7 +260,7 @@ def _schedule_from_file(pipe: PipelineSpec, source: str, forward: bool) -> Sched
             f"a file of at most {cells:,} actions has no stage or microbatch that large"
         )
     try:
-        schedule = from_csv(text, name=f"csv:{csv_path.name}")
+        schedule = read_torch_csv(text, name=f"csv:{csv_path.name}")  # any form torch writes
         if forward:
             schedule = forward_only(schedule)
         validate(schedule)
@@ -270,12 +286,18 @@ def _build_costs(spec: CostsSpec, stages: int, source: str, pipe: PipelineSpec) 
         if isinstance(value, list) and len(value) != stages:
             raise ScenarioError(
                 f"{source}: costs.{key}: has {len(value)} entries, expected a number or {stages} "
-                f"(devices * virtual_stages = {pipe.devices} * {pipe.virtual_stages})"
+                f"({_stage_count(pipe)})"
             )
     try:
         return uniform_costs(stages, **values)
     except ValueError as exc:
         raise ScenarioError(f"{source}: costs: {exc}") from None
+
+
+def _stage_count(pipe: PipelineSpec) -> str:
+    if pipe.devices is None:
+        return "one per stage of the csv schedule"
+    return f"devices * virtual_stages = {pipe.devices} * {pipe.virtual_stages}"
 
 
 def _profile_costs(spec: CostsSpec, stages: int, source: str) -> Costs:

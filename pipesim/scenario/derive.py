@@ -15,7 +15,7 @@ Every problem is a ScenarioError naming the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.cluster.hardware import UnknownProfileError, build_topology, gpu_profile, link_profile
 from pipesim.cluster.model import (
@@ -235,6 +235,8 @@ def model_costs(
         )
         per_stage = data_parallel_allreduce_ms(model, partition, par.data, link, par.tensor)
         tail = tuple(sum(per_stage[k] for k in stages) for stages in stages_on)
+        if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
+            costs, tail = replace(costs, reduce_grad_ms=tuple(per_stage)), None  # by stage
     global_batch = schedule.microbatches * microbatch_size * par.data
     accounting = Accounting(
         static_memory_bytes=tuple(sum(static[k].total_bytes for k in s) for s in stages_on),

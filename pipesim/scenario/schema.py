@@ -84,7 +84,7 @@ class _Strict(BaseModel):
 class PipelineSpec(_Strict):
     schedule: str
     schedule_file: str | None = None
-    devices: Count
+    devices: Count | None = None  # a csv schedule's rows give it if omitted
     microbatches: Count | None = None  # from model.global_batch if omitted
     virtual_stages: Count = 1
     microbatch_size: Count = 1
@@ -112,6 +112,8 @@ class CostsSpec(_Strict):
     activation_memory_bytes: PerStageBytes = 0.0
     weight_grad_memory_bytes: PerStageBytes = 0.0
     overhead_ms: Milliseconds = 0.0
+    unshard_ms: PerStage | None = None  # FSDP posts of a lowered csv schedule (else free)
+    reshard_ms: PerStage | None = None
     profile: str | None = None  # measured costs: a profile file from `pipesim profile`
 
 

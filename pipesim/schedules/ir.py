@@ -228,6 +228,11 @@ class Schedule:
         return any(p.kind in P2P_KINDS for placed in self.posts for _, p in placed)
 
     @property
+    def has_reduce_grad_posts(self) -> bool:
+        """True when REDUCE_GRAD posts place each stage's data-parallel gradient reduction."""
+        return any(p.kind == REDUCE_GRAD for placed in self.posts for _, p in placed)
+
+    @property
     def is_training(self) -> bool:
         return any(a.kind != F for actions in self.device_actions for a in actions)
 

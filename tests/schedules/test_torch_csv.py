@@ -2,12 +2,17 @@
 byte-for-byte agreement with torch's own writer and parser (those need torch)."""
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from click.testing import CliRunner
 
+from pipesim.analysis.run import run_scenario
+from pipesim.cli.commands import main
+from pipesim.scenario.build import ScenarioError, load_scenario
 from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, B, F, ScheduleError, parse_action, to_csv
 from pipesim.schedules.posts import RECV_F, REDUCE_GRAD, SEND_B, SEND_F, UNSHARD, Post
@@ -428,3 +433,99 @@ def test_any_group_runs_as_one_action_and_frees_member_by_member():
     assert costs.group_ms([(F, 0), (B, 1)]) == costs.overlapped_ms(0, B, 1) == 3
     pair = uniform_costs(2, 1, 2, overlapped_fb_ms=2.5)
     assert pair.group_ms([(F, 0), (B, 1)]) == 2.5 and pair.group_ms([(B, 1), (F, 0)]) == 3
+
+
+# ---------------------------------------------------------------------------
+# In a scenario: a schedule file as torch wrote it
+
+
+def scenario_file(tmp_path, csv_name, pipeline="", extra=""):
+    (tmp_path / "torch.csv").write_bytes((GOLDEN / csv_name).read_bytes())
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "schema_version: 1\nname: torch-file\n"
+        f"pipeline: {{schedule: csv, schedule_file: torch.csv, microbatches: 4{pipeline}}}\n"
+        f"{extra}"
+    )
+    return path
+
+
+def runner():
+    return CliRunner()
+
+
+def test_a_lowered_torch_file_runs_and_gives_the_devices(tmp_path):
+    path = scenario_file(
+        tmp_path,
+        "torch-zbv_p2_m4_v2.lowered.csv",
+        extra="costs: {forward_ms: 1, backward_ms: 2, unshard_ms: 0.5}\n",
+    )
+    scenario = load_scenario(path)
+    assert scenario.schedule.devices == 2 and scenario.schedule.has_p2p_posts
+    assert scenario.costs.unshard_ms == (0.5, 0.5, 0.5, 0.5)
+    result = runner().invoke(main, ["run", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["devices"] == 2
+
+
+def test_devices_stay_required_for_a_policy(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("schema_version: 1\nname: p\npipeline: {schedule: 1f1b, microbatches: 4}\n")
+    with pytest.raises(ScenarioError, match="pipeline.devices: required"):
+        load_scenario(path)
+
+
+def test_a_broken_lowered_file_is_one_line_and_the_grid(tmp_path):
+    text = raw("torch-zbv_p2_m4_v2.lowered.csv").replace("1RECV_F0,", "", 1)
+    (tmp_path / "torch.csv").write_text(text)
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "schema_version: 1\nname: b\npipeline: {schedule: csv, schedule_file: torch.csv}\n"
+    )
+    result = runner().invoke(main, ["run", str(path)])
+    assert result.exit_code == 2
+    head, *grid = result.stderr.splitlines()
+    assert head.startswith("pipesim: error: ") and "missing posts: 1RECV_F0 (rank 1)" in head
+    assert grid and grid[0].split()[:2] == ["Rank", "0"]
+
+
+MODEL = """model: {layers: 8, hidden: 1024, heads: 16, seq_len: 1024, vocab: 32000}
+parallel: {data: 4}
+hardware: {gpu: h100-sxm, link: nvlink4}
+"""
+
+
+def test_reduce_grad_takes_the_data_parallel_all_reduce_of_its_stage(tmp_path):
+    # torch's GPipe file places each stage's reduction; without those posts the same
+    # all-reduce is the per-device tail after the flush.
+    path = scenario_file(tmp_path, "torch-gpipe_p2_m3.csv", extra=MODEL)
+    path.write_text(path.read_text().replace("microbatches: 4", "microbatches: 3"))
+    scenario = load_scenario(path)
+    assert scenario.tail_ms is None and scenario.costs.reduce_grad_ms is not None
+    trace = run_scenario(scenario).trace
+    rows = trace.frame[trace.frame.kind == "ALLREDUCE"]
+    assert list(rows.stage) == [1, 0] or list(rows.stage) == [0, 1]
+    durations = dict(zip(rows.stage, rows.end - rows.start, strict=True))
+    assert durations == pytest.approx(dict(enumerate(scenario.costs.reduce_grad_ms)))
+    # The reduction starts right after the stage's last backward on its rank.
+    for stage, start in zip(rows.stage, rows.start, strict=True):
+        last = trace.frame[(trace.frame.stage == stage) & (trace.frame.kind == "B")].end.max()
+        assert start == last
+    (tmp_path / "torch.csv").write_text(
+        raw("torch-gpipe_p2_m3.csv").replace(",0REDUCE_GRAD", "").replace(",1REDUCE_GRAD", "")
+    )
+    tail = load_scenario(path)
+    assert tail.tail_ms == pytest.approx(scenario.costs.reduce_grad_ms)
+    assert tail.costs.reduce_grad_ms is None
+
+
+def test_a_schedule_file_alone_gives_devices_and_microbatches(tmp_path):
+    (tmp_path / "torch.csv").write_bytes((GOLDEN / "torch-dualpipev_p2_m4_v2.csv").read_bytes())
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "schema_version: 1\nname: f\npipeline: {schedule: csv, schedule_file: torch.csv}\n"
+    )
+    scenario = load_scenario(path)
+    assert (scenario.schedule.devices, scenario.schedule.microbatches) == (2, 4)
+    assert scenario.spec.pipeline.microbatches == 4
+    assert run_scenario(scenario).report.makespan_ms > 0
