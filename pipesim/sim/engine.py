@@ -23,6 +23,13 @@ Semantics (DESIGN.md, "Engine semantics"):
   free, so the engine keeps that time instead of a ``simpy.Resource``: one SimPy event
   per action, not three per transfer.
 * ``comm_overlap=False``: the sender is busy until its transfer has arrived.
+* A schedule read from torch's lowered CSV keeps its runtime posts (``Schedule.posts``)
+  and runs on ``pipesim.sim.rendezvous``'s worker: each post is made when its device
+  reaches it; a transfer between ranks leaves when both its SEND and its RECV are
+  posted (a rendezvous, so a late RECV delays the consumer); ``REDUCE_GRAD`` takes the
+  stage's data-parallel all-reduce (``Costs.reduce_grad_ms``) and holds the device,
+  replacing ``tail_ms``; ``UNSHARD`` gathers on its own stream before the stage's next
+  compute, ``RESHARD`` holds the device; posts without a cost take no time.
 * Every row records what released it (``pipesim.sim.trace``, ``CAUSE_*``). Times are
   computed exactly from those causes (a row starts at its cause's end, to the bit);
   SimPy's clock only orders the events.

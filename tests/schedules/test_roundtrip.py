@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from pipesim.cli.commands import main
 from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import from_csv, to_csv
+from pipesim.schedules.torch_csv import read_torch_csv, to_torch_csv
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.metrics import build_report
@@ -71,3 +72,14 @@ def test_cli_export_then_run_as_csv_schedule(tmp_path, name):
     assert b.pop("schedule") == "csv:sched.csv" and a.pop("schedule") == name
     a.pop("analytic"), b.pop("analytic")
     assert a == b
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_torch_form_round_trips_with_torchs_row_ends(name):
+    """to_torch_csv is the compute-only CSV with torch's \\r\\n row ends (its byte-for-byte
+    agreement with torch's own writer is checked in test_torch_csv.py, with torch)."""
+    devices, microbatches, virtual = sizes(name)
+    schedule = get_schedule(name, devices, microbatches, virtual)
+    text = to_torch_csv(schedule)
+    assert text == to_csv(schedule).replace("\n", "\r\n")
+    assert read_torch_csv(text, name) == schedule == from_csv(text, name)

@@ -1,11 +1,16 @@
 """The validator's fast path and its detailed path agree on valid and broken schedules."""
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.schedules import POLICIES, ConstraintError, get_schedule
-from pipesim.schedules.ir import Schedule, ScheduleError
+from pipesim.schedules.ir import Schedule, ScheduleError, parse_action
+from pipesim.schedules.post_rules import post_problems
+from pipesim.schedules.posts import parse_post
+from pipesim.schedules.torch_csv import read_torch_csv
 from pipesim.schedules.validation import _explain_invalid, _looks_valid, validate
 
 SIMPLE = sorted(n for n in POLICIES if n not in ("dualpipe", "dualpipev"))  # no overlapped pairs
@@ -72,3 +77,59 @@ def test_dualpipe_goes_through_the_detailed_pass():
     schedule = get_schedule("dualpipe", 4, 8)
     assert not _looks_valid(schedule)  # overlapped pairs are left to the detailed pass
     validate(schedule)
+
+
+# -- the posts of torch's lowered schedules -----------------------------------------------
+
+GOLDEN = Path(__file__).parent / "golden"
+LOWERED = sorted(GOLDEN.glob("torch-*.lowered.csv"))
+
+
+def program_rows(path: Path) -> list[list[str]]:
+    return [row.split(",") for row in path.read_text().splitlines()]
+
+
+def consumer_step(row: list[str], recv) -> int:
+    """Where in ``row`` the compute action that needs the RECV post ``recv`` sits."""
+    kinds = ("F",) if recv.kind == "RECV_F" else ("B", "I")
+    for step, cell in enumerate(row):
+        if parse_post(cell) is None:
+            atoms = parse_action(cell).atoms
+            if any(
+                (a.stage, a.microbatch) == (recv.stage, recv.microbatch) and a.kind in kinds
+                for a in atoms
+            ):
+                return step
+    raise AssertionError(f"no consumer of {recv}")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(LOWERED), st.integers(0, 10**6), st.sampled_from(["drop", "late", "twice"]))
+def test_a_misplaced_post_in_a_torch_schedule_is_caught_with_a_grid(path, where, how):
+    """Drop a SEND/RECV/REDUCE_GRAD, move a RECV after its consumer, or post one twice:
+    the validator names it and draws the grid."""
+    rows = program_rows(path)
+    cells = [
+        (r, c)
+        for r, row in enumerate(rows)
+        for c, cell in enumerate(row)
+        if parse_post(cell) and "SHARD" not in cell and (how != "late" or "RECV" in cell)
+    ]
+    r, c = cells[where % len(cells)]
+    cell = rows[r].pop(c)
+    if how == "late":  # right after the compute action that needs it
+        rows[r].insert(consumer_step(rows[r], parse_post(cell)) + 1, cell)
+    elif how == "twice":
+        rows[r][c:c] = [cell, cell]
+    with pytest.raises(ScheduleError) as info:
+        validate(read_torch_csv("\r\n".join(",".join(row) for row in rows) + "\r\n"))
+    message = str(info.value)
+    assert cell in message.splitlines()[0]
+    assert "ERROR HERE" in message or "missing posts" in message
+
+
+@pytest.mark.parametrize("path", LOWERED, ids=lambda p: p.name)
+def test_torch_lowered_schedules_pass_the_fast_and_the_post_rules(path):
+    schedule = read_torch_csv(path.read_text())
+    validate(schedule)
+    assert post_problems(schedule) == ({}, [])
