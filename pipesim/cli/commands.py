@@ -44,7 +44,7 @@ from pipesim.cli.render import (
 from pipesim.plot.figures import gantt_figure, stacked_gantt_figure, sweep_figure
 from pipesim.scenario.build import apply_overrides, load_scenario, read_mapping
 from pipesim.schedules import list_schedules
-from pipesim.schedules.ir import to_csv
+from pipesim.schedules.torch_csv import to_torch_csv
 from pipesim.sim.export import to_chrome_trace
 from pipesim.sim.export import to_csv as trace_to_csv
 
@@ -145,7 +145,8 @@ def _run_files(
     if trace_csv:
         files.append((trace_csv, trace_to_csv(result.trace)))
     if schedule_csv:
-        files.append((schedule_csv, to_csv(result.scenario.schedule)))
+        # torch's own row ends, so the file is byte for byte what torch writes
+        files.append((schedule_csv, to_torch_csv(result.scenario.schedule).encode()))
     return files
 
 
