@@ -148,17 +148,17 @@ class _Run:
         bwd = [self._target(s, p, 1) for s, p in enumerate(prev)]
         nothing = [None] * len(prev)
 
-        def ms(kind):
+        def durations_ms(kind):
             return [self.costs.duration_ms(kind, self.model_stage[s]) for s in stages]
 
         # kind -> (inputs, outputs, durations, order state before and after, kind code,
         # transfer kind code)
         steps = self.order.steps
         self.rules = {
-            F: (act, fwd, ms(F), *steps[F], KIND_CODE[F], SEND_F),
-            B: (grad, bwd, ms(B), *steps[B], KIND_CODE[B], SEND_B),
-            I: (grad, bwd, ms(I), *steps[I], KIND_CODE[I], SEND_B),
-            W: (nothing, nothing, ms(W), *steps[W], KIND_CODE[W], None),
+            F: (act, fwd, durations_ms(F), *steps[F], KIND_CODE[F], SEND_F),
+            B: (grad, bwd, durations_ms(B), *steps[B], KIND_CODE[B], SEND_B),
+            I: (grad, bwd, durations_ms(I), *steps[I], KIND_CODE[I], SEND_B),
+            W: (nothing, nothing, durations_ms(W), *steps[W], KIND_CODE[W], None),
         }
 
     def _target(self, stage: int, other: int | None, direction: int):
