@@ -183,6 +183,17 @@ def test_two_senders_contend_for_one_shared_channel():
     queued = rows.index(("2F1->2", 1, 2.0, 3.5))
     assert trace.cause[queued] == CAUSE_CHANNEL
     assert trace.frame.name[trace.cause_row[queued]] == "0F0->2"
+    # The trace CSV spells every cause out: what released each row, and which row.
+    released = {n: (c, frame.name[r] if r >= 0 else None)
+                for n, c, r in zip(frame.name, frame.cause, frame.cause_row, strict=True)}  # fmt: skip
+    assert released == {
+        "0F0": ("start", None),
+        "2F1": ("start", None),
+        "0F0->2": ("producer", "0F0"),
+        "2F1->2": ("channel", "0F0->2"),
+        "3F1": ("input", "2F1->2"),
+        "1F0": ("device", "3F1"),
+    }
     # Without the shared channel device 1's message does not wait: the step is 1 ms shorter.
     assert simulate(schedule, costs, Topology(3, default=link)).makespan_ms == 4.5
     # The same contention where devices 0 and 1 share a PCIe switch and device 2 hangs off

@@ -56,6 +56,7 @@ CAUSE_PRODUCER = 4  # a transfer: the action that produced it ended
 CAUSE_CHANNEL = 5  # a transfer: the transfer ahead of it on its channel left the channel
 CAUSE_FLUSH = 6  # end-of-step work: the pipeline flushed (the row that ended last)
 CAUSE_GATHER = 7  # a compute action: its stage's FSDP parameter gather (UNSHARD) ended
+CAUSE_NAMES = ("start", "device", "sending", "input", "producer", "channel", "flush", "gather")
 ROW_WIDTH = 9
 
 
@@ -146,8 +147,18 @@ class Trace:
                 "end": self.end,
                 "peer": self.peer,
                 "name": [self.name(i) for i in range(len(self.start))],
+                **self._cause_columns(),
             }
         )
+
+    def _cause_columns(self) -> dict[str, object]:
+        """``cause`` (a word from CAUSE_NAMES) and ``cause_row`` (-1: none), where known."""
+        if self.cause is None or self.cause_row is None:
+            return {}
+        return {
+            "cause": np.asarray(CAUSE_NAMES, dtype=object)[self.cause],
+            "cause_row": self.cause_row,
+        }
 
 
 def trace_from_frame(frame: pd.DataFrame, devices: int, actions: list[Action]) -> Trace:
