@@ -162,7 +162,8 @@ RAW_YAML = [
     "microbatches: 2}\n",
     "schema_version: 1\nname: t\npipeline: {schedule: 1f1b, devices: 4, microbatches: 1000000000000}\n",
     "", "---\n", "--- 1\n", "[]\n", "- a\n", "? [a, b]\n: 1\n", "1: 2\n", "null: 1\n",
-    "%YAML 1.1\n--- {a: 1}\n", "a: 1\n---\nb: 2\n", "\ufeffschema_version: 1\n", "\t a: 1\n",
+    "%YAML 1.1\n--- {a: 1}\n", "? !!set {a, b}\n: 1\n", "name: !!binary aGk=\n",
+    "? [a, b]\n: 1\n", "a: !!timestamp 2001-01-01\n", "a: !!merge {b: 1}\n", "a: 1\n---\nb: 2\n", "\ufeffschema_version: 1\n", "\t a: 1\n",
 ]  # fmt: skip
 RAW_JSON = [
     '{"a": NaN}', '{"a": Infinity}', "[" * 100000 + "]" * 100000, '{"a": 1, "a": 2}',

@@ -155,6 +155,22 @@ def test_yaml_1_1_base_60_and_yes_no_are_text(tmp_path):
     assert (costs.forward_ms[0], costs.backward_ms[0], costs.overhead_ms) == (1000, 16, 12)
 
 
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("name: !!set {a, b}", "line 1: the tag !!set is not allowed; YAML 1.2 core only"),
+        ("? !!set {a, b}\n: 1", "line 1: the tag !!set is not allowed; YAML 1.2 core only"),
+        ("name: !!python/object:os.system {}", "line 1: the tag !!python/object:os.system"),
+        ("? [a, b]\n: 1", "line 1: a key must be a plain value"),
+        ("a: &a [1, *a]", "line 1: a YAML alias refers to its own anchor"),
+    ],
+)
+def test_yaml_tags_outside_the_core_schema_are_refused(tmp_path, text, problem):
+    path = write(tmp_path, text + "\n")
+    message = one_error(path)
+    assert message.startswith(f"{path}: ") and problem in message
+
+
 def test_a_key_given_twice_is_an_error(tmp_path):
     path = write(tmp_path, "schema_version: 1\nname: t\npipeline:\n  devices: 4\n  devices: 2\n")
     assert one_error(path) == f"{path}: not valid YAML: line 5: duplicate key 'devices'"

@@ -48,7 +48,8 @@ def read_text_file(
     byte-order mark is dropped."""
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
-        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+        handle = os.open(path, flags)
     except FileNotFoundError:
         raise error(f"{path}: no such {what}") from None
     except (OSError, ValueError) as exc:
@@ -136,8 +137,8 @@ class Yaml12Loader(yaml.SafeLoader):
     Plain scalars resolve to null (``null``, ``~``, empty), booleans (``true``/``false``
     in three spellings), integers (decimal, ``0o`` octal, ``0x`` hex), floats (including
     ``1e3``, ``.inf``, ``.nan``) or text: no base-60 numbers, no yes/no/on/off, no dates,
-    no ``<<`` merge keys. Duplicate keys, nesting past ``MAX_DEPTH`` and alias bombs are
-    errors.
+    no ``<<`` merge keys, and no tags outside the core schema (``!!set``, ``!!binary``...).
+    Duplicate keys, nesting past ``MAX_DEPTH`` and alias bombs are errors.
     """
 
     yaml_implicit_resolvers: dict = {}
@@ -184,6 +185,10 @@ class Yaml12Loader(yaml.SafeLoader):
         except ValueError:
             raise _construct_error(node, f"cannot read {text[:40]!r} as a number") from None
 
+    def construct_undefined(self, node):  # noqa: ANN001
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        raise _construct_error(node, f"the tag {tag[:40]} is not allowed; YAML 1.2 core only")
+
     def construct_yaml_bool(self, node):  # noqa: ANN001
         text = self.construct_scalar(node)
         if text.lower() not in ("true", "false"):
@@ -208,6 +213,14 @@ _CORE_SCHEMA = (
 )
 for _tag, _pattern, _first in _CORE_SCHEMA:
     Yaml12Loader.add_implicit_resolver(_tag, yaml.resolver.re.compile(_pattern), _first)
+# Only the core schema's tags: no !!set, !!omap, !!binary, !!timestamp, !!merge.
+_CORE_TAGS = ("null", "bool", "int", "float", "str", "seq", "map")
+Yaml12Loader.yaml_constructors = {
+    tag: make
+    for tag, make in yaml.SafeLoader.yaml_constructors.items()
+    if tag is not None and tag.removeprefix("tag:yaml.org,2002:") in _CORE_TAGS
+}
+Yaml12Loader.add_constructor(None, Yaml12Loader.construct_undefined)
 Yaml12Loader.add_constructor("tag:yaml.org,2002:int", Yaml12Loader.construct_yaml_int)
 Yaml12Loader.add_constructor("tag:yaml.org,2002:float", Yaml12Loader.construct_yaml_float)
 Yaml12Loader.add_constructor("tag:yaml.org,2002:bool", Yaml12Loader.construct_yaml_bool)
