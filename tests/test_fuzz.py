@@ -23,6 +23,7 @@ import json
 import math
 import os
 import random
+import re
 import resource
 import signal
 from collections import Counter
@@ -287,10 +288,37 @@ def companion_case(rng: random.Random) -> Case:
         return Case(
             as_yaml(data).encode(), ".yaml", companions={"p.json": as_json(profile).encode()}
         )
-    text = CSV if rng.random() < 0.4 else rng.choice(CSV_TRAPS)
-    data = {**base, "pipeline": {**base["pipeline"], "schedule": "csv", "schedule_file": "s.csv"}}
+    pipeline = {"schedule": "csv", "schedule_file": "s.csv"}
+    roll = rng.random()
+    if roll < 0.5:  # one of torch's own files, compute-only or lowered, perhaps damaged
+        text = damaged(rng, rng.choice(TORCH_CSVS).read_text()) if roll < 0.35 else CSV
+    else:
+        text = rng.choice(CSV_TRAPS)
+        pipeline.update(devices=2, microbatches=2)
+    data = {**base, "pipeline": pipeline}
     return Case(as_yaml(data).encode(), ".yaml", overrides(rng, True)[:2] * (rng.random() < 0.3),
                 companions={"s.csv": text.encode()})  # fmt: skip
+
+
+TORCH_CSVS = sorted((Path(__file__).parent / "schedules" / "golden").glob("torch-*.csv"))
+
+
+def damaged(rng: random.Random, text: str) -> str:
+    """A torch CSV with one cell swapped, dropped, duplicated or renumbered, or intact."""
+    rows = [row.split(",") for row in text.splitlines()]
+    row = rng.choice(rows)
+    k = rng.randrange(len(row))
+    match rng.randrange(5):
+        case 0:
+            j = rng.randrange(len(row))
+            row[k], row[j] = row[j], row[k]
+        case 1:
+            del row[k]
+        case 2:
+            row.insert(k, row[k])
+        case 3:
+            row[k] = re.sub(r"\d+", str(rng.choice([0, 7, 99, 10**15])), row[k], count=1)
+    return "\n".join(",".join(r) for r in rows) + "\n"
 
 
 def make_case(rng: random.Random) -> Case:

@@ -333,3 +333,5 @@ def test_with_schedule_leaves_wrong_types_to_validation():
         with_schedule({"schema_version": 1}, "zbv")
     data, note = with_schedule({**BASE, "costs": {"forward_ms": "x"}}, "zbv")
     assert data["costs"]["forward_ms"] == "x" and data["pipeline"]["virtual_stages"] == 2
+    data, _ = with_schedule({**BASE, "costs": {"forward_ms": 10**400}}, "zbv")  # no float
+    assert data["costs"]["forward_ms"] == 10**400

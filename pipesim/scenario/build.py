@@ -358,11 +358,14 @@ def with_schedule(base: dict, name: str) -> tuple[dict, str]:
             raise ScenarioError(
                 f"costs.{key}: per-stage list fits virtual_stages={old}, {name} needs {new}"
             )
-        if _is_number(value):
+        if _is_number(value) and abs(value) <= MAX_SCALED:  # larger: validation names it
             costs[key] = value * old / new
     if "forward_ms" not in costs:
         costs["forward_ms"] = old / new
     return data, f"virtual_stages={new}, per-chunk costs x{old}/{new}"
+
+
+MAX_SCALED = 1e300
 
 
 def _is_number(value: object) -> bool:
