@@ -132,7 +132,7 @@ def test_output_files(tmp_path):
     assert any(e["ph"] == "C" and e["name"] == "activation memory" for e in events)
     assert (
         rows.read_text().splitlines()[0]
-        == "device,lane,stage,chunk,microbatch,kind,start,end,peer,name"
+        == "device,lane,stage,chunk,microbatch,kind,start,end,peer,name,cause,cause_row"
     )
     assert sched.read_text().splitlines()[0].startswith("0F0,0F1,0F2")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
