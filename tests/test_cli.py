@@ -79,8 +79,8 @@ def test_run_says_hand_typed_costs_are_per_chunk():
     assert json.loads(result.stdout)["makespan_ms"] == 57
     assert result.stderr == (
         "pipesim: note: costs are per chunk: 4 devices x 2 chunks = 8 stages, each costing the "
-        "forward_ms/backward_ms given; to cut the same model finer, divide them by 2 "
-        "(pipesim compare does)\n"
+        "forward_ms/backward_ms given; more chunks cut the same model finer only if the "
+        "per-chunk costs shrink in proportion (pipesim compare scales them)\n"
     )
     assert invoke("run", GPIPE).stderr == ""  # one chunk per device: nothing to say
 

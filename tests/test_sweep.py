@@ -34,6 +34,8 @@ def test_grid_values_are_yaml_and_brackets_keep_their_commas():
             parse_grid(bad)
     with pytest.raises(SweepError, match="given twice"):
         parse_grid(["a=1", "a=2"])
+    # Read as YAML 1.2, like --set: no base-60 numbers, no yes/no booleans.
+    assert parse_grid(["name=1:30,no,true"])[0].values == ("1:30", "no", True)
 
 
 def test_one_row_per_point_in_grid_order_with_closed_form_values():

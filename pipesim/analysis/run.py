@@ -143,6 +143,7 @@ def cost_notes(scenario: Scenario) -> tuple[str, ...]:
         return ()
     return (
         f"costs are per chunk: {schedule.devices} devices x {chunks} chunks = "
-        f"{schedule.stages} stages, each costing the forward_ms/backward_ms given; to cut the "
-        f"same model finer, divide them by {chunks} (pipesim compare does)",
+        f"{schedule.stages} stages, each costing the forward_ms/backward_ms given; more chunks "
+        f"cut the same model finer only if the per-chunk costs shrink in proportion "
+        f"(pipesim compare scales them)",
     )

@@ -33,6 +33,8 @@ import yaml
 from pipesim.analysis.compare import scenario_for_schedule
 from pipesim.analysis.run import run_scenario
 from pipesim.scenario.build import apply_overrides
+from pipesim.scenario.load import load_yaml
+from pipesim.scenario.schema import ScenarioError
 
 EXECUTORS = ("local", "dask")
 
@@ -67,8 +69,8 @@ def parse_grid(items: Sequence[str]) -> tuple[GridAxis, ...]:
         if any(not part for part in raw):
             raise SweepError(f"--grid {item!r}: an empty value")
         try:
-            values = tuple(yaml.safe_load(part) for part in raw)
-        except yaml.YAMLError:
+            values = tuple(load_yaml(part) for part in raw)  # YAML 1.2, as --set reads
+        except (yaml.YAMLError, ScenarioError, RecursionError):
             raise SweepError(f"--grid {item!r}: a value is not valid YAML") from None
         axes.append(GridAxis(key, raw, values))
     return tuple(axes)
