@@ -282,3 +282,22 @@ def test_cli_compare_ranks_schedules_by_p50_then_p99(tmp_path):
         "compare", path, "--schedules", "gpipe,1f1b", "--runs", "4", "--format", "csv"
     ).stdout
     assert csv_text.splitlines()[0].startswith("schedule,rank,makespan_ms_p50")
+
+
+def test_a_study_too_large_is_refused_at_once_with_its_override(tmp_path):
+    path = write(tmp_path, BASE)
+    steps = sum(len(a) for a in load_scenario(path).schedule.device_actions)
+    result = invoke("run", path, "--runs", "1000000000")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"pipesim: error: --runs 1,000,000,000 x {steps} actions a step = "
+        f"{1_000_000_000 * steps:,} actions, over the limit of 10,000,000; raise "
+        f"pipeline.max_actions (e.g. --set pipeline.max_actions={1_000_000_000 * steps}) to run it\n"
+    )
+    # Raising the limit lets the same study run.
+    allowed = invoke("run", path, "--runs", "3", "--set", f"pipeline.max_actions={3 * steps}")
+    assert allowed.exit_code == 0
+    assert (
+        invoke("run", path, "--runs", "4", "--set", f"pipeline.max_actions={3 * steps}").exit_code
+        == 2
+    )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pipesim.analysis.critical import Explanation, explain
 from pipesim.analysis.monte_carlo import MonteCarlo, MonteCarloSummary, Progress, monte_carlo
 from pipesim.scenario.build import Scenario
+from pipesim.scenario.schema import ScenarioError
 from pipesim.sim.engine import DurationScale, simulate
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
 from pipesim.sim.metrics import Report, build_report
@@ -69,6 +70,8 @@ def run_scenario(
     variability (``seed`` makes it reproducible; ``progress(1)`` after each step).
     ``critical_path``: also walk the critical path and the cause of every idle gap.
     """
+    if runs is not None:
+        check_study_size(scenario, runs)
     result = simulate_step(scenario)
     summary = study(scenario, runs, seed, progress).summary() if runs is not None else None
     return Result(
@@ -80,6 +83,19 @@ def run_scenario(
         explanation=_explain(result) if critical_path else None,
         notes=cost_notes(scenario),
     )
+
+
+def check_study_size(scenario: Scenario, runs: int) -> None:
+    """The size guard of a Monte Carlo study: ``runs`` steps simulate ``runs`` times the
+    schedule's actions, held to the same ``pipeline.max_actions`` as one step."""
+    actions = sum(len(actions) for actions in scenario.schedule.device_actions)
+    limit = scenario.spec.pipeline.max_actions
+    if runs * actions > limit:
+        raise ScenarioError(
+            f"--runs {runs:,} x {actions:,} actions a step = "
+            f"{runs * actions:,} actions, over the limit of {limit:,}; raise "
+            f"pipeline.max_actions (e.g. --set pipeline.max_actions={runs * actions}) to run it"
+        )
 
 
 def explain_scenario(scenario: Scenario) -> Result:
