@@ -13,7 +13,7 @@ from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from tests.helpers import latency_topology, run_policy
 from tests.schedules.test_zero_bubble import sized_costs
-from tests.test_properties import QUARTERS, check_invariants
+from tests.sim.test_properties import QUARTERS, check_invariants
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 

@@ -12,7 +12,7 @@ from pipesim.analysis.sweep import SweepError, grid_points, pareto_front, parse_
 from pipesim.cli.commands import main
 from pipesim.scenario.build import read_mapping
 
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
+SCENARIOS = Path(__file__).parents[2] / "scenarios"
 GPIPE = str(SCENARIOS / "gpipe-vs-1f1b.yaml")  # 4 devices, F 1 ms, B 2 ms, 100 MiB per microbatch
 GPT = str(SCENARIOS / "gpt-nvlink-vs-pcie.yaml")  # costs derived from a model section
 GRID = ["pipeline.microbatches=4,8", "pipeline.schedule=gpipe,1f1b,interleaved-1f1b"]

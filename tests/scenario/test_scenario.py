@@ -11,7 +11,7 @@ import pytest
 
 from pipesim.scenario.build import ScenarioError, load_scenario, with_schedule
 
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
+SCENARIOS = Path(__file__).parents[2] / "scenarios"
 BASE = {
     "schema_version": 1,
     "name": "t",

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from pipesim.cli.commands import main
 
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
+SCENARIOS = Path(__file__).parents[2] / "scenarios"
 SEED = str(SCENARIOS / "seed-pipelined.yaml")
 GPIPE = str(SCENARIOS / "gpipe-vs-1f1b.yaml")
 INTERLEAVED = str(SCENARIOS / "interleaved.yaml")

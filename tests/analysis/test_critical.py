@@ -24,7 +24,7 @@ from pipesim.sim.links import Link, Topology
 from pipesim.sim.metrics import build_report
 from pipesim.sim.trace import trace_from_frame
 from tests.helpers import latency_topology, run_policy
-from tests.test_properties import random_schedules
+from tests.sim.test_properties import random_schedules
 
 
 def path_text(path):
@@ -179,7 +179,7 @@ def test_cli_explain_and_run_critical_path(tmp_path):
 
     from pipesim.cli.commands import main
 
-    scenario = str(Path(__file__).parent.parent / "scenarios" / "gpipe-vs-1f1b.yaml")
+    scenario = str(Path(__file__).parents[2] / "scenarios" / "gpipe-vs-1f1b.yaml")
     latency = ["--set", "pipeline.microbatches=4", "--set", "hardware.link={latency_us: 500}"]
     result = CliRunner().invoke(main, ["explain", scenario, *latency])
     assert result.exit_code == 0 and result.stderr == ""

@@ -38,7 +38,7 @@ from pipesim.cli import main
 from pipesim.scenario.schema import ScenarioSpec
 from pipesim.schedules import POLICIES
 
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
+SCENARIOS = Path(__file__).parents[2] / "scenarios"
 BUNDLED = {p.name: yaml.safe_load(p.read_text()) for p in sorted(SCENARIOS.glob("*.yaml"))}
 SEED = 20240609
 CASE_DEADLINE_S = 10
@@ -300,7 +300,7 @@ def companion_case(rng: random.Random) -> Case:
                 companions={"s.csv": text.encode()})  # fmt: skip
 
 
-TORCH_CSVS = sorted((Path(__file__).parent / "schedules" / "golden").glob("torch-*.csv"))
+TORCH_CSVS = sorted((Path(__file__).parents[1] / "schedules" / "golden").glob("torch-*.csv"))
 
 
 def damaged(rng: random.Random, text: str) -> str:

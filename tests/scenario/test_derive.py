@@ -11,7 +11,7 @@ from pipesim.cluster.model import TransformerModel, partition_layers
 from pipesim.cluster.transformer import model_flops_per_step, static_memory
 from pipesim.scenario.build import ScenarioError
 
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
+SCENARIOS = Path(__file__).parents[2] / "scenarios"
 GPT = SCENARIOS / "gpt-nvlink-vs-pcie.yaml"
 TRADEOFF = SCENARIOS / "microbatch-tradeoff.yaml"
 LLAMA = SCENARIOS / "llama-70b-4x8-h100.yaml"
