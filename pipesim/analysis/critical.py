@@ -38,6 +38,7 @@ from pipesim.schedules.ir import Kind, Schedule, parse_action
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import (
     CAUSE_CHANNEL,
+    CAUSE_GATHER,
     CAUSE_INPUT,
     CAUSE_START,
     COMM,
@@ -53,7 +54,8 @@ IN_ORDER = "in-order blocking"
 SENDING = "sending"
 COLLECTIVE = "end-of-step work"
 DONE = "done"
-CAUSES = (UPSTREAM, DOWNSTREAM, BUSY_LINK, IN_ORDER, SENDING, COLLECTIVE, DONE)
+GATHER = "parameter gather"
+CAUSES = (UPSTREAM, DOWNSTREAM, BUSY_LINK, IN_ORDER, SENDING, COLLECTIVE, GATHER, DONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +225,11 @@ def _gaps_before(index: _Index, row: int) -> list[IdleGap]:
         gaps.append(IdleGap(device, prev_end, free, SENDING, name, via=index.name(holder)))
     if start <= free:
         return gaps
+    if index.cause[row] == CAUSE_GATHER:  # its stage's FSDP parameters (UNSHARD)
+        return [
+            *gaps,
+            IdleGap(device, free, start, GATHER, name, via=index.name(index.cause_row[row])),
+        ]
     if index.cause[row] != CAUSE_INPUT:  # nothing it waits for: an unmodelled delay
         return [*gaps, IdleGap(device, free, start, UPSTREAM, name)]
     carrier = index.cause_row[row]  # the input that arrived last released the action
@@ -380,19 +387,9 @@ def describe_gap(gap: IdleGap) -> str:
     if gap.cause == SENDING:
         where = f" before {gap.before}" if gap.before else ""
         return f"{head}{where}: sending {gap.via} (communication does not overlap compute)"
+    if gap.cause == GATHER:
+        return f"{head} before {gap.before}: waiting for its parameters ({gap.via})"
     if gap.cause == COLLECTIVE:
         return f"device {gap.device} spends {format_ms(gap.duration_ms)} ms in {gap.via}"
     after = f" after {gap.other}" if gap.other else ""
     return f"{head}{after}: its work is done; the step ends at {format_ms(gap.end_ms)} ms"
-
-
-__all__ = [
-    "CAUSES",
-    "Explanation",
-    "IdleGap",
-    "critical_path",
-    "describe_gap",
-    "explain",
-    "format_ms",
-    "idle_gaps",
-]

@@ -88,8 +88,8 @@ def _uniform_hop_ms(schedule: Schedule, costs: Costs, topology: Topology | None)
     if not links:
         return 0.0
     link = links.pop()
-    hop_ms = link.transfer_ms(sizes.pop())
-    occupancy_ms = hop_ms - link.latency_us / 1000.0
+    nbytes = sizes.pop()
+    hop_ms, occupancy_ms = link.transfer_ms(nbytes), link.occupancy_ms(nbytes)
     if occupancy_ms > min(costs.forward_ms[0], costs.backward_ms[0]) and schedule.microbatches > 1:
         return None  # messages would queue on the link
     return hop_ms

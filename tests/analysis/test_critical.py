@@ -9,6 +9,7 @@ from pipesim.analysis.critical import (
     BUSY_LINK,
     DONE,
     DOWNSTREAM,
+    GATHER,
     IN_ORDER,
     SENDING,
     UPSTREAM,
@@ -18,6 +19,7 @@ from pipesim.analysis.critical import (
 )
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Action, Chain, F, Schedule, schedule_from_lists
+from pipesim.schedules.torch_csv import read_torch_csv
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
@@ -255,3 +257,16 @@ def test_end_of_step_collective_is_on_the_path_and_in_the_gaps():
     device1 = [(g.start_ms, g.end_ms, g.cause) for g in explanation.gaps if g.device == 1]
     assert device1 == [(0.0, 1.0, UPSTREAM), (7.0, 9.0, DONE), (9.0, 10.5, "end-of-step work")]
     check_path_and_gaps(schedule, costs, None)
+
+
+def test_a_wait_for_an_fsdp_gather_is_its_own_idle_cause():
+    # One rank, two stages; stage 1's parameters take 3 ms to gather after stage 0's 1 ms,
+    # so 1F0 waits from 2.0 (0F0 ends) to 4.0 (its gather ends).
+    schedule = read_torch_csv("0UNSHARD,1UNSHARD,0F0,1F0,1B0,1RESHARD,0B0,0RESHARD\r\n")
+    costs = uniform_costs(2, 1, 2, unshard_ms=[1, 3])
+    trace = simulate(schedule, costs)
+    gaps = [g for g in idle_gaps(trace, schedule) if g.before == "1F0"]
+    assert [(g.start_ms, g.end_ms, g.cause) for g in gaps] == [(2.0, 4.0, GATHER)]
+    assert describe_gap(gaps[0]) == (
+        "device 0 idles 2.0 ms before 1F0: waiting for its parameters (1UNSHARD)"
+    )
