@@ -80,39 +80,19 @@ def _profile_text(profile: Profile) -> str:
     return json.dumps(profile_to_dict(profile), indent=2) + "\n"
 
 
+def _count_option(name: str, default: int, help_text: str):
+    return click.option(
+        name, type=click.IntRange(min=1), default=default, show_default=True, help=help_text
+    )
+
+
 # Shapes of real stages, for scenarios without a model section.
 _SHAPE_OPTIONS = [
-    click.option(
-        "--hidden", type=click.IntRange(min=1), default=256, show_default=True, help="Stage width."
-    ),
-    click.option(
-        "--layers",
-        type=click.IntRange(min=1),
-        default=2,
-        show_default=True,
-        help="Layers per stage.",
-    ),
-    click.option(
-        "--batch",
-        type=click.IntRange(min=1),
-        default=8,
-        show_default=True,
-        help="Samples per microbatch.",
-    ),
-    click.option(
-        "--seq",
-        type=click.IntRange(min=1),
-        default=128,
-        show_default=True,
-        help="Tokens (transformer).",
-    ),
-    click.option(
-        "--heads",
-        type=click.IntRange(min=1),
-        default=4,
-        show_default=True,
-        help="Heads (transformer).",
-    ),
+    _count_option("--hidden", 256, "Stage width."),
+    _count_option("--layers", 2, "Layers per stage."),
+    _count_option("--batch", 8, "Samples per microbatch."),
+    _count_option("--seq", 128, "Tokens (transformer)."),
+    _count_option("--heads", 4, "Heads (transformer)."),
     click.option(
         "--dtype",
         type=click.Choice(["float32", "float16", "bfloat16"]),
