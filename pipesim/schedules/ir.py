@@ -330,6 +330,13 @@ def schedule_from_lists(
     if not lists or not any(lists):
         raise ScheduleError("the schedule has no actions")
     where: dict[int, int] = {}
+    atoms = [atom for actions in lists for action in actions for atom in action.atoms]
+    biggest = max(atom.microbatch for atom in atoms)
+    if biggest >= len(atoms):  # indices run 0..m-1, and each microbatch needs an action
+        raise ScheduleError(
+            f"microbatch {biggest}: a schedule of {len(atoms)} actions holds microbatches "
+            f"0..{len(atoms) - 1} at most"
+        )
     for device, actions in enumerate(lists):
         for action in actions:
             for atom in action.atoms:
@@ -339,9 +346,9 @@ def schedule_from_lists(
                         f"stage {atom.stage} appears on rank {other} and rank {device} ({atom})"
                     )
     stages = max(where) + 1
-    unplaced = [s for s in range(stages) if s not in where]
-    if unplaced:
-        raise ScheduleError(f"stage {unplaced[0]} has no actions (stages 0..{stages - 1} expected)")
+    if len(where) != stages:  # found without walking 0..stages: an index may be huge
+        unplaced = next(s for s, placed in enumerate(sorted(where)) if s != placed)
+        raise ScheduleError(f"stage {unplaced} has no actions (stages 0..{stages - 1} expected)")
     placement = tuple(where[s] for s in range(stages))
     return Schedule(lists, placement, _infer_chains(lists, stages), name)
 

@@ -1,5 +1,7 @@
 """The IR's text form, CSV format and validator."""
 
+import re
+
 import pytest
 
 from pipesim.schedules.ir import (
@@ -175,3 +177,21 @@ def test_forward_only_drops_backwards_and_their_posts():
 
 def test_v_placement():
     assert v_placement(4) == (0, 1, 2, 3, 3, 2, 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "99999999999F0,99999999999B0\n",
+            "stage 0 has no actions (stages 0..99999999999 expected)",
+        ),
+        ("0F99999999999,0B99999999999\n", "microbatch 99999999999: a schedule of 2 actions"),
+        ("0F" + "9" * 30 + ",0B0\n", "microbatch " + "9" * 30 + ": a schedule of 2 actions"),
+    ],
+)
+def test_huge_indices_are_refused_at_once_not_allocated(text, message):
+    # Stage and microbatch indices size arrays further down; an index no schedule of this
+    # many actions can hold is an error before anything is built.
+    with pytest.raises(ScheduleError, match=re.escape(message)):
+        from_csv(text)
