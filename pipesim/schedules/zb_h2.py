@@ -19,13 +19,19 @@ convention it is measured on a device's own span: device r starts r forwards lat
 step as a whole takes longer than any one device's span (27 against 24 with p = 4, m = 8
 and unit times). The price is activation memory: rank r holds up to
 ``2(p-r) - 1`` activations awaiting their ``I`` and ``2r`` awaiting their ``W``, a peak of
-``(2p-2r-1) M_B + 2r M_W``, about twice 1F1B's ``p M_B``. Fewer than 2p - 1 microbatches
-still give a valid schedule, with a bubble.
+``(2p-2r-1) M_B + 2r M_W``, about twice 1F1B's ``p M_B``.
+
+Fewer than 2p - 1 microbatches cannot fill the longer warm-up: rank r would still hold its
+W's back by 2r, past the last I, and the step would end later than ZB-H1's (with unit
+times, p = 4 and m = 5: 19 against 18). Since the order cannot see the costs, it then runs
+ZB-H1's order exactly (warm-up ``p - r``, W delay ``r``), which is never slower than ZB-H1
+and holds less memory.
 """
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Schedule, require, single_chain
+from pipesim.schedules.ir import Action, Schedule, require, single_chain
+from pipesim.schedules.zb_h1 import rank_actions as zb_h1_rank_actions
 from pipesim.schedules.zb_h1 import split_backward_rank_actions
 
 NAME = "zb-h2"
@@ -37,8 +43,13 @@ VIRTUAL_STAGES = 1
 def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
     require(virtual_stages == 1, f"zb-h2 takes virtual_stages = 1, got {virtual_stages=}")
     p = devices
-    device_actions = tuple(
-        split_backward_rank_actions(r, microbatches, warmup=2 * (p - r) - 1, weight_delay=2 * r)
-        for r in range(p)
-    )
+    device_actions = tuple(rank_actions(r, p, microbatches) for r in range(p))
     return Schedule(device_actions, tuple(range(p)), single_chain(p, microbatches), NAME)
+
+
+def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ...]:
+    """Rank ``rank``'s order: ZB-H2's with m >= 2p - 1, ZB-H1's below (see the docstring)."""
+    p, r = devices, rank
+    if microbatches < 2 * p - 1:  # too few to fill the warm-up: ZB-H1's order
+        return zb_h1_rank_actions(r, p, microbatches)
+    return split_backward_rank_actions(r, microbatches, warmup=2 * (p - r) - 1, weight_delay=2 * r)

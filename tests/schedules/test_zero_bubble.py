@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pipesim.schedules import ConstraintError, get_schedule
-from pipesim.schedules.ir import from_csv, to_csv
+from pipesim.schedules.ir import F, from_csv, to_csv
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.metrics import build_report
@@ -210,3 +210,60 @@ def sized_costs(draw, policies, virtual_stages=(1,)):
 @given(sized_costs(["zb-h1", "zb-h2"]))
 def test_engine_matches_the_oracle(case):
     check_invariants(*case)
+
+
+# ---------------------------------------------------------------------------
+# ZB-H2 with fewer than 2p - 1 microbatches: never slower than ZB-H1
+
+
+@st.composite
+def short_zb_h2_cases(draw):
+    """p in 2..8, m in 1..2p-2, and per-stage F, I, W: all equal, or each drawn."""
+    p = draw(st.integers(2, 8))
+    m = draw(st.integers(1, 2 * p - 2))
+    if draw(st.booleans()):
+        f, i, w = draw(QUARTERS), draw(QUARTERS), draw(QUARTERS)
+        return p, m, uniform_costs(p, f, backward_input_ms=i, backward_weight_ms=w)
+    per_stage = [[draw(QUARTERS) for _ in range(p)] for _ in range(3)]
+    f, i, w = per_stage
+    return p, m, uniform_costs(p, f, backward_input_ms=i, backward_weight_ms=w)
+
+
+def makespan(name, p, m, costs, topology=None):
+    schedule = get_schedule(name, p, m)
+    return build_report(simulate(schedule, costs, topology), schedule, costs).makespan_ms
+
+
+@settings(max_examples=150, deadline=None)
+@given(short_zb_h2_cases())
+def test_zb_h2_short_of_2p_minus_1_is_never_slower_than_zb_h1(case):
+    p, m, costs = case
+    assert makespan("zb-h2", p, m, costs) <= makespan("zb-h1", p, m, costs)
+
+
+@pytest.mark.parametrize("p", range(2, 9))
+def test_zb_h2_short_of_2p_minus_1_on_unit_times_every_m(p):
+    """Every m < 2p - 1, unit times, with and without a hop latency; before the fallback
+    ZB-H2 ended up to 3 units later (p = 7, m = 7: 30 against 27)."""
+    costs = uniform_costs(p, 1.0, backward_input_ms=1.0, backward_weight_ms=1.0)
+    for m in range(1, 2 * p - 1):
+        for topology in (None, latency_topology(p, 0.25)):
+            assert makespan("zb-h2", p, m, costs, topology) <= makespan(
+                "zb-h1", p, m, costs, topology
+            ), m
+
+
+@pytest.mark.parametrize("p, m", [(4, 5), (3, 3), (8, 14), (2, 2)])
+def test_zb_h2_short_of_2p_minus_1_runs_zb_h1_order(p, m):
+    h2, h1 = get_schedule("zb-h2", p, m), get_schedule("zb-h1", p, m)
+    assert h2.device_actions == h1.device_actions
+    assert h2.name == "zb-h2"
+
+
+@pytest.mark.parametrize("p", range(1, 9))
+def test_zb_h2_from_2p_minus_1_keeps_its_long_warm_up(p):
+    """m >= 2p - 1: rank r warms up with 2(p - r) - 1 forwards, as before."""
+    for m in (2 * p - 1, 2 * p, 3 * p):
+        for rank, actions in enumerate(get_schedule("zb-h2", p, m).device_actions):
+            first_input = next(k for k, a in enumerate(actions) if a.kind != F)
+            assert first_input == 2 * (p - rank) - 1
