@@ -1,0 +1,264 @@
+"""``zb-auto`` and ``v-auto``: the fastest order the search finds under a memory limit.
+
+The fixed zero-bubble recipes (ZB-H1, ZB-H2, ZB-V...) are written for equal F, I and W
+and no link latency. These two policies look at the scenario's real costs, links and
+``pipeline.memory_limit_bytes`` instead (per device, in the Report's accounting of
+``peak_activation_bytes``; default: what 1F1B holds on the same scenario), and return the
+fastest schedule they find whose simulated peak stays within the limit on every device.
+
+``zb-auto`` keeps one stage per device (loop placement), ``v-auto`` two, folded in a V
+(device d holds stages d and 2D-1-d). What the search produces has the usual three phases:
+
+* warm-up: each device runs as many forwards as its memory allows before its first
+  backward arrives (the first device the most, the last one a single one);
+* steady state: an ``I`` as soon as its gradient arrives (the critical path), then the next
+  ``F`` while memory allows; the ``W`` passes fill the gaps between them, or run where the
+  next forward needs the bytes they give back;
+* cool-down: the remaining ``I`` passes walk back up the pipeline, and the ``W`` passes
+  still owed fill the time the devices would otherwise wait for them.
+
+Search, then verify:
+
+1. starting candidates: the fixed policies of the family (``1f1b``, ``zb-h1``, ``zb-h2``,
+   ``eager-1f1b``; ``zbv``, ``v-half``, ``v-min``) that can be built and fit the limit;
+2. the constructive heuristic (``pipesim.search.greedy``) under a few rule variants;
+3. a local improvement pass over the best so far (``pipesim.search.improve``).
+
+Every candidate runs on the engine; its makespan and peak are the engine's, never a
+formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
+so the same inputs give the same schedule.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from pipesim.schedules import fit_virtual_stages, get_schedule
+from pipesim.schedules.ir import Action, Schedule, ScheduleError, single_chain, v_placement
+from pipesim.schedules.validation import validate
+from pipesim.search.greedy import Problem, Rules, construct, make_problem
+from pipesim.search.improve import improve
+from pipesim.sim.costs import Costs, uniform_costs
+from pipesim.sim.engine import simulate
+from pipesim.sim.links import Topology
+from pipesim.sim.memory import memory_timelines
+from pipesim.sim.order import DeadlockError
+
+AUTO_POLICIES = {"zb-auto": 1, "v-auto": 2}  # name -> virtual stages (chunks per device)
+SUMMARIES = {
+    "zb-auto": "searched zero-bubble order for the real costs under a memory limit (1 stage/GPU)",
+    "v-auto": "searched V-shape zero-bubble order for the real costs under a memory limit",
+}
+FAMILIES = {
+    "zb-auto": ("1f1b", "zb-h1", "zb-h2", "eager-1f1b"),
+    "v-auto": ("zbv", "v-half", "v-min"),
+}
+RULES = (
+    Rules(0.0, True),
+    Rules(1.0, True),
+    Rules(0.5, True),
+    Rules(float("inf"), True),
+    Rules(0.0, False),
+    Rules(1.0, False),
+)
+# The improvement pass runs about this many actions' worth of simulations in all.
+IMPROVE_ACTIONS = 600_000
+TOLERANCE = 1e-9
+
+
+class SearchError(ValueError):
+    """A search that cannot be run: unknown policy, wrong sizes, a limit nothing can meet."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """The schedule found and what it took to find it."""
+
+    schedule: Schedule
+    makespan_ms: float
+    peak_activation_bytes: float  # the largest over devices
+    limit_bytes: float
+    candidates: int
+    seconds: float
+    source: str  # the starting recipe, "heuristic", or "improved from <recipe>"
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluated:
+    schedule: Schedule
+    makespan_ms: float
+    peak_bytes: float
+    source: str
+
+
+def placement_of(name: str, devices: int) -> tuple[int, ...]:
+    if name not in AUTO_POLICIES:
+        raise SearchError(f"unknown search policy {name!r}; allowed: {', '.join(AUTO_POLICIES)}")
+    return v_placement(devices) if AUTO_POLICIES[name] == 2 else tuple(range(devices))
+
+
+def minimum_limit_bytes(name: str, devices: int, microbatches: int, costs: Costs) -> float:
+    """The smallest per-device limit any order of the family can keep: one microbatch at a
+    time on each device, so a device holds the activations of its stages of one microbatch
+    (a V's two chunks together: chunk 0's is still held when chunk 1's forward starts)."""
+    placement = placement_of(name, devices)
+    _check_costs(name, devices, costs)
+    held = [0.0] * devices
+    for stage, device in enumerate(placement):
+        held[device] += costs.activation_memory_bytes[stage]
+    return max(held) if microbatches > 0 else 0.0
+
+
+def evaluate(schedule: Schedule, costs: Costs, topology: Topology | None, source: str) -> Evaluated:
+    """Run ``schedule`` on the engine: its makespan and its largest per-device peak."""
+    trace = simulate(schedule, costs, topology)
+    timelines = memory_timelines(trace, schedule, costs)
+    peak = max((float(t.activation_bytes.max()) for t in timelines if len(t.time)), default=0.0)
+    return Evaluated(schedule, trace.makespan_ms, max(peak, 0.0), source)
+
+
+def default_limit_bytes(
+    name: str, devices: int, microbatches: int, costs: Costs, topology: Topology | None = None
+) -> float:
+    """What 1F1B holds on the same work: for ``v-auto``, 1F1B on D stages of two chunks each
+    (chunks 2k and 2k+1 make 1F1B's stage k)."""
+    chunks = AUTO_POLICIES[name]
+    schedule = get_schedule("1f1b", devices, microbatches)
+    if chunks == 1:
+        return evaluate(schedule, costs, topology, "1f1b").peak_bytes
+    merged = uniform_costs(
+        devices,
+        activation_memory_bytes=_merge(costs.activation_memory_bytes, chunks),
+        weight_grad_memory_bytes=_merge(costs.weight_grad_memory_bytes, chunks),
+    )
+    return evaluate(schedule, merged, None, "1f1b").peak_bytes
+
+
+def _merge(values: tuple[float, ...], chunks: int) -> list[float]:
+    return [sum(values[k * chunks : (k + 1) * chunks]) for k in range(len(values) // chunks)]
+
+
+def _check_costs(name: str, devices: int, costs: Costs) -> None:
+    stages = devices * AUTO_POLICIES[name]
+    if costs.stages < stages:
+        raise SearchError(
+            f"{name} needs costs for {stages} stages ({devices} devices x "
+            f"{AUTO_POLICIES[name]} chunks), got {costs.stages}"
+        )
+
+
+def search_schedule(
+    name: str,
+    devices: int,
+    microbatches: int,
+    costs: Costs,
+    topology: Topology | None = None,
+    memory_limit_bytes: float | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> SearchResult:
+    """The fastest schedule of the family ``name`` found within the memory limit.
+
+    ``costs`` has one entry per stage (``devices`` for ``zb-auto``, ``2 * devices`` for
+    ``v-auto``); ``memory_limit_bytes`` is per device (None: what 1F1B holds);
+    ``progress(n)`` is called after each candidate with the number tried so far.
+    """
+    began = time.perf_counter()
+    if devices < 1 or microbatches < 1:
+        raise SearchError(f"devices and microbatches must be >= 1, got {devices=}, {microbatches=}")
+    placement = placement_of(name, devices)
+    floor = minimum_limit_bytes(name, devices, microbatches, costs)
+    if memory_limit_bytes is None:
+        memory_limit_bytes = max(
+            default_limit_bytes(name, devices, microbatches, costs, topology), floor
+        )
+    if memory_limit_bytes < floor * (1 - 1e-12):
+        raise SearchError(
+            f"memory limit {memory_limit_bytes:.6g} bytes is below the minimum {floor:.6g} "
+            f"bytes any {name} order can reach ({devices} devices)"
+        )
+    search = _Search(costs, topology, memory_limit_bytes, progress)
+    search.starting_candidates(FAMILIES[name], devices, microbatches)
+    problem = make_problem(placement, microbatches, costs, topology, memory_limit_bytes)
+    search.constructed(problem, name)
+    best = search.best
+    if best is None:  # nothing fitted: should not happen above the minimum
+        raise SearchError(f"no {name} order found within {memory_limit_bytes:.6g} bytes")
+    budget = max(8, min(400, IMPROVE_ACTIONS // max(best.schedule.num_actions, 1)))
+    search.improved(budget)
+    best = search.best
+    schedule = replace(best.schedule, name=name)
+    validate(schedule)
+    return SearchResult(
+        schedule=schedule,
+        makespan_ms=best.makespan_ms,
+        peak_activation_bytes=best.peak_bytes,
+        limit_bytes=memory_limit_bytes,
+        candidates=search.count,
+        seconds=time.perf_counter() - began,
+        source=best.source,
+    )
+
+
+class _Search:
+    """The candidates tried so far and the best one that fits."""
+
+    def __init__(self, costs, topology, limit_bytes, progress) -> None:
+        self.costs, self.topology, self.limit = costs, topology, limit_bytes
+        self.progress = progress
+        self.count = 0
+        self.best: Evaluated | None = None
+
+    def fits(self, peak_bytes: float) -> bool:
+        return peak_bytes <= self.limit * (1 + TOLERANCE) + TOLERANCE
+
+    def offer(self, schedule: Schedule, source: str) -> Evaluated | None:
+        """Run one candidate; keep it if it fits and beats the best. None if it cannot run."""
+        self.count += 1
+        try:
+            found = evaluate(schedule, self.costs, self.topology, source)
+        except (ScheduleError, DeadlockError):
+            found = None
+        if self.progress is not None:
+            self.progress(self.count)
+        if found is None or not self.fits(found.peak_bytes):
+            return found
+        if self.best is None or found.makespan_ms < self.best.makespan_ms * (1 - TOLERANCE):
+            self.best = found
+        return found
+
+    def starting_candidates(self, family: tuple[str, ...], devices: int, microbatches: int):
+        for recipe in family:
+            try:
+                schedule = get_schedule(
+                    recipe, devices, microbatches, fit_virtual_stages(recipe, 1)
+                )
+            except ScheduleError:
+                continue  # its constraints fail at these sizes
+            self.offer(schedule, recipe)
+
+    def constructed(self, problem: Problem, name: str) -> None:
+        seen: set[tuple[tuple[Action, ...], ...]] = set()
+        for rules in RULES:
+            orders = construct(problem, rules)
+            if orders in seen:
+                continue
+            seen.add(orders)
+            self.offer(_schedule(orders, problem, name), "heuristic")
+
+    def improved(self, budget: int) -> None:
+        start = self.best
+        source = f"improved from {start.source}"
+
+        def run(schedule: Schedule) -> float | None:
+            found = self.offer(schedule, source)
+            return found.makespan_ms if found is not None and self.fits(found.peak_bytes) else None
+
+        improve(start.schedule, start.makespan_ms, budget, run)
+
+
+def _schedule(orders: tuple[tuple[Action, ...], ...], problem: Problem, name: str) -> Schedule:
+    return Schedule(
+        orders, problem.placement, single_chain(problem.stages, problem.microbatches), name
+    )
