@@ -1,20 +1,30 @@
-"""Interleaved 1F1B (Megatron-LM virtual pipeline, Narayanan et al. 2021).
+"""Interleaved 1F1B (Megatron-LM virtual pipeline, Narayanan et al. 2021), in the order
+torch 2.13's ``ScheduleInterleaved1F1B`` runs it.
 
 Each device holds v model chunks with loop placement: stage s sits on device s mod p, so a
-microbatch visits every device v times. Microbatches move in groups of p: device r runs
-chunk 0 of microbatches 0..p-1, then chunk 1 of the same p, ..., then chunk 0 of the next
-group. Forward step k (0 <= k < m v) is microbatch ``(k // (p v)) p + k mod p`` on chunk
-``(k mod p v) // p``; backward step k takes the chunks in reverse order.
+microbatch visits every device v times. Microbatches move in rounds of n: device r runs
+chunk 0 of microbatches 0..n-1, then chunk 1 of the same n, ..., then chunk 0 of the next
+round. As in torch, there are ``rounds = max(1, m // p)`` rounds of ``n = m / rounds``
+microbatches each, so m need not be a multiple of p, only of ``rounds``: n = p when p
+divides m (Megatron's groups), n = m when m < 2p (a single round), and for example
+p = 4, m = 10 runs two rounds of 5. Forward step k (0 <= k < m v) is microbatch
+``(k // (n v)) n + k mod n`` on chunk ``(k // n) mod v``; backward step k takes the chunks
+in reverse order, ``v - 1 - (k // n) mod v``, on the same microbatch formula.
 
-Phases on rank r (Megatron's ``forward_backward_pipelining_with_interleaving``):
+Phases on rank r:
 
-* warm-up: ``min((p - r - 1) * 2 + (v - 1) * p, m v)`` forward steps; every step when m = p;
-* steady state: one forward step then one backward step;
-* cool-down: the backward steps still owed.
+* warm-up: ``min((v - 1) n + 2 (p - r - 1), m v)`` forward steps (torch's and Megatron's
+  count), except every step when m = p (Megatron's rule, kept from pipesim's first order;
+  torch warms up with the formula there too);
+* steady state: ``m v - warm-up`` times one forward step then one backward step;
+* cool-down: the ``warm-up`` backward steps still owed.
 
 Bubble: (p - 1) / (v m) of the ideal time, v times smaller than 1F1B, for v times more
 point-to-point messages. Closed form, training with uniform per-chunk costs F and B and no
-hop time: makespan ``(m v + p - 1)(F + B)``.
+hop time: makespan ``(m v + p - 1)(F + B)`` when m >= p, whether or not p divides m; with
+m < p every chunk's single round waits for its microbatches to come back around the ring,
+and the makespan is ``(p v + m - 1)(F + B)`` (m = 1: the one microbatch's p v forwards and
+p v backwards end to end).
 """
 
 from __future__ import annotations
@@ -23,33 +33,46 @@ from pipesim.schedules.ir import Action, B, F, Schedule, loop_placement, require
 
 NAME = "interleaved-1f1b"
 SUMMARY = "Megatron-LM interleaved 1F1B (virtual pipeline stages, loop placement)"
-CONSTRAINTS = "virtual_stages >= 2; microbatches a multiple of devices"
+CONSTRAINTS = (
+    "virtual_stages >= 2; microbatches a multiple of rounds = max(1, microbatches // devices)"
+)
 MIN_VIRTUAL_STAGES = 2
 
 
-def _step(k: int, rank: int, devices: int, chunks: int, forward: bool) -> tuple[int, int]:
+def microbatches_per_round(devices: int, microbatches: int) -> int:
+    """n: torch's round size, ``m / max(1, m // p)`` (p when p divides m)."""
+    return microbatches // max(1, microbatches // devices)
+
+
+def warmup_steps(rank: int, devices: int, microbatches: int, chunks: int) -> int:
+    """Forward steps rank ``rank`` runs before its first backward."""
+    total = microbatches * chunks
+    if microbatches == devices:
+        return total
+    per_round = microbatches_per_round(devices, microbatches)
+    return min((chunks - 1) * per_round + 2 * (devices - rank - 1), total)
+
+
+def _step(k: int, rank: int, devices: int, chunks: int, per_round: int, forward: bool):
     """Stage and microbatch of forward (or backward) step k on ``rank``."""
-    in_group = k % (devices * chunks)
-    chunk = in_group // devices
+    chunk = (k // per_round) % chunks
     if not forward:
         chunk = chunks - 1 - chunk
-    microbatch = (k // (devices * chunks)) * devices + k % devices
+    microbatch = (k // (per_round * chunks)) * per_round + k % per_round
     return chunk * devices + rank, microbatch
 
 
 def rank_actions(rank: int, devices: int, microbatches: int, chunks: int) -> tuple[Action, ...]:
     total = microbatches * chunks
-    if microbatches == devices:
-        warmup = total
-    else:
-        warmup = min((devices - rank - 1) * 2 + (chunks - 1) * devices, total)
+    per_round = microbatches_per_round(devices, microbatches)
+    warmup = warmup_steps(rank, devices, microbatches, chunks)
 
     def fwd(k: int) -> Action:
-        stage, mb = _step(k, rank, devices, chunks, forward=True)
+        stage, mb = _step(k, rank, devices, chunks, per_round, forward=True)
         return Action(stage, F, mb)
 
     def bwd(k: int) -> Action:
-        stage, mb = _step(k, rank, devices, chunks, forward=False)
+        stage, mb = _step(k, rank, devices, chunks, per_round, forward=False)
         return Action(stage, B, mb)
 
     actions = [fwd(k) for k in range(warmup)]  # warm-up
@@ -59,16 +82,31 @@ def rank_actions(rank: int, devices: int, microbatches: int, chunks: int) -> tup
     return tuple(actions)
 
 
+def _valid_near(devices: int, microbatches: int) -> tuple[int, int]:
+    """The nearest microbatch counts below and above that split into equal rounds."""
+
+    def fits(m: int) -> bool:
+        return m % max(1, m // devices) == 0
+
+    below = next(m for m in range(microbatches - 1, 0, -1) if fits(m))
+    above = next(m for m in range(microbatches + 1, microbatches + devices + 1) if fits(m))
+    return below, above
+
+
 def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object) -> Schedule:
     require(
         virtual_stages >= 2,
         f"interleaved-1f1b needs virtual_stages >= 2 (1 is plain 1f1b), got virtual_stages={virtual_stages}",
     )
-    require(
-        microbatches % devices == 0,
-        f"interleaved-1f1b runs microbatches in groups of devices={devices}: the last group of "
-        f"microbatches={microbatches} would hold {microbatches % devices}; use a multiple of {devices}",
-    )
+    rounds = max(1, microbatches // devices)
+    if microbatches % rounds:
+        below, above = _valid_near(devices, microbatches)
+        require(
+            False,
+            f"interleaved-1f1b runs microbatches in rounds = max(1, microbatches // devices) = "
+            f"{rounds} of equal size: microbatches={microbatches} with devices={devices} leaves "
+            f"{microbatches % rounds} over; use {below} or {above}",
+        )
     device_actions = tuple(
         rank_actions(r, devices, microbatches, virtual_stages) for r in range(devices)
     )
@@ -84,8 +122,8 @@ def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object)
 def closed_form(
     p: int, m: int, v: int, forward_ms: float, backward_ms: float, hop_ms: float, training: bool
 ) -> tuple[float, float] | None:
-    """``(makespan_ms, busy_ms per device)``: training, no hop time, m a multiple of p."""
-    if not training or hop_ms != 0 or m % p:
+    """``(makespan_ms, busy_ms per device)``: training, no hop time, m in equal rounds."""
+    if not training or hop_ms != 0 or m % max(1, m // p):
         return None
-    work = m * v * (forward_ms + backward_ms)
-    return (m * v + p - 1) * (forward_ms + backward_ms), work
+    slots = m * v + p - 1 if m >= p else p * v + m - 1
+    return slots * (forward_ms + backward_ms), m * v * (forward_ms + backward_ms)

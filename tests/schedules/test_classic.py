@@ -47,9 +47,12 @@ def test_interleaved_uses_loop_placement_and_microbatch_groups():
     assert [a.kind for a in schedule.device_actions[0][:11]] == [F] * 11
 
 
-def test_interleaved_rejects_an_incomplete_last_group():
-    with pytest.raises(ConstraintError, match=r"devices=4.*microbatches=6 would hold 2"):
-        get_schedule("interleaved-1f1b", 4, 6, 2)
+def test_interleaved_rejects_unequal_rounds_only():
+    # torch's rule: max(1, m // p) rounds of equal size; m = 6 is one round of 6, m = 9
+    # would be two rounds of 4.5.
+    assert get_schedule("interleaved-1f1b", 4, 6, 2).microbatches == 6
+    with pytest.raises(ConstraintError, match=r"= 2 of equal size: microbatches=9 with devices=4"):
+        get_schedule("interleaved-1f1b", 4, 9, 2)
     with pytest.raises(ConstraintError, match="virtual_stages >= 2"):
         get_schedule("interleaved-1f1b", 4, 8, 1)
 
