@@ -50,15 +50,15 @@ def test_a_profile_cannot_be_recut_and_lists_cannot_either(tmp_path):
 
 
 def test_compare_gives_typed_rows_in_order_with_reasons():
-    base = apply_overrides(read_mapping(GPIPE), ["pipeline.microbatches=6"])
+    base = apply_overrides(read_mapping(GPIPE), ["pipeline.microbatches=9"])
     comparison = compare_schedules(base, GPIPE, ["gpipe", "interleaved-1f1b", "1f1b", "gpipe"])
     assert [row.schedule for row in comparison.rows] == ["gpipe", "interleaved-1f1b", "1f1b"]
     gpipe, interleaved, one_f_one_b = comparison.rows
-    assert gpipe.result.report.makespan_ms == one_f_one_b.result.report.makespan_ms == 27.0
+    assert gpipe.result.report.makespan_ms == one_f_one_b.result.report.makespan_ms == 36.0
     assert interleaved == CompareRow(
         "interleaved-1f1b",
-        error="pipeline: interleaved-1f1b runs microbatches in groups of devices=4: the last "
-        "group of microbatches=6 would hold 2; use a multiple of 4",
+        error="pipeline: interleaved-1f1b runs microbatches in rounds = max(1, microbatches // "
+        "devices) = 2 of equal size: microbatches=9 with devices=4 leaves 1 over; use 8 or 10",
     )
     assert comparison.results == (gpipe.result, one_f_one_b.result)
     assert not comparison.ranked and comparison.rescaled == ()

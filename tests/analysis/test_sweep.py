@@ -64,11 +64,12 @@ def test_one_row_per_point_in_grid_order_with_closed_form_values():
 
 
 def test_an_invalid_point_is_a_row_with_its_error():
-    frame = sweep(["pipeline.microbatches=6,8", "pipeline.schedule=interleaved-1f1b"], jobs=1)
+    frame = sweep(["pipeline.microbatches=9,8", "pipeline.schedule=interleaved-1f1b"], jobs=1)
     bad = frame[frame.error != ""]
-    assert list(bad["pipeline.microbatches"]) == [6]
-    assert bad.error.iloc[0].startswith(
-        "pipeline: interleaved-1f1b runs microbatches in groups of devices=4: the last group of microbatches=6 would hold 2"
+    assert list(bad["pipeline.microbatches"]) == [9]
+    assert bad.error.iloc[0] == (
+        "pipeline: interleaved-1f1b runs microbatches in rounds = max(1, microbatches // "
+        "devices) = 2 of equal size: microbatches=9 with devices=4 leaves 1 over; use 8 or 10"
     )
     assert bad.makespan_ms.isna().all()
 
@@ -133,7 +134,7 @@ def test_cli_writes_csv_json_and_plot(tmp_path):
 
 def test_cli_prints_a_narrow_table_in_human_units():
     result = invoke(
-        "sweep", GPIPE, "--grid", "pipeline.microbatches=4,6",
+        "sweep", GPIPE, "--grid", "pipeline.microbatches=4,9",
         "--grid", "pipeline.schedule=1f1b,interleaved-1f1b", "--jobs", "1",
     )  # fmt: skip
     assert result.exit_code == 0 and result.stderr == ""
@@ -141,10 +142,10 @@ def test_cli_prints_a_narrow_table_in_human_units():
         "pipeline.microbatches  pipeline.schedule  makespan ms  bubble  samples/s  peak activations  error",
         "                    4               1f1b       21.000  0.4286      190.5        400.00 MiB",
         "                    4   interleaved-1f1b       16.500  0.2727      242.4        400.00 MiB",
-        "                    6               1f1b       27.000  0.3333      222.2        400.00 MiB",
-        "                    6   interleaved-1f1b            -       -          -                 -  "
-        "pipeline: interleaved-1f1b runs microbatches in groups of devices=4: the last group of "
-        "microbatches=6 would hold 2; use a multiple of 4",
+        "                    9               1f1b       36.000  0.2500      250.0        400.00 MiB",
+        "                    9   interleaved-1f1b            -       -          -                 -  "
+        "pipeline: interleaved-1f1b runs microbatches in rounds = max(1, microbatches // "
+        "devices) = 2 of equal size: microbatches=9 with devices=4 leaves 1 over; use 8 or 10",
     ]
 
 
