@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "pipesim"
-LAYERS = ("schedules", "sim", "search", "cluster", "scenario", "analysis", "calibrate", "plot", "cli")
+LAYERS = (
+    "schedules",
+    "sim",
+    "search",
+    "cluster",
+    "scenario",
+    "analysis",
+    "calibrate",
+    "plot",
+    "cli",
+)
 MODULES = sorted(ROOT.rglob("*.py"))
 
 

@@ -16,6 +16,7 @@ from pipesim.analysis.critical import Explanation, explain
 from pipesim.analysis.monte_carlo import MonteCarlo, MonteCarloSummary, Progress, monte_carlo
 from pipesim.scenario.build import Scenario
 from pipesim.scenario.schema import ScenarioError
+from pipesim.search import SearchResult
 from pipesim.sim.engine import DurationScale, simulate
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
 from pipesim.sim.metrics import Report, build_report
@@ -35,6 +36,11 @@ class Result:
     explanation: Explanation | None = None
     notes: tuple[str, ...] = ()
 
+    @property
+    def search(self) -> SearchResult | None:
+        """How zb-auto / v-auto found the schedule (None for a fixed policy)."""
+        return self.scenario.search
+
     def to_dict(self) -> dict:
         """The report's fields, then the Monte Carlo percentiles (``makespan_ms_p50``, ...)
         and the critical path with idle time per device and cause, where present."""
@@ -46,6 +52,8 @@ class Result:
             data["idle_by_cause"] = {
                 str(d): causes for d, causes in self.explanation.idle_by_cause().items()
             }
+        if self.search is not None:
+            data["search"] = search_dict(self.search)
         return data
 
     def scalars(self) -> dict[str, float | int | str | None]:
@@ -148,6 +156,18 @@ def study(scenario: Scenario, runs: int, seed: int, progress: Progress | None = 
 
 def _explain(result: Result) -> Explanation:
     return explain(result.trace, result.scenario.schedule, result.scenario.topology)
+
+
+def search_dict(search: SearchResult) -> dict[str, float | int | str]:
+    """The search's numbers for JSON: limit, peak reached, candidates, seconds, source."""
+    return {
+        "memory_limit_bytes": search.limit_bytes,
+        "peak_activation_bytes": search.peak_activation_bytes,
+        "makespan_ms": search.makespan_ms,
+        "candidates": search.candidates,
+        "seconds": search.seconds,
+        "source": search.source,
+    }
 
 
 def cost_notes(scenario: Scenario) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ from pipesim.analysis.compare import CompareRow, Comparison
 from pipesim.analysis.critical import Explanation, describe_gap, format_ms
 from pipesim.analysis.monte_carlo import MonteCarloSummary
 from pipesim.analysis.run import Result
+from pipesim.search import SearchResult
 from pipesim.sim.metrics import Report
 
 TABLE_PATH_STEPS = 40  # critical path steps shown in the run table (all in JSON and explain)
@@ -27,6 +28,8 @@ def render_table(result: Result) -> str:
     """The report as a table; Monte Carlo percentiles and the critical path when present."""
     report = result.report
     lines = [f"pipesim - {report.scenario}", ""] + _summary_lines(report)
+    if result.search is not None:
+        lines += _search_lines(result.search)
     if result.monte_carlo is not None:
         lines += [""] + _monte_carlo_lines(result.monte_carlo)
     lines += _memory_lines(report)
@@ -58,6 +61,15 @@ def _summary_lines(report: Report) -> list[str]:
     if report.tokens_per_second:
         line("", f"{report.tokens_per_second:,.0f} tokens/s")
     return lines
+
+
+def _search_lines(search: SearchResult) -> list[str]:
+    """What the schedule search did: under which limit, how close it came, at what cost."""
+    return [
+        f"  {'memory limit':<18}{format_bytes(search.limit_bytes)} per device (searched)",
+        f"  {'peak reached':<18}{format_bytes(search.peak_activation_bytes)}   ({search.source})",
+        f"  {'search':<18}{search.candidates} candidates in {search.seconds:.2f} s",
+    ]
 
 
 def _monte_carlo_lines(summary: MonteCarloSummary) -> list[str]:

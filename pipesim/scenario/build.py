@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipesim.scenario import derive
+from pipesim.scenario import derive, searched
 from pipesim.scenario.load import apply_overrides, read_mapping, read_text_file
 from pipesim.scenario.profile import ProfileError, costs_from_profile, load_profile
 from pipesim.scenario.schema import (
@@ -39,6 +39,7 @@ from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError, forward_only
 from pipesim.schedules.torch_csv import read_torch_csv
 from pipesim.schedules.validation import validate
+from pipesim.search import AUTO_POLICIES, SearchResult
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.links import Topology
 from pipesim.sim.metrics import Accounting
@@ -65,6 +66,7 @@ class Scenario:
     # Hand-typed (or profiled) costs are per chunk: more virtual stages mean more work per
     # device. Costs derived from a model are re-cut instead (False).
     costs_per_chunk: bool = True
+    search: SearchResult | None = None  # how zb-auto / v-auto found the schedule
 
 
 # ---------------------------------------------------------------------------
@@ -99,8 +101,9 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
 
 
 def build_scenario(spec: ScenarioSpec, source: str) -> Scenario:
-    """Turn a validated spec into core objects (schedule, costs, topology, variability)."""
-    scenario = _build_deterministic(spec, source)
+    """Turn a validated spec into core objects (schedule, costs, topology, variability).
+    A searched policy (zb-auto, v-auto) is searched for once the costs are known."""
+    scenario = _searched(_build_deterministic(spec, source), source)
     if spec.variability is None:
         return scenario
     variability = _build_variability(spec.variability, scenario.schedule, source)
@@ -226,15 +229,23 @@ def _build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Sched
         return _schedule_from_file(pipe, source, forward)
     if pipe.schedule_file is not None:
         raise ScenarioError(f"{source}: pipeline.schedule_file: only used with schedule: csv")
+    name = searched.stand_in(pipe, source)
     if pipe.devices is None:
         raise ScenarioError(f"{source}: pipeline.devices: required (a csv schedule may omit it)")
     check_size(pipe, microbatches, source)
     try:
-        return get_schedule(
-            pipe.schedule, pipe.devices, microbatches, pipe.virtual_stages, forward=forward
-        )
+        return get_schedule(name, pipe.devices, microbatches, pipe.virtual_stages, forward=forward)
     except ScheduleError as exc:
         raise ScenarioError(f"{source}: pipeline: {_first_line(exc)}") from None
+
+
+def _searched(scenario: Scenario, source: str) -> Scenario:
+    """A zb-auto / v-auto scenario with the schedule searched on its costs and links."""
+    if scenario.spec.pipeline.schedule not in AUTO_POLICIES:
+        return scenario
+    found = searched.search(scenario.spec.pipeline, scenario.schedule, scenario.costs,
+                            scenario.topology, source)  # fmt: skip
+    return replace(scenario, schedule=found.schedule, search=found)
 
 
 def _schedule_from_file(pipe: PipelineSpec, source: str, forward: bool) -> Schedule:
@@ -343,7 +354,7 @@ def with_schedule(base: dict, name: str) -> tuple[dict, str]:
     old = pipeline.get("virtual_stages", 1)
     if not _is_number(old) or not isinstance(old, int) or old < 1:
         return data, ""
-    new = fit_virtual_stages(name, old)
+    new = AUTO_POLICIES[name] if name in AUTO_POLICIES else fit_virtual_stages(name, old)
     if new == old:
         return data, ""
     pipeline["virtual_stages"] = new

@@ -29,6 +29,7 @@ from pydantic import (
 
 from pipesim.cluster.hardware import GPU_PROFILES, LINK_PROFILES
 from pipesim.schedules import POLICIES
+from pipesim.search import AUTO_POLICIES
 
 MAX_ERROR_CHARS = 300
 
@@ -91,14 +92,15 @@ class PipelineSpec(_Strict):
     mode: Literal["train", "forward"] = "train"
     # The size guard: a schedule of more actions is refused before it is built.
     max_actions: Count = DEFAULT_MAX_ACTIONS
+    # Per device, for the searched policies (zb-auto, v-auto); None: what 1F1B holds.
+    memory_limit_bytes: Bytes | None = None
 
     @field_validator("schedule")
     @classmethod
     def _known_schedule(cls, value: str) -> str:
-        if value != "csv" and value not in POLICIES:
-            raise ValueError(
-                f"unknown schedule {value!r}; allowed: {', '.join([*POLICIES, 'csv'])}"
-            )
+        if value != "csv" and value not in POLICIES and value not in AUTO_POLICIES:
+            allowed = ", ".join([*POLICIES, *AUTO_POLICIES, "csv"])
+            raise ValueError(f"unknown schedule {value!r}; allowed: {allowed}")
         return value
 
 

@@ -175,7 +175,7 @@ def search_schedule(
         )
     if memory_limit_bytes < floor * (1 - 1e-12):
         raise SearchError(
-            f"memory limit {memory_limit_bytes:.6g} bytes is below the minimum {floor:.6g} "
+            f"memory limit {memory_limit_bytes:.12g} bytes is below the minimum {floor:.12g} "
             f"bytes any {name} order can reach ({devices} devices)"
         )
     search = _Search(costs, topology, memory_limit_bytes, progress)
@@ -184,7 +184,7 @@ def search_schedule(
     search.constructed(problem, name)
     best = search.best
     if best is None:  # nothing fitted: should not happen above the minimum
-        raise SearchError(f"no {name} order found within {memory_limit_bytes:.6g} bytes")
+        raise SearchError(f"no {name} order found within {memory_limit_bytes:.12g} bytes")
     budget = max(8, min(400, IMPROVE_ACTIONS // max(best.schedule.num_actions, 1)))
     search.improved(budget)
     best = search.best

@@ -1,0 +1,55 @@
+"""Scenarios that name a searched policy (``zb-auto``, ``v-auto``, ``pipesim.search``).
+
+Such a scenario is built in two steps: a fixed recipe of the same family (same placement,
+so the same costs and links) stands in while the costs and topology are built, then the
+search runs on them and its schedule replaces the stand-in. A limit the family cannot
+reach is one ScenarioError line naming the minimum.
+"""
+
+from __future__ import annotations
+
+from pipesim.scenario.schema import PipelineSpec, ScenarioError
+from pipesim.schedules.ir import Schedule
+from pipesim.search import AUTO_POLICIES, SearchError, SearchResult, search_schedule
+from pipesim.search.auto import FAMILIES
+from pipesim.sim.costs import Costs
+from pipesim.sim.links import Topology
+
+
+def stand_in(pipe: PipelineSpec, source: str) -> str:
+    """The policy that shapes the scenario until the search runs (``pipe.schedule`` itself
+    when it is a fixed policy); a memory limit without a searched policy is an error."""
+    name = pipe.schedule
+    if name not in AUTO_POLICIES:
+        if pipe.memory_limit_bytes is not None:
+            raise ScenarioError(
+                f"{source}: pipeline.memory_limit_bytes: only used with schedule "
+                f"{' or '.join(AUTO_POLICIES)}"
+            )
+        return name
+    if pipe.mode == "forward":
+        raise ScenarioError(f"{source}: pipeline.mode: {name} searches training schedules only")
+    if pipe.virtual_stages != AUTO_POLICIES[name]:
+        raise ScenarioError(
+            f"{source}: pipeline.virtual_stages: {name} takes virtual_stages = "
+            f"{AUTO_POLICIES[name]}, got {pipe.virtual_stages}"
+        )
+    return FAMILIES[name][0]
+
+
+def search(
+    pipe: PipelineSpec, schedule: Schedule, costs: Costs, topology: Topology, source: str
+) -> SearchResult:
+    """Search the scenario's policy on its costs and links, under its memory limit."""
+    try:
+        return search_schedule(
+            pipe.schedule,
+            schedule.devices,
+            schedule.microbatches,
+            costs,
+            topology,
+            pipe.memory_limit_bytes,
+        )
+    except SearchError as exc:
+        line = str(exc).strip().splitlines()[0]
+        raise ScenarioError(f"{source}: pipeline.memory_limit_bytes: {line}") from None

@@ -1,0 +1,99 @@
+"""``pipesim run`` with a searched schedule: the table and JSON say how the search went,
+a limit below the minimum is one line and exit 2, --schedule-csv writes the order found."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipesim.cli.commands import main
+from pipesim.scenario.build import load_scenario
+from pipesim.scenario.schema import ScenarioError
+from pipesim.schedules.torch_csv import read_torch_csv
+
+SCENARIO = """\
+schema_version: 1
+name: searched
+pipeline: {schedule: zb-auto, devices: 4, microbatches: 8}
+costs:
+  forward_ms: 2.0
+  backward_input_ms: 2.0
+  backward_weight_ms: 1.0
+  activation_memory_bytes: 1024
+  weight_grad_memory_bytes: 256
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "searched.yaml"
+    path.write_text(SCENARIO)
+    return path
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_run_prints_limit_peak_candidates_and_seconds(scenario):
+    result = invoke("run", scenario, "--set", "pipeline.memory_limit_bytes=8192")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "  schedule          zb-auto" in lines
+    assert "  makespan          46.000 ms" in lines  # m (F+I+W) + (p-1) F: zero bubble
+    assert "  memory limit      8.00 KiB per device (searched)" in lines
+    assert any(line.startswith("  peak reached      ") for line in lines)
+    search = next(line for line in lines if line.startswith("  search  "))
+    assert " candidates in " in search and search.endswith(" s")
+
+
+def test_run_json_has_a_search_key(scenario):
+    result = invoke("run", scenario, "--format", "json")
+    assert result.exit_code == 0, result.output
+    search = json.loads(result.stdout)["search"]
+    assert search["memory_limit_bytes"] == 4096  # 1F1B: 4 microbatches on device 0
+    assert search["peak_activation_bytes"] <= 4096
+    assert search["candidates"] > 0 and search["seconds"] > 0
+    assert set(search) >= {"makespan_ms", "source"}
+
+
+def test_a_limit_below_the_minimum_is_one_line_exit_2(scenario):
+    result = invoke("run", scenario, "--set", "pipeline.memory_limit_bytes=1000")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"pipesim: error: {scenario}: pipeline.memory_limit_bytes: memory limit 1000 bytes is "
+        "below the minimum 1024 bytes any zb-auto order can reach (4 devices)\n"
+    )
+
+
+def test_schedule_csv_exports_the_order_found(scenario, tmp_path):
+    out = tmp_path / "order.csv"
+    result = invoke("run", scenario, "--schedule-csv", out)
+    assert result.exit_code == 0, result.output
+    found = load_scenario(scenario).search.schedule
+    assert read_torch_csv(out.read_text()).device_actions == found.device_actions
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("pipeline.virtual_stages=2", "pipeline.virtual_stages: zb-auto takes virtual_stages = 1"),
+        ("pipeline.mode=forward", "pipeline.mode: zb-auto searches training schedules only"),
+    ],
+)
+def test_searched_policies_refuse_what_they_cannot_search(scenario, override, message):
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(scenario, [override])
+
+
+def test_a_memory_limit_needs_a_searched_policy(scenario):
+    with pytest.raises(ScenarioError, match="memory_limit_bytes: only used with schedule zb-auto"):
+        load_scenario(scenario, ["pipeline.schedule=1f1b", "pipeline.memory_limit_bytes=9"])
+
+
+def test_v_auto_runs_from_a_scenario(scenario):
+    loaded = load_scenario(scenario, ["pipeline.schedule=v-auto", "pipeline.virtual_stages=2"])
+    assert loaded.schedule.name == "v-auto" and loaded.schedule.stages == 8
+    assert loaded.search.peak_activation_bytes <= loaded.search.limit_bytes
