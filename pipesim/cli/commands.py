@@ -45,6 +45,7 @@ from pipesim.plot.figures import gantt_figure, stacked_gantt_figure, sweep_figur
 from pipesim.scenario.build import apply_overrides, load_scenario, read_mapping
 from pipesim.schedules import list_schedules
 from pipesim.schedules.torch_csv import to_torch_csv
+from pipesim.search import AUTO_POLICIES, SUMMARIES
 from pipesim.sim.export import to_chrome_trace
 from pipesim.sim.export import to_csv as trace_to_csv
 
@@ -167,9 +168,16 @@ def validate(scenario, overrides) -> None:
 @main.command()
 def schedules() -> None:
     """List every schedule policy with its constraints."""
-    rows = list_schedules() + [
-        ("csv", "a schedule read from pipeline.schedule_file (torch CSV)", "any valid schedule")
+    limit = "pipeline.memory_limit_bytes per device (default: what 1f1b holds)"
+    searched = [
+        (name, SUMMARIES[name], f"virtual_stages = {chunks}; {limit}")
+        for name, chunks in AUTO_POLICIES.items()
     ]
+    rows = (
+        list_schedules()
+        + searched
+        + [("csv", "a schedule read from pipeline.schedule_file (torch CSV)", "any valid schedule")]
+    )
     width = max(len(name) for name, _, _ in rows)
     for name, summary, constraints in rows:
         click.echo(f"{name:<{width}}  {summary}")
