@@ -12,6 +12,10 @@ runs at the chunk count it needs (``pipesim.schedules.fit_virtual_stages``), and
 * a profile times a fixed cut: a schedule that needs another one cannot run.
 
 ``pipesim compare`` and the sweeps (a ``pipeline.schedule`` grid) share this recipe.
+
+The searched policies (``zb-auto``, ``v-auto``: ``pipesim.search``) are cut the same way,
+at the chunk count they search for, and stand beside the fixed recipes: their rows carry
+the memory limit they searched under and the peak they reached.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pipesim.scenario.build import Scenario, build_scenario, parse_spec, with_sc
 from pipesim.scenario.schema import ScenarioError
 from pipesim.schedules import POLICIES, fit_virtual_stages
 from pipesim.schedules.ir import ScheduleError
+from pipesim.search import AUTO_POLICIES
 from pipesim.sim.engine import DeadlockError
 
 
@@ -37,24 +42,51 @@ def scenario_for_schedule(data: dict, source: str, name: str | None = None) -> t
     """Build the scenario mapping ``data`` (read from ``source``) under schedule ``name``
     (None: as written), at the number of virtual stages that schedule needs.
 
-    Returns the Scenario and a note on what changed ("" when nothing did).
+    Returns the Scenario and a note on what changed ("" when nothing did). A fixed policy
+    runs without the scenario's ``pipeline.memory_limit_bytes``: that limit is what the
+    searched policies search under, and a fixed recipe holds what it holds.
     """
     note = ""
     if name is not None:
         data, note = _rechunk(data, source, name)
+        pipeline = data.get("pipeline")
+        if name not in AUTO_POLICIES and isinstance(pipeline, dict):
+            pipeline.pop("memory_limit_bytes", None)  # data is a copy
     return build_scenario(parse_spec(data, source), source), note
+
+
+def known_schedules() -> tuple[str, ...]:
+    """Every name a comparison accepts: the fixed policies, then the searched ones."""
+    return (*POLICIES, *AUTO_POLICIES)
+
+
+def chunks_for(name: str, requested: int) -> int:
+    """The virtual stages ``name`` runs with: a searched policy's own count, else the fixed
+    policy's fit (``pipesim.schedules.fit_virtual_stages``)."""
+    if name in AUTO_POLICIES:
+        return AUTO_POLICIES[name]
+    return fit_virtual_stages(name, requested)
+
+
+def default_schedules(data: dict) -> list[str]:
+    """What ``pipesim compare`` runs when no schedule is named: every fixed policy, then
+    the searched ones where the scenario trains (a forward-only step has no backward
+    order to search)."""
+    pipeline = data.get("pipeline")
+    mode = pipeline.get("mode", "train") if isinstance(pipeline, dict) else "train"
+    return [*POLICIES, *(AUTO_POLICIES if mode == "train" else ())]
 
 
 def _rechunk(data: dict, source: str, name: str) -> tuple[dict, str]:
     pipeline = data.get("pipeline")
     old = pipeline.get("virtual_stages", 1) if isinstance(pipeline, dict) else None
-    known = isinstance(name, str) and name in POLICIES
+    known = isinstance(name, str) and name in known_schedules()
     if not known or not isinstance(old, int) or isinstance(old, bool) or old < 1:
         data = copy.deepcopy(data)  # validation will name what is wrong
         if isinstance(pipeline, dict):
             data["pipeline"]["schedule"] = name
         return data, ""
-    new = fit_virtual_stages(name, old)
+    new = chunks_for(name, old)
     if new == old or "model" in data:
         data = copy.deepcopy(data)
         data["pipeline"].update(schedule=name, virtual_stages=new)
@@ -93,6 +125,13 @@ class CompareRow:
             "note": self.note,
             "error": "",
         }
+        search = self.result.search
+        if search is not None:
+            data.update(
+                memory_limit_bytes=search.limit_bytes,
+                search_candidates=search.candidates,
+                search_seconds=search.seconds,
+            )
         if self.result.monte_carlo is not None:
             data.update(self.result.monte_carlo.to_dict())
         if self.rank is not None:
@@ -123,24 +162,26 @@ class Comparison:
 def compare_schedules(
     data: dict,
     source: str,
-    names: Sequence[str],
+    names: Sequence[str] | None = None,
     *,
     runs: int | None = None,
     seed: int = 0,
     progress: Progress | None = None,
 ) -> Comparison:
-    """Run the scenario mapping ``data`` under each schedule in ``names``.
+    """Run the scenario mapping ``data`` under each schedule in ``names`` (None: every
+    fixed policy and, for a training step, ``zb-auto`` and ``v-auto``).
 
     A schedule that cannot run (a broken constraint, a deadlock) is a row with its reason.
     With ``runs``, each also runs a Monte Carlo study and the rows are ranked by p50
     makespan, then p99 (rows that did not run last). ``progress(n)``: n more steps done.
     """
-    names = list(dict.fromkeys(names))
+    names = list(dict.fromkeys(default_schedules(data) if names is None else names))
     if not names:
         raise CompareError("no schedule to compare; name at least one, e.g. gpipe,1f1b")
-    unknown = [n for n in names if n not in POLICIES]
+    unknown = [n for n in names if n not in known_schedules()]
     if unknown:
-        raise CompareError(f"unknown schedule {unknown[0]!r}; allowed: {', '.join(POLICIES)}")
+        allowed = ", ".join(known_schedules())
+        raise CompareError(f"unknown schedule {unknown[0]!r}; allowed: {allowed}")
     rows = []
     for name in names:
         try:

@@ -16,7 +16,12 @@ import os
 
 import click
 
-from pipesim.analysis.compare import CompareError, Comparison, compare_schedules
+from pipesim.analysis.compare import (
+    CompareError,
+    Comparison,
+    compare_schedules,
+    default_schedules,
+)
 from pipesim.analysis.run import Result, explain_scenario, run_scenario
 from pipesim.analysis.sweep import parse_grid, run_sweep
 from pipesim.cli.calibrate import COMMANDS
@@ -187,7 +192,13 @@ def schedules() -> None:
 @main.command()
 @click.argument("scenario")
 @set_option
-@click.option("--schedules", "names", required=True, help="Comma-separated schedule names.")
+@click.option(
+    "--schedules",
+    "names",
+    default=None,
+    help="Comma-separated schedule names (default: every policy, and zb-auto and v-auto "
+    "when the scenario trains).",
+)
 @click.option(
     "--format",
     "fmt",
@@ -209,16 +220,18 @@ def compare(scenario, overrides, names, fmt, output, gantt, runs, seed, no_progr
     """Run SCENARIO under several schedules and compare them side by side.
 
     Each schedule runs at the virtual stages it needs; hand-typed costs are per chunk, so
-    they are scaled to keep the work the same (a note on stderr says so). With --runs N
+    they are scaled to keep the work the same (a note on stderr says so). The searched
+    policies (zb-auto, v-auto) show the memory limit they searched under, the peak they
+    reached and the candidates they tried. With --runs N
     each schedule also runs a Monte Carlo study under the variability section, and the
     schedules are ranked by p50 makespan, then p99.
     """
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
-    if not wanted:
+    wanted = None if names is None else [n.strip() for n in names.split(",") if n.strip()]
+    if wanted is not None and not wanted:
         raise UserError(f"--schedules {names!r}: names no schedule; e.g. --schedules gpipe,1f1b")
     check_outputs(Output("-o", output, stdout=True), Output("--gantt", gantt, FIGURE_SUFFIXES))
     base = apply_overrides(read_mapping(scenario), list(overrides))
-    total = len(wanted) * (runs or 0)
+    total = len(wanted or default_schedules(base)) * (runs or 0)
     with progress_bar(total, "run", "Monte Carlo", disabled=no_progress) as progress:
         try:
             comparison = compare_schedules(

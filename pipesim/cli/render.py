@@ -156,6 +156,7 @@ COMPARE_FIELDS = (
     "note",
     "error",
 )
+SEARCH_FIELDS = ("memory_limit_bytes", "search_candidates", "search_seconds")
 STUDY_FIELDS = (
     "rank",
     "makespan_ms_p50",
@@ -200,13 +201,31 @@ def _compare_line(row: CompareRow, width: int, ranked: bool) -> str:
         (f"{row.rank:<4}  " if ranked else "")
         + f"{row.schedule:<{width}}  {report.makespan_ms:>12.3f}{percentiles} "
         f"{report.bubble_fraction:>8.4f} {report.span_bubble_rate:>12.4f} "
-        f"{report.samples_per_second:>12.1f}  {peaks}" + (f"  ({row.note})" if row.note else "")
+        f"{report.samples_per_second:>12.1f}  {peaks}" + _compare_remarks(row)
     )
+
+
+def _compare_remarks(row: CompareRow) -> str:
+    """The end of a compare line, in brackets: what a search did (the limit it searched
+    under, the peak it reached, its candidates and time), then the row's note."""
+    parts = []
+    search = row.result.search if row.result is not None else None
+    if search is not None:
+        parts.append(
+            f"limit {format_bytes(search.limit_bytes)}, peak "
+            f"{format_bytes(search.peak_activation_bytes)}, {search.candidates} candidates "
+            f"in {search.seconds:.2f} s"
+        )
+    if row.note:
+        parts.append(row.note)
+    return f"  ({'; '.join(parts)})" if parts else ""
 
 
 def _compare_csv(comparison: Comparison) -> str:
     rows = comparison.to_dicts()
     fields = list(COMPARE_FIELDS)
+    at = fields.index("peak_activation_bytes") + 1
+    fields[at:at] = [k for k in SEARCH_FIELDS if any(k in r for r in rows)]
     fields[1:1] = [k for k in STUDY_FIELDS if any(k in r for r in rows)]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
