@@ -38,13 +38,14 @@ from dataclasses import dataclass, replace
 from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, Schedule, ScheduleError, single_chain, v_placement
 from pipesim.schedules.validation import validate
-from pipesim.search.greedy import Problem, Rules, construct, make_problem
+from pipesim.search.greedy import Problem, Rules, Stalled, construct, make_problem
 from pipesim.search.improve import improve
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import memory_timelines
 from pipesim.sim.order import DeadlockError
+from pipesim.sim.trace import Trace
 
 AUTO_POLICIES = {"zb-auto": 1, "v-auto": 2}  # name -> virtual stages (chunks per device)
 SUMMARIES = {
@@ -55,14 +56,12 @@ FAMILIES = {
     "zb-auto": ("1f1b", "zb-h1", "zb-h2", "eager-1f1b"),
     "v-auto": ("zbv", "v-half", "v-min"),
 }
-RULES = (
-    Rules(0.0, True),
-    Rules(1.0, True),
-    Rules(0.5, True),
-    Rules(float("inf"), True),
-    Rules(0.0, False),
-    Rules(1.0, False),
-)
+RULES = tuple(
+    Rules(fill_ratio, deep_first, extra)
+    for extra in (None, 0, 1, 2)
+    for fill_ratio, deep_first in ((0.0, True), (1.0, True), (0.5, True), (float("inf"), True),
+                                   (0.0, False), (1.0, False))
+)  # fmt: skip
 # The improvement pass runs about this many actions' worth of simulations in all.
 IMPROVE_ACTIONS = 600_000
 TOLERANCE = 1e-9
@@ -113,10 +112,16 @@ def minimum_limit_bytes(name: str, devices: int, microbatches: int, costs: Costs
 
 def evaluate(schedule: Schedule, costs: Costs, topology: Topology | None, source: str) -> Evaluated:
     """Run ``schedule`` on the engine: its makespan and its largest per-device peak."""
+    return run_candidate(schedule, costs, topology, source)[0]
+
+
+def run_candidate(
+    schedule: Schedule, costs: Costs, topology: Topology | None, source: str
+) -> tuple[Evaluated, Trace]:
     trace = simulate(schedule, costs, topology)
     timelines = memory_timelines(trace, schedule, costs)
     peak = max((float(t.activation_bytes.max()) for t in timelines if len(t.time)), default=0.0)
-    return Evaluated(schedule, trace.makespan_ms, max(peak, 0.0), source)
+    return Evaluated(schedule, trace.makespan_ms, max(peak, 0.0), source), trace
 
 
 def default_limit_bytes(
@@ -213,20 +218,20 @@ class _Search:
     def fits(self, peak_bytes: float) -> bool:
         return peak_bytes <= self.limit * (1 + TOLERANCE) + TOLERANCE
 
-    def offer(self, schedule: Schedule, source: str) -> Evaluated | None:
+    def offer(self, schedule: Schedule, source: str) -> tuple[Evaluated | None, Trace | None]:
         """Run one candidate; keep it if it fits and beats the best. None if it cannot run."""
         self.count += 1
         try:
-            found = evaluate(schedule, self.costs, self.topology, source)
+            found, trace = run_candidate(schedule, self.costs, self.topology, source)
         except (ScheduleError, DeadlockError):
-            found = None
+            found, trace = None, None
         if self.progress is not None:
             self.progress(self.count)
         if found is None or not self.fits(found.peak_bytes):
-            return found
+            return found, trace
         if self.best is None or found.makespan_ms < self.best.makespan_ms * (1 - TOLERANCE):
             self.best = found
-        return found
+        return found, trace
 
     def starting_candidates(self, family: tuple[str, ...], devices: int, microbatches: int):
         for recipe in family:
@@ -241,7 +246,10 @@ class _Search:
     def constructed(self, problem: Problem, name: str) -> None:
         seen: set[tuple[tuple[Action, ...], ...]] = set()
         for rules in RULES:
-            orders = construct(problem, rules)
+            try:
+                orders = construct(problem, rules)
+            except Stalled:
+                continue
             if orders in seen:
                 continue
             seen.add(orders)
@@ -251,11 +259,12 @@ class _Search:
         start = self.best
         source = f"improved from {start.source}"
 
-        def run(schedule: Schedule) -> float | None:
-            found = self.offer(schedule, source)
-            return found.makespan_ms if found is not None and self.fits(found.peak_bytes) else None
+        def run(schedule: Schedule) -> tuple[float | None, Trace | None]:
+            found, trace = self.offer(schedule, source)
+            fits = found is not None and self.fits(found.peak_bytes)
+            return (found.makespan_ms if fits else None), trace
 
-        improve(start.schedule, start.makespan_ms, budget, run)
+        improve(start.schedule, budget, run)
 
 
 def _schedule(orders: tuple[tuple[Action, ...], ...], problem: Problem, name: str) -> Schedule:

@@ -35,6 +35,10 @@ from pipesim.sim.links import Topology
 INF = math.inf
 
 
+class Stalled(RuntimeError):
+    """The construction could not go on (the reservations are there to rule it out)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """What the heuristic needs to know, per stage (``placement[stage] = device``)."""
@@ -98,13 +102,17 @@ class Rules:
 
     fill_ratio: float = 0.0  # a W fills a gap of at least fill_ratio x its duration
     deep_first: bool = True  # among ready actions of one kind, the later stage first
+    # None: forwards bounded by memory only; k: also at most (stages - first stage held) + k
+    # microbatch-chunks in flight on a device, the 1F1B staircase widened by k
+    inflight_extra: int | None = None
 
 
 class _Device:
-    __slots__ = ("clock", "held", "reserved", "owed_w", "order", "stages")
+    __slots__ = ("cap", "clock", "held", "inflight", "reserved", "owed_w", "order", "stages")
 
-    def __init__(self, stages: list[int]) -> None:
+    def __init__(self, stages: list[int], cap: float) -> None:
         self.clock, self.held, self.reserved = 0.0, 0.0, 0.0
+        self.inflight, self.cap = 0, cap
         self.owed_w: deque[tuple[int, int]] = deque()
         self.order: list[Action] = []
         self.stages = stages
@@ -123,7 +131,8 @@ class _Builder:
         ]
         if rules.deep_first:
             stages_of = [list(reversed(s)) for s in stages_of]
-        self.devices = [_Device(s) for s in stages_of]
+        extra = rules.inflight_extra
+        self.devices = [_Device(s, INF if extra is None else n - min(s) + extra) for s in stages_of]
         # a returning stage: its microbatch was on this device before (the V's chunk 1)
         self.returning = [
             any(problem.placement[t] == problem.placement[s] for t in range(s)) for s in range(n)
@@ -165,7 +174,9 @@ class _Builder:
                 best = min(best, (max(ready, dev.clock), 0, s, I), key=lambda c: c[:2])
             ready = self.forward_ready(s)
             if ready < INF:
-                if self.fits(dev, s):
+                if dev.inflight >= dev.cap and not self.returning[s]:
+                    pass  # the staircase holds it back, not memory
+                elif self.fits(dev, s):
                     best = min(best, (max(ready, dev.clock), 1, s, F), key=lambda c: c[:2])
                 else:
                     blocked = True
@@ -188,12 +199,14 @@ class _Builder:
             else:
                 dev.reserved += p.later_bytes[stage]
             dev.held += p.taken_bytes[stage]
+            dev.inflight += 1
         elif kind == I:
             i = len(self.i_end[stage])
             end = start + p.input_ms[stage]
             self.i_end[stage].append(end)
             dev.held -= p.taken_bytes[stage] - p.weight_grad_bytes[stage]
             dev.owed_w.append((stage, i))
+            dev.inflight -= 1
         else:
             stage, i = dev.owed_w.popleft()
             end = start + p.weight_ms[stage]
@@ -209,7 +222,7 @@ class _Builder:
             d = min(range(p.devices), key=lambda k: plans[k][:2])
             start, _, stage, kind = plans[d]
             if start == INF:
-                raise RuntimeError("construction stalled")  # the reservations rule it out
+                raise Stalled(f"no device can start an action, {left} left")
             self.commit(d, start, stage, kind)
             left -= 1
             touched = {d}

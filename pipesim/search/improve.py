@@ -1,13 +1,17 @@
 """The local improvement pass: move W and F slots, re-simulate, keep what is faster.
 
-A neighbour of a schedule swaps two adjacent actions on one device where one of them is a
-W or an F (a W moved into a gap, or out of the way of an I; an F pulled earlier into the
-warm-up or pushed behind an I). Swaps that would break the device's own order (an F after
-its I, an I after its W, one stage's microbatches out of turn) are not tried. The pass is
-a first-improvement hill climb: the first neighbour the engine finds faster (and within
-the memory limit) becomes the schedule to improve, until the budget of candidates is spent
-or no neighbour helps. Neighbours are tried from the end of each device's list backwards,
-where the cool-down leaves its bubbles, taking the devices in turn.
+A move takes one action out of a device's list and puts it back elsewhere on the same
+device. The moves tried first are read off the engine's trace of the current schedule:
+
+* an idle gap on a device: the next W after it (whose I already ran) moves into the gap;
+* an ``I`` or ``F`` that started only because the W before it ended (the engine records
+  what released each row): that W moves behind it, off the critical path.
+
+Then adjacent swaps where one side is a W or an F, from the end of each list backwards
+(the cool-down leaves its bubbles there). Moves that break the device's own order (an F
+after its I, an I after its W) are not tried. The pass is a first-improvement hill climb:
+the first move the engine finds faster, and within the memory limit, becomes the schedule
+to improve, until the budget of candidates is spent or no move helps.
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from pipesim.schedules.ir import Action, Kind, Schedule
+from pipesim.sim.trace import CAUSE_DEVICE, COMPUTE, Trace
 
 MOVABLE = (Kind.W, Kind.F)
+Move = tuple[int, int, int]  # device, from position, to position (before the move)
+Run = Callable[[Schedule], tuple[float | None, Trace | None]]
 
 
 def swappable(first: Action, second: Action) -> bool:
@@ -27,43 +34,88 @@ def swappable(first: Action, second: Action) -> bool:
     return not (first.stage == second.stage and first.microbatch == second.microbatch)
 
 
-def neighbours(schedule: Schedule) -> Iterator[tuple[int, int]]:
-    """(device, position) of each adjacent swap, latest positions first, devices in turn."""
+def adjacent_swaps(schedule: Schedule) -> Iterator[Move]:
+    """Each adjacent swap, latest positions first, devices in turn."""
     lists = schedule.device_actions
     longest = max(len(actions) for actions in lists)
     for back in range(2, longest + 1):
         for device, actions in enumerate(lists):
             at = len(actions) - back
             if at >= 0 and swappable(actions[at], actions[at + 1]):
-                yield device, at
+                yield device, at + 1, at
 
 
-def swapped(schedule: Schedule, device: int, at: int) -> Schedule:
+def traced_moves(schedule: Schedule, trace: Trace) -> Iterator[Move]:
+    """Moves that fill the idle gaps the trace shows, or take a W off the critical path."""
+    position = [
+        {action: at for at, action in enumerate(actions)} for actions in schedule.device_actions
+    ]
+    rows = [r for r in range(len(trace.start)) if trace.lane[r] == COMPUTE]
+    rows.sort(key=lambda r: (-trace.start[r], trace.device[r]))
+    for row in rows:
+        device, action = int(trace.device[row]), trace.actions[row]
+        at = position[device].get(action)
+        if not at:
+            continue
+        actions = schedule.device_actions[device]
+        before = actions[at - 1]
+        if trace.cause is not None and trace.cause[row] == CAUSE_DEVICE:
+            if before.kind == Kind.W and action.kind in (Kind.I, Kind.F):
+                yield device, at - 1, at
+        else:
+            later_w = _next_free_w(actions, at, position[device])
+            if later_w is not None:
+                yield device, later_w, at
+
+
+def _next_free_w(actions: tuple[Action, ...], at: int, position: dict) -> int | None:
+    """The first W after position ``at`` whose I runs before ``at``."""
+    for k in range(at + 1, len(actions)):
+        action = actions[k]
+        if action.kind == Kind.W:
+            own_i = position.get(Action(action.stage, Kind.I, action.microbatch), len(actions))
+            if own_i < at:
+                return k
+    return None
+
+
+def moved(schedule: Schedule, move: Move) -> Schedule:
+    device, source, target = move
     actions = list(schedule.device_actions[device])
-    actions[at], actions[at + 1] = actions[at + 1], actions[at]
+    action = actions.pop(source)
+    actions.insert(target, action)
     lists = list(schedule.device_actions)
     lists[device] = tuple(actions)
     return replace(schedule, device_actions=tuple(lists))
 
 
-def improve(
-    schedule: Schedule, makespan_ms: float, budget: int, run: Callable[[Schedule], float | None]
-) -> Schedule:
-    """Hill-climb from ``schedule`` (its makespan ``makespan_ms``) with at most ``budget``
-    calls of ``run``, which returns a candidate's makespan if it fits the memory limit (None
-    if it does not, or cannot run). Returns the fastest schedule found."""
-    current, best_ms = schedule, makespan_ms
-    while budget > 0:
-        moved = False
-        for device, at in neighbours(current):
+def improve(schedule: Schedule, budget: int, run: Run) -> Schedule:
+    """Hill-climb from ``schedule`` with at most ``budget`` calls of ``run``, which returns a
+    candidate's makespan if it fits the memory limit (else None) and its trace. Returns the
+    fastest schedule found."""
+    best_ms, trace = run(schedule)
+    budget -= 1
+    current = schedule
+    while budget > 0 and best_ms is not None and trace is not None:
+        moved_on = False
+        tried: set[Move] = set()
+        for move in _moves(current, trace):
             if budget <= 0:
                 break
-            candidate = swapped(current, device, at)
+            if move in tried or move[1] == move[2]:
+                continue
+            tried.add(move)
+            candidate = moved(current, move)
             budget -= 1
-            found_ms = run(candidate)
+            found_ms, found_trace = run(candidate)
             if found_ms is not None and found_ms < best_ms * (1 - 1e-9):
-                current, best_ms, moved = candidate, found_ms, True
+                current, best_ms, trace, moved_on = candidate, found_ms, found_trace, True
                 break
-        if not moved:
+        if not moved_on:
             break
     return current
+
+
+def _moves(schedule: Schedule, trace: Trace) -> Iterator[Move]:
+    yield from traced_moves(schedule, trace)
+    yield from adjacent_swaps(schedule)
