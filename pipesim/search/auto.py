@@ -56,12 +56,17 @@ FAMILIES = {
     "zb-auto": ("1f1b", "zb-h1", "zb-h2", "eager-1f1b"),
     "v-auto": ("zbv", "v-half", "v-min"),
 }
-RULES = tuple(
-    Rules(fill_ratio, deep_first, extra)
+# Rule variants, the most often useful first; large problems try only the first few.
+_FIRST = (Rules(0.0, True), Rules(1.0, True, 1), Rules(0.5, True), Rules(0.0, True, 0))
+RULES = _FIRST + tuple(
+    rules
     for extra in (None, 0, 1, 2)
     for fill_ratio, deep_first in ((0.0, True), (1.0, True), (0.5, True), (float("inf"), True),
                                    (0.0, False), (1.0, False))
+    if (rules := Rules(fill_ratio, deep_first, extra)) not in _FIRST
 )  # fmt: skip
+# Constructions run about this many actions' worth in all (at least the first four).
+CONSTRUCT_ACTIONS = 100_000
 # The improvement pass runs about this many actions' worth of simulations in all.
 IMPROVE_ACTIONS = 600_000
 TOLERANCE = 1e-9
@@ -245,7 +250,8 @@ class _Search:
 
     def constructed(self, problem: Problem, name: str) -> None:
         seen: set[tuple[tuple[Action, ...], ...]] = set()
-        for rules in RULES:
+        variants = max(4, CONSTRUCT_ACTIONS // (3 * problem.stages * problem.microbatches))
+        for rules in RULES[:variants]:
             try:
                 orders = construct(problem, rules)
             except Stalled:
