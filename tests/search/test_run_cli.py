@@ -97,3 +97,15 @@ def test_v_auto_runs_from_a_scenario(scenario):
     loaded = load_scenario(scenario, ["pipeline.schedule=v-auto", "pipeline.virtual_stages=2"])
     assert loaded.schedule.name == "v-auto" and loaded.schedule.stages == 8
     assert loaded.search.peak_activation_bytes <= loaded.search.limit_bytes
+
+
+def test_schedules_lists_the_searched_policies():
+    result = invoke("schedules")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    for name, chunks in (("zb-auto", 1), ("v-auto", 2)):
+        at = next(k for k, line in enumerate(lines) if line.startswith(f"{name} "))
+        assert "searched" in lines[at] and "memory limit" in lines[at]
+        assert (
+            f"constraints: virtual_stages = {chunks}; pipeline.memory_limit_bytes" in lines[at + 1]
+        )
