@@ -42,9 +42,9 @@ def peaks_per_device(schedule, costs, topology=None):
 
 
 @st.composite
-def search_cases(draw):
+def search_cases(draw, max_devices=8):
     name = draw(st.sampled_from(sorted(AUTO_POLICIES)))
-    devices = draw(st.integers(2, 8))
+    devices = draw(st.integers(2, max_devices))
     microbatches = draw(st.integers(1, 4 * devices))
     stages = devices * AUTO_POLICIES[name]
     per_stage = lambda lo, hi: st.lists(  # noqa: E731
@@ -82,6 +82,15 @@ def test_peak_activation_never_exceeds_the_limit_on_any_device(small_budget, cas
     assert found.peak_activation_bytes == pytest.approx(max(peaks))
     assert found.makespan_ms == pytest.approx(simulate(found.schedule, costs, topology).makespan_ms)
     assert found.limit_bytes == limit
+
+
+@pytest.mark.slow
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=search_cases(max_devices=16))
+def test_peak_within_the_limit_up_to_16_devices(small_budget, case):
+    name, devices, microbatches, costs, topology, limit = case
+    found = search_schedule(name, devices, microbatches, costs, topology, limit)
+    assert max(peaks_per_device(found.schedule, costs, topology)) <= limit * (1 + 1e-9)
 
 
 @PROPERTY
