@@ -4,8 +4,10 @@ A move takes one action out of a device's list and puts it back elsewhere on the
 device. The moves tried first are read off the engine's trace of the current schedule:
 
 * an idle gap on a device: the next W after it (whose I already ran) moves into the gap;
+* an idle gap: the next F moves into it (the engine says whether memory allows);
 * an ``I`` or ``F`` that started only because the W before it ended (the engine records
-  what released each row): that W moves behind it, off the critical path.
+  what released each row): that W moves behind it, off the critical path; the same for an
+  F in front of an I.
 
 Then adjacent swaps where one side is a W or an F, from the end of each list backwards
 (the cool-down leaves its bubbles there). Moves that break the device's own order (an F
@@ -62,10 +64,17 @@ def traced_moves(schedule: Schedule, trace: Trace) -> Iterator[Move]:
         if trace.cause is not None and trace.cause[row] == CAUSE_DEVICE:
             if before.kind == Kind.W and action.kind in (Kind.I, Kind.F):
                 yield device, at - 1, at
+            elif before.kind == Kind.F and action.kind == Kind.I:
+                yield device, at - 1, at  # the I is on the critical path, the F can wait
         else:
             later_w = _next_free_w(actions, at, position[device])
             if later_w is not None:
                 yield device, later_w, at
+            later_f = next(
+                (k for k in range(at + 1, len(actions)) if actions[k].kind == Kind.F), None
+            )
+            if later_f is not None:
+                yield device, later_f, at  # an F pulled into the gap, if memory allows
 
 
 def _next_free_w(actions: tuple[Action, ...], at: int, position: dict) -> int | None:
