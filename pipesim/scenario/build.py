@@ -233,6 +233,7 @@ def _build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Sched
     if pipe.devices is None:
         raise ScenarioError(f"{source}: pipeline.devices: required (a csv schedule may omit it)")
     check_size(pipe, microbatches, source)
+    searched.check_size(pipe, microbatches, source)
     try:
         return get_schedule(name, pipe.devices, microbatches, pipe.virtual_stages, forward=forward)
     except ScheduleError as exc:

@@ -37,6 +37,25 @@ def stand_in(pipe: PipelineSpec, source: str) -> str:
     return FAMILIES[name][0]
 
 
+# A search runs the engine dozens of times and its own construction in Python: past this
+# many actions it takes minutes, so it runs only where pipeline.max_actions is set.
+SEARCH_MAX_ACTIONS = 500_000
+
+
+def check_size(pipe: PipelineSpec, microbatches: int, source: str) -> None:
+    """The search's own size guard (a searched policy only): refuse more than
+    ``SEARCH_MAX_ACTIONS`` actions unless ``pipeline.max_actions`` is given."""
+    if pipe.schedule not in AUTO_POLICIES or "max_actions" in pipe.model_fields_set:
+        return
+    actions = (pipe.devices or 1) * microbatches * AUTO_POLICIES[pipe.schedule] * 3
+    if actions > SEARCH_MAX_ACTIONS:
+        raise ScenarioError(
+            f"{source}: pipeline: {pipe.schedule} would search a schedule of {actions:,} "
+            f"actions, over the search limit of {SEARCH_MAX_ACTIONS:,} (it takes minutes); "
+            "set pipeline.max_actions to search anyway"
+        )
+
+
 def search(
     pipe: PipelineSpec, schedule: Schedule, costs: Costs, topology: Topology, source: str
 ) -> SearchResult:

@@ -109,3 +109,13 @@ def test_schedules_lists_the_searched_policies():
         assert (
             f"constraints: virtual_stages = {chunks}; pipeline.memory_limit_bytes" in lines[at + 1]
         )
+
+
+def test_a_search_too_large_to_finish_soon_is_refused_unless_max_actions_is_set(scenario):
+    with pytest.raises(ScenarioError, match="zb-auto would search a schedule of 786,432 actions"):
+        load_scenario(scenario, ["pipeline.devices=64", "pipeline.microbatches=4096"])
+    with pytest.raises(ScenarioError, match="over the limit of 700,000"):  # the general guard
+        load_scenario(
+            scenario,
+            ["pipeline.devices=64", "pipeline.microbatches=4096", "pipeline.max_actions=700000"],
+        )
