@@ -94,8 +94,8 @@ def run_case(policy: str, shape: str, devices: int, microbatches: int, bar: bool
     with tqdm(unit="candidate", desc=f"{policy} p={devices} m={microbatches}",
               disable=not bar, leave=False) as progress:  # fmt: skip
 
-        def tried(count: int) -> None:  # the search reports how many it has tried so far
-            progress.update(count - progress.n)
+        def tried(count: int) -> None:  # the search reports each candidate it tries
+            progress.update(count)
 
         start = time.perf_counter()
         found = search_schedule(policy, devices, microbatches, costs, topology, progress=tried)

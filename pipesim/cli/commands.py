@@ -37,7 +37,7 @@ from pipesim.cli.output import (
     user_errors,
     write_outputs,
 )
-from pipesim.cli.progress import progress_bar
+from pipesim.cli.progress import open_ended_bar, progress_bar
 from pipesim.cli.render import (
     RENDERERS,
     SWEEP_SUFFIXES,
@@ -120,7 +120,8 @@ def run(
         Output("--trace-csv", trace_csv, (".csv",)),
         Output("--schedule-csv", schedule_csv, (".csv",)),
     )
-    loaded = load_scenario(scenario, overrides)
+    with open_ended_bar("candidate", "schedule search", disabled=no_progress) as searching:
+        loaded = load_scenario(scenario, overrides, searching)
     with progress_bar(runs or 0, "run", "Monte Carlo", disabled=no_progress) as progress:
         result = run_scenario(
             loaded, runs=runs, seed=seed, critical_path=critical_path, progress=progress

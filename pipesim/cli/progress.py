@@ -25,3 +25,24 @@ def progress_bar(
         return
     with tqdm(total=total, unit=unit, desc=desc, file=sys.stderr) as bar:
         yield bar.update
+
+
+@contextmanager
+def open_ended_bar(unit: str, desc: str, disabled: bool = False) -> Iterator[Progress | None]:
+    """A counting bar (no known total) that appears only once something is counted: a
+    scenario loads silently unless it searches a schedule (zb-auto, v-auto)."""
+    if disabled or not sys.stderr.isatty():
+        yield None
+        return
+    bars: list[tqdm] = []
+
+    def update(count: int) -> None:
+        if not bars:
+            bars.append(tqdm(unit=unit, desc=desc, file=sys.stderr, leave=False))
+        bars[0].update(count)
+
+    try:
+        yield update
+    finally:
+        for bar in bars:
+            bar.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -94,16 +95,23 @@ def parse_spec(data: dict[str, Any], source: str) -> ScenarioSpec:
         raise ScenarioError(f"{source}: nested too deeply") from None
 
 
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    """Read, override, validate and build a scenario file."""
+def load_scenario(
+    path: str | Path,
+    overrides: list[str] | tuple[str, ...] = (),
+    progress: Callable[[int], None] | None = None,
+) -> Scenario:
+    """Read, override, validate and build a scenario file (``progress``: as below)."""
     data = apply_overrides(read_mapping(path), list(overrides))
-    return build_scenario(parse_spec(data, str(path)), str(path))
+    return build_scenario(parse_spec(data, str(path)), str(path), progress)
 
 
-def build_scenario(spec: ScenarioSpec, source: str) -> Scenario:
+def build_scenario(
+    spec: ScenarioSpec, source: str, progress: Callable[[int], None] | None = None
+) -> Scenario:
     """Turn a validated spec into core objects (schedule, costs, topology, variability).
-    A searched policy (zb-auto, v-auto) is searched for once the costs are known."""
-    scenario = _searched(_build_deterministic(spec, source), source)
+    A searched policy (zb-auto, v-auto) is searched for once the costs are known;
+    ``progress(1)`` is called after each candidate it tries."""
+    scenario = _searched(_build_deterministic(spec, source), source, progress)
     if spec.variability is None:
         return scenario
     variability = _build_variability(spec.variability, scenario.schedule, source)
@@ -240,12 +248,12 @@ def _build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Sched
         raise ScenarioError(f"{source}: pipeline: {_first_line(exc)}") from None
 
 
-def _searched(scenario: Scenario, source: str) -> Scenario:
+def _searched(scenario: Scenario, source: str, progress=None) -> Scenario:
     """A zb-auto / v-auto scenario with the schedule searched on its costs and links."""
     if scenario.spec.pipeline.schedule not in AUTO_POLICIES:
         return scenario
     found = searched.search(scenario.spec.pipeline, scenario.schedule, scenario.costs,
-                            scenario.topology, source)  # fmt: skip
+                            scenario.topology, source, progress)  # fmt: skip
     return replace(scenario, schedule=found.schedule, search=found)
 
 
@@ -383,9 +391,6 @@ MAX_SCALED = 1e300
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
-
-# ---------------------------------------------------------------------------
-# Error text
 
 
 def _first_line(exc: BaseException) -> str:

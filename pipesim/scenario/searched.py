@@ -8,6 +8,8 @@ reach is one ScenarioError line naming the minimum.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pipesim.scenario.schema import PipelineSpec, ScenarioError
 from pipesim.schedules.ir import Schedule
 from pipesim.search import AUTO_POLICIES, SearchError, SearchResult, search_schedule
@@ -57,7 +59,12 @@ def check_size(pipe: PipelineSpec, microbatches: int, source: str) -> None:
 
 
 def search(
-    pipe: PipelineSpec, schedule: Schedule, costs: Costs, topology: Topology, source: str
+    pipe: PipelineSpec,
+    schedule: Schedule,
+    costs: Costs,
+    topology: Topology,
+    source: str,
+    progress: Callable[[int], None] | None = None,
 ) -> SearchResult:
     """Search the scenario's policy on its costs and links, under its memory limit."""
     try:
@@ -68,6 +75,7 @@ def search(
             costs,
             topology,
             pipe.memory_limit_bytes,
+            progress,
         )
     except SearchError as exc:
         line = str(exc).strip().splitlines()[0]

@@ -172,7 +172,7 @@ def search_schedule(
 
     ``costs`` has one entry per stage (``devices`` for ``zb-auto``, ``2 * devices`` for
     ``v-auto``); ``memory_limit_bytes`` is per device (None: what 1F1B holds);
-    ``progress(n)`` is called after each candidate with the number tried so far.
+    ``progress(1)`` is called after each candidate (n more done, as everywhere in pipesim).
     """
     began = time.perf_counter()
     if devices < 1 or microbatches < 1:
@@ -231,7 +231,7 @@ class _Search:
         except (ScheduleError, DeadlockError):
             found, trace = None, None
         if self.progress is not None:
-            self.progress(self.count)
+            self.progress(1)  # one more candidate, as sweeps and Monte Carlo count
         if found is None or not self.fits(found.peak_bytes):
             return found, trace
         if self.best is None or found.makespan_ms < self.best.makespan_ms * (1 - TOLERANCE):
