@@ -22,7 +22,8 @@ Search, then verify:
 1. starting candidates: the fixed policies of the family (``1f1b``, ``zb-h1``, ``zb-h2``,
    ``eager-1f1b``; ``zbv``, ``v-half``, ``v-min``) that can be built and fit the limit;
 2. the constructive heuristic (``pipesim.search.greedy``) under a few rule variants;
-3. a local improvement pass over the best so far (``pipesim.search.improve``).
+3. a local improvement pass over the best so far (``pipesim.search.improve``): a strict
+   hill climb, then one that also crosses plateaus, each from that best.
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -58,13 +59,41 @@ FAMILIES = {
 }
 # Rule variants, the most often useful first; large problems try only the first few.
 _FIRST = (Rules(0.0, True), Rules(1.0, True, 1), Rules(0.5, True), Rules(0.0, True, 0))
-RULES = _FIRST + tuple(
-    rules
+# Then those that, with the first four, build the best order of every case of
+# benchmarks/bench_vs_zero_bubble.py: ZB-H2's staircase, 1F1B's alternation of F and I,
+# the V's chunk 1 first, room kept for one chunk-1 forward or none.
+_COVER = (
+    Rules(0.5, True, 0, forward_first=True, slope=2),
+    Rules(1.0, True, 0, True, 1, forward_first=True, wait_deep=True),
+    Rules(0.0, True, None, reserve=1, forward_first=True, wait_deep=True),
+    Rules(1.0, True, 0, reserve=1, forward_first=True, wait_deep=True),
+    Rules(0.5, True, None, True, wait_deep=True),
+    Rules(0.5, True, 0),
+    Rules(1.0, True, None, True, 1, forward_first=True),
+    Rules(0.0, True, None, reserve=1, forward_first=True),
+    Rules(1.0, True, 0, True, free_first=True, forward_first=True),
+    Rules(1.0, True, None, True, 0, free_first=True, forward_first=True),
+    Rules(1.0, True, None, reserve=0, forward_first=True),
+    Rules(0.0, True, 0, reserve=1, forward_first=True, wait_deep=True),
+)
+_REST = tuple(
+    Rules(fill_ratio, deep_first, extra)
     for extra in (None, 0, 1, 2)
     for fill_ratio, deep_first in ((0.0, True), (1.0, True), (0.5, True), (float("inf"), True),
                                    (0.0, False), (1.0, False))
-    if (rules := Rules(fill_ratio, deep_first, extra)) not in _FIRST
+) + tuple(
+    Rules(fill_ratio, True, extra, shallow, reserve, free, forward)
+    for reserve in (1, None, 0) for free in (True, False) for forward in (False, True)
+    for extra in (None, 0) for shallow in (True, False) for fill_ratio in (0.0, 1.0, 0.5)
+) + tuple(
+    Rules(fill_ratio, True, extra, slope=2, forward_first=forward)
+    for extra in (0, 1) for forward in (False, True) for fill_ratio in (0.0, 1.0, 0.5, float("inf"))
+) + tuple(
+    Rules(fill_ratio, True, extra, shallow, reserve, forward_first=forward, wait_deep=True)
+    for reserve in (None, 1) for forward in (False, True)
+    for extra in (None, 0) for shallow in (True, False) for fill_ratio in (0.0, 1.0, 0.5)
 )  # fmt: skip
+RULES = tuple(dict.fromkeys(_FIRST + _COVER + _REST))
 # Constructions run about this many actions' worth in all (at least the first four).
 CONSTRUCT_ACTIONS = 100_000
 # The improvement pass runs about this many actions' worth of simulations in all.
@@ -251,7 +280,9 @@ class _Search:
     def constructed(self, problem: Problem, name: str) -> None:
         seen: set[tuple[tuple[Action, ...], ...]] = set()
         variants = max(4, CONSTRUCT_ACTIONS // (3 * problem.stages * problem.microbatches))
-        for rules in RULES[:variants]:
+        looped = len(set(problem.placement)) == problem.stages  # V-only rules are moot
+        rules_here = [r for r in RULES if not (looped and _v_only(r))]
+        for rules in rules_here[:variants]:
             try:
                 orders = construct(problem, rules)
             except Stalled:
@@ -271,6 +302,12 @@ class _Search:
             return (found.makespan_ms if fits else None), trace
 
         improve(start.schedule, budget, run)
+        improve(start.schedule, budget, run, settling=True)  # another way up from the start
+
+
+def _v_only(rules: Rules) -> bool:
+    """Whether ``rules`` differ from the defaults only where a device holds two stages."""
+    return rules.reserve is not None or rules.shallow_inputs or rules.wait_deep
 
 
 def _schedule(orders: tuple[tuple[Action, ...], ...], problem: Problem, name: str) -> Schedule:

@@ -18,6 +18,13 @@ microbatch comes back to the same device later (the V placement's chunk 0) reser
 later chunk's bytes at its F, so a device never fills up with chunk-0 activations that
 can only be released by a chunk-1 forward it has no room for.
 
+Variants (``Rules``) change the ties and the bounds: 1F1B's alternation (an F that can
+start now before an I), a W run first when memory holds the next F back, the warm-up
+staircase of 1F1B or of ZB-H2 (twice as steep), and for the V which chunk goes first (the
+chunk-1 forward that arrives before a chunk-0 one would end, the chunk-0 I before the
+chunk-1 one) and how much room a chunk-0 forward leaves for chunk 1 (all it will need, one
+forward's, none).
+
 The result is only an order per device: the engine then runs it with the real costs and
 links, and only the engine's makespan and peak count.
 """
@@ -102,17 +109,34 @@ class Rules:
 
     fill_ratio: float = 0.0  # a W fills a gap of at least fill_ratio x its duration
     deep_first: bool = True  # among ready actions of one kind, the later stage first
-    # None: forwards bounded by memory only; k: also at most (stages - first stage held) + k
-    # microbatch-chunks in flight on a device, the 1F1B staircase widened by k
+    # None: forwards bounded by memory only; k: also at most (stages - s) + k microbatches
+    # in flight at the last stage s a device holds: the 1F1B staircase widened by k (for
+    # the V, the staircase of its way back)
     inflight_extra: int | None = None
+    # among ready I passes, the earlier stage first (the microbatch nearer its end), however
+    # the forwards are ordered
+    shallow_inputs: bool = False
+    # None: a V's chunk-0 forward reserves the bytes of every chunk-1 forward it will need;
+    # k: it leaves room for k chunk-1 forwards only (0: none; a deadlock is then possible,
+    # and the construction stalls)
+    reserve: int | None = None
+    # when memory holds a forward back, an owed W runs first, even before a ready I
+    free_first: bool = False
+    # an F that can start now goes before an I that can (1F1B's alternation)
+    forward_first: bool = False
+    # the staircase's step: 2 lets a device run about twice as many warm-up forwards
+    # (ZB-H2's shape), its cap slope x (stages - s) - (slope - 1) + inflight_extra
+    slope: int = 1
+    # a device waits for a later stage's forward that arrives before an earlier stage's
+    # forward would end, instead of starting the earlier one (the V's chunk 1 first)
+    wait_deep: bool = False
 
 
 class _Device:
-    __slots__ = ("cap", "clock", "held", "inflight", "reserved", "owed_w", "order", "stages")
+    __slots__ = ("clock", "held", "reserved", "owed_w", "order", "stages")
 
-    def __init__(self, stages: list[int], cap: float) -> None:
+    def __init__(self, stages: list[int]) -> None:
         self.clock, self.held, self.reserved = 0.0, 0.0, 0.0
-        self.inflight, self.cap = 0, cap
         self.owed_w: deque[tuple[int, int]] = deque()
         self.order: list[Action] = []
         self.stages = stages
@@ -131,8 +155,8 @@ class _Builder:
         ]
         if rules.deep_first:
             stages_of = [list(reversed(s)) for s in stages_of]
-        extra = rules.inflight_extra
-        self.devices = [_Device(s, INF if extra is None else n - min(s) + extra) for s in stages_of]
+        self.devices = [_Device(s) for s in stages_of]
+        self.inflight = [0] * n  # microbatches past F and before I, per stage
         # a returning stage: its microbatch was on this device before (the V's chunk 1)
         self.returning = [
             any(problem.placement[t] == problem.placement[s] for t in range(s)) for s in range(n)
@@ -158,35 +182,62 @@ class _Builder:
 
     def fits(self, dev: _Device, s: int) -> bool:
         p = self.p
-        if self.returning[s]:
+        if self.rules.reserve is not None:
+            room = 0.0 if self.returning[s] else self.rules.reserve * p.later_bytes[s]
+            need = dev.held + p.taken_bytes[s] + room
+        elif self.returning[s]:
             return True  # its bytes were reserved when the microbatch first came by
-        need = dev.held + dev.reserved + p.taken_bytes[s] + p.later_bytes[s]
+        else:
+            need = dev.held + dev.reserved + p.taken_bytes[s] + p.later_bytes[s]
         return need <= p.limit_bytes * (1 + 1e-12) + 1e-9
+
+    def staircase_full(self, dev: _Device, s: int) -> bool:
+        extra = self.rules.inflight_extra
+        if extra is None or s != max(dev.stages):
+            return False  # a V's chunk 0 is bounded by memory and by its chunk 1
+        held = sum(self.inflight[t] for t in dev.stages if t >= s)
+        slope = self.rules.slope
+        return held >= slope * (self.p.stages - s) - (slope - 1) + extra
+
+    def earlier_forward(self, kept, found):
+        """Of two forwards ``(start, rank, stage)``, the one to run (``kept`` ranks first)."""
+        if kept is None:
+            return found
+        if self.rules.wait_deep:
+            return kept if kept[0] < found[0] + self.p.forward_ms[found[2]] else found
+        return min(kept, found)
 
     def plan(self, d: int) -> tuple[float, int, int, Kind]:
         """(start, priority, stage, kind) of the device's next action; start INF: waits."""
         dev, p = self.devices[d], self.p
-        best = (INF, 9, -1, F)
-        blocked = False
-        for s in dev.stages:
+        best = (INF, 9, 0, -1, F)
+        blocked, forward = False, None
+        for rank, s in enumerate(dev.stages):
             ready = self.input_ready(s)
             if ready < INF:
-                best = min(best, (max(ready, dev.clock), 0, s, I), key=lambda c: c[:2])
+                tie = s if self.rules.shallow_inputs else rank
+                best = min(best, (max(ready, dev.clock), 0, tie, s, I), key=lambda c: c[:3])
             ready = self.forward_ready(s)
             if ready < INF:
-                if dev.inflight >= dev.cap and not self.returning[s]:
+                if self.staircase_full(dev, s):
                     pass  # the staircase holds it back, not memory
                 elif self.fits(dev, s):
-                    best = min(best, (max(ready, dev.clock), 1, s, F), key=lambda c: c[:2])
+                    forward = self.earlier_forward(forward, (max(ready, dev.clock), rank, s))
                 else:
                     blocked = True
+        if forward is not None:
+            start, rank, s = forward
+            prio = -1 if self.rules.forward_first and start <= dev.clock else 1
+            best = min(best, (start, prio, rank, s, F), key=lambda c: c[:3])
+        if dev.owed_w and blocked and self.rules.free_first:
+            return (dev.clock, 2, dev.owed_w[0][0], W)
         if dev.owed_w and best[0] > dev.clock:
             s = dev.owed_w[0][0]
             gap = best[0] - dev.clock
             needed = self.rules.fill_ratio * p.weight_ms[s] if p.weight_ms[s] > 0 else 0.0
             if blocked or gap == INF or gap >= needed:
                 return (dev.clock, 2, s, W)
-        return best
+        return (best[0], best[1], best[3], best[4])
 
     def commit(self, d: int, start: float, stage: int, kind: Kind) -> None:
         dev, p = self.devices[d], self.p
@@ -199,14 +250,14 @@ class _Builder:
             else:
                 dev.reserved += p.later_bytes[stage]
             dev.held += p.taken_bytes[stage]
-            dev.inflight += 1
+            self.inflight[stage] += 1
         elif kind == I:
             i = len(self.i_end[stage])
             end = start + p.input_ms[stage]
             self.i_end[stage].append(end)
             dev.held -= p.taken_bytes[stage] - p.weight_grad_bytes[stage]
             dev.owed_w.append((stage, i))
-            dev.inflight -= 1
+            self.inflight[stage] -= 1
         else:
             stage, i = dev.owed_w.popleft()
             end = start + p.weight_ms[stage]
