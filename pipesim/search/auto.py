@@ -75,6 +75,8 @@ _COVER = (
     Rules(1.0, True, None, True, 0, free_first=True, forward_first=True),
     Rules(1.0, True, None, reserve=0, forward_first=True),
     Rules(0.0, True, 0, reserve=1, forward_first=True, wait_deep=True),
+    Rules(0.0, True, None, reserve=1, forward_first=True, wait_deep=True, reserve_idle=True),
+    Rules(1.0, True, None, True, 1, forward_first=True, wait_deep=True, reserve_idle=True),
 )
 _REST = tuple(
     Rules(fill_ratio, deep_first, extra)
@@ -92,6 +94,11 @@ _REST = tuple(
     Rules(fill_ratio, True, extra, shallow, reserve, forward_first=forward, wait_deep=True)
     for reserve in (None, 1) for forward in (False, True)
     for extra in (None, 0) for shallow in (True, False) for fill_ratio in (0.0, 1.0, 0.5)
+) + tuple(
+    Rules(fill_ratio, True, extra, shallow, 1, forward_first=True, wait_deep=wait,
+          reserve_idle=True)
+    for wait in (True, False) for extra in (None, 0) for shallow in (True, False)
+    for fill_ratio in (0.0, 1.0, 0.5)
 )  # fmt: skip
 RULES = tuple(dict.fromkeys(_FIRST + _COVER + _REST))
 # Constructions run about this many actions' worth in all (at least the first four).

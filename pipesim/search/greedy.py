@@ -23,7 +23,7 @@ start now before an I), a W run first when memory holds the next F back, the war
 staircase of 1F1B or of ZB-H2 (twice as steep), and for the V which chunk goes first (the
 chunk-1 forward that arrives before a chunk-0 one would end, the chunk-0 I before the
 chunk-1 one) and how much room a chunk-0 forward leaves for chunk 1 (all it will need, one
-forward's, none).
+forward's, one forward's only while no chunk 1 is in flight, none).
 
 The result is only an order per device: the engine then runs it with the real costs and
 links, and only the engine's makespan and peak count.
@@ -130,6 +130,9 @@ class Rules:
     # a device waits for a later stage's forward that arrives before an earlier stage's
     # forward would end, instead of starting the earlier one (the V's chunk 1 first)
     wait_deep: bool = False
+    # the room kept by ``reserve`` only while no chunk-1 microbatch is in flight on the device
+    # (one in flight will give its bytes back)
+    reserve_idle: bool = False
 
 
 class _Device:
@@ -184,6 +187,10 @@ class _Builder:
         p = self.p
         if self.rules.reserve is not None:
             room = 0.0 if self.returning[s] else self.rules.reserve * p.later_bytes[s]
+            if self.rules.reserve_idle and any(
+                self.inflight[t] for t in dev.stages if self.returning[t]
+            ):
+                room = 0.0
             need = dev.held + p.taken_bytes[s] + room
         elif self.returning[s]:
             return True  # its bytes were reserved when the microbatch first came by
