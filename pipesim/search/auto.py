@@ -61,7 +61,7 @@ FAMILIES = {
 _FIRST = (Rules(0.0, True), Rules(1.0, True, 1), Rules(0.5, True), Rules(0.0, True, 0))
 # Then those that, with the first four, build the best order of every case of
 # benchmarks/bench_vs_zero_bubble.py: ZB-H2's staircase, 1F1B's alternation of F and I,
-# the V's chunk 1 first, room kept for one chunk-1 forward or none.
+# the V's chunk 1 first, room kept for one or two chunk-1 forwards or none.
 _COVER = (
     Rules(0.5, True, 0, forward_first=True, slope=2),
     Rules(1.0, True, 0, True, 1, forward_first=True, wait_deep=True),
@@ -77,6 +77,8 @@ _COVER = (
     Rules(0.0, True, 0, reserve=1, forward_first=True, wait_deep=True),
     Rules(0.0, True, None, reserve=1, forward_first=True, wait_deep=True, reserve_idle=True),
     Rules(1.0, True, None, True, 1, forward_first=True, wait_deep=True, reserve_idle=True),
+    Rules(1.0, True, None, True, 2, forward_first=True, wait_deep=True, reserve_idle=True),
+    Rules(0.5, True, 0, False, 2, forward_first=True, wait_deep=True, reserve_idle=True),
 )
 _REST = tuple(
     Rules(fill_ratio, deep_first, extra)
@@ -95,9 +97,10 @@ _REST = tuple(
     for reserve in (None, 1) for forward in (False, True)
     for extra in (None, 0) for shallow in (True, False) for fill_ratio in (0.0, 1.0, 0.5)
 ) + tuple(
-    Rules(fill_ratio, True, extra, shallow, 1, forward_first=True, wait_deep=wait,
+    Rules(fill_ratio, True, extra, shallow, reserve, forward_first=True, wait_deep=wait,
           reserve_idle=True)
-    for wait in (True, False) for extra in (None, 0) for shallow in (True, False)
+    for reserve in (1, 2) for wait in (True, False) for extra in (None, 0)
+    for shallow in (True, False)
     for fill_ratio in (0.0, 1.0, 0.5)
 )  # fmt: skip
 RULES = tuple(dict.fromkeys(_FIRST + _COVER + _REST))

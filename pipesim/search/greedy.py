@@ -22,8 +22,8 @@ Variants (``Rules``) change the ties and the bounds: 1F1B's alternation (an F th
 start now before an I), a W run first when memory holds the next F back, the warm-up
 staircase of 1F1B or of ZB-H2 (twice as steep), and for the V which chunk goes first (the
 chunk-1 forward that arrives before a chunk-0 one would end, the chunk-0 I before the
-chunk-1 one) and how much room a chunk-0 forward leaves for chunk 1 (all it will need, one
-forward's, one forward's only while no chunk 1 is in flight, none).
+chunk-1 one) and how much room a chunk-0 forward leaves for chunk 1 (all it will need; one
+or two forwards', always or only while no chunk 1 is in flight; none).
 
 The result is only an order per device: the engine then runs it with the real costs and
 links, and only the engine's makespan and peak count.
