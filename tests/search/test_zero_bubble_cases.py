@@ -44,6 +44,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # a few seconds of searches: the full run, not the quick loop
 @pytest.mark.parametrize(
     ("name", "devices", "microbatches", "fiw", "latency_ms", "times", "expected_ms"), CASES
 )
