@@ -246,10 +246,14 @@ def import_trace_command(traces, output, timeline, timeline_csv) -> None:
     show_default=True,
     help="Timed runs per schedule.",
 )
-@click.option("--ops", type=click.Choice(["real", "synthetic"]), default="real", show_default=True)
 @click.option(
-    "--real-ops", type=click.Choice(["mlp", "transformer"]), default="mlp", show_default=True
-)
+    "--ops", type=click.Choice(["real", "synthetic"]), default="real", show_default=True,
+    help="Run real layers (see --real-ops), or sleeps of the scenario's own costs.",
+)  # fmt: skip
+@click.option(
+    "--real-ops", type=click.Choice(["mlp", "transformer"]), default="mlp", show_default=True,
+    help="With --ops real: MLP or GPT blocks at the given shapes.",
+)  # fmt: skip
 @_shape_options
 @click.option(
     "--profile",
