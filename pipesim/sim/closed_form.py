@@ -31,15 +31,6 @@ class Analytic:
     bubble_fraction: float
     bubble_overhead: float
 
-    def __getitem__(self, key: str) -> float:
-        # Older callers read ``report.analytic["makespan_ms"]``; the fields are the API.
-        if key not in self.__dataclass_fields__:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.__dataclass_fields__
-
 
 def closed_form(schedule: Schedule, costs: Costs, topology: Topology | None) -> Analytic | None:
     """Analytic makespan, bubble fraction and bubble overhead, or None if none applies."""

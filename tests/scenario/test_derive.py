@@ -49,7 +49,7 @@ def test_uniform_stages_over_a_link_profile_match_the_closed_form(tmp_path):
     report = run(path).report
     hop = link_profile("pcie4").transfer_ms(16 * 2**20)
     assert report.makespan_ms == pytest.approx(11 * 3 + 2 * 3 * hop)
-    assert report.analytic["makespan_ms"] == pytest.approx(report.makespan_ms)
+    assert report.analytic.makespan_ms == pytest.approx(report.makespan_ms)
 
 
 def test_a_boundary_between_nodes_uses_the_inter_node_link(tmp_path):

@@ -139,7 +139,7 @@ def test_closed_form_for_every_accepted_m(p, m, v, f, b):
     report = build_report(simulate(schedule, costs), schedule, costs)
     slots = m * v + p - 1 if m >= p else p * v + m - 1
     assert report.makespan_ms == slots * (f + b)
-    assert report.analytic["makespan_ms"] == report.makespan_ms
+    assert report.analytic.makespan_ms == report.makespan_ms
     assert closed_form(p, m, v, f, b, 0.5, True) is None
     assert closed_form(p, m, v, f, b, 0.0, False) is None
 

@@ -47,7 +47,7 @@ def test_gpipe_and_1f1b_p4_m8(policy, peaks):
     assert report.bubble_fraction == pytest.approx(3 / 11, abs=1e-12)
     assert report.bubble_overhead == pytest.approx(3 / 8, abs=1e-12)
     assert [d.peak_inflight for d in report.per_device] == peaks
-    assert report.analytic["makespan_ms"] == 33
+    assert report.analytic.makespan_ms == 33
 
 
 def test_1f1b_small_timeline_exact():
@@ -72,7 +72,7 @@ def test_interleaved_p4_v2_m8_beats_1f1b_on_the_same_work():
     _, _, plain = run_policy("1f1b", 4, 8, forward_ms=2, backward_ms=4)
     assert interleaved.makespan_ms == 57
     assert plain.makespan_ms == 66
-    assert interleaved.analytic["makespan_ms"] == 57
+    assert interleaved.analytic.makespan_ms == 57
 
 
 @pytest.mark.parametrize("p, m, c", [(4, 8, 0.5), (2, 3, 0.25), (8, 16, 1.0), (3, 1, 2.0)])
@@ -81,7 +81,7 @@ def test_gpipe_with_pure_latency(p, m, c):
         "gpipe", p, m, topology=latency_topology(p, c), forward_ms=1, backward_ms=2
     )
     assert report.makespan_ms == pytest.approx((m + p - 1) * 3 + 2 * (p - 1) * c, abs=1e-9)
-    assert report.analytic["makespan_ms"] == pytest.approx(report.makespan_ms, abs=1e-9)
+    assert report.analytic.makespan_ms == pytest.approx(report.makespan_ms, abs=1e-9)
 
 
 def test_transfer_time_is_latency_plus_bytes_over_bandwidth():
@@ -227,7 +227,7 @@ def test_gpipe_with_latency_longer_than_a_forward_keeps_messages_in_flight():
     backwards = [(d, f"{d}B{7 - k}", t, t + 2) for d, (_, b) in hand.items() for k, t in enumerate(b)]  # fmt: skip
     assert compute_rows(trace) == sorted(forwards + backwards)
     assert report.makespan_ms == 42
-    assert report.analytic["makespan_ms"] == 42
+    assert report.analytic.makespan_ms == 42
     # Two messages on link 0->1 at once: 0F1->1 leaves while 0F0->1 is still on its way.
     comm = trace.frame[trace.frame.lane == "comm"].set_index("name")
     assert (comm.start["0F0->1"], comm.end["0F0->1"]) == (1.0, 2.5)

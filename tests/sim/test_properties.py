@@ -242,7 +242,7 @@ def test_classic_closed_form(name, p, m, f, b):
     costs = uniform_costs(p, forward_ms=f, backward_ms=b)
     report = build_report(simulate(schedule, costs), schedule, costs)
     assert report.makespan_ms == (m + p - 1) * (f + b)
-    assert report.analytic["makespan_ms"] == report.makespan_ms
+    assert report.analytic.makespan_ms == report.makespan_ms
     if f + b:
         assert np.isclose(report.bubble_fraction, (p - 1) / (m + p - 1))
         assert np.isclose(report.bubble_overhead, (p - 1) / m)
@@ -256,4 +256,4 @@ def test_interleaved_closed_form(p, groups, v, f, b):
     costs = uniform_costs(p * v, forward_ms=f, backward_ms=b)
     report = build_report(simulate(schedule, costs), schedule, costs)
     assert report.makespan_ms == (m * v + p - 1) * (f + b)
-    assert report.analytic["makespan_ms"] == report.makespan_ms
+    assert report.analytic.makespan_ms == report.makespan_ms
