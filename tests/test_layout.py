@@ -20,6 +20,7 @@ LAYERS = (
     "cluster",
     "scenario",
     "analysis",
+    "serving",
     "calibrate",
     "plot",
     "cli",

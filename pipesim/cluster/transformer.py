@@ -51,11 +51,18 @@ class TransformerModel:
     recompute: bool = False
     tied_embeddings: bool = False
     flash_attention: bool = False
+    kv_heads: int | None = None  # grouped-query attention; None: one key/value head per head
+    mlp: str = "plain"  # "gated": SwiGLU's three matrices (gate, up, down)
 
     def __post_init__(self) -> None:
         if self.ffn_hidden is None:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
-        for name in ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "dtype_bytes"):
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.mlp not in ("plain", "gated"):
+            raise ValueError(f"model mlp must be 'plain' or 'gated', got {self.mlp!r}")
+        for name in ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "dtype_bytes",
+                     "kv_heads"):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"model {name} must be a positive integer, got {value!r}")
@@ -63,6 +70,18 @@ class TransformerModel:
             raise ValueError(
                 f"hidden must be divisible by heads, got {self.hidden=}, {self.heads=}"
             )
+        if self.heads % self.kv_heads:  # type: ignore[operator]
+            raise ValueError(
+                f"heads must be divisible by kv_heads, got {self.heads=}, {self.kv_heads=}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_head_count(self) -> int:
+        return self.kv_heads  # type: ignore[return-value]  # set in __post_init__
 
     @property
     def ffn(self) -> int:

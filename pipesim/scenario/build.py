@@ -233,6 +233,8 @@ def _no_hand_costs(spec: ScenarioSpec, source: str) -> None:
 def _build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Schedule:
     pipe = spec.pipeline
     forward = pipe.mode == "forward"
+    if pipe.schedule is None:
+        raise ScenarioError(f"{source}: pipeline.schedule: required key is missing")
     if pipe.schedule == "csv":
         return _schedule_from_file(pipe, source, forward)
     if pipe.schedule_file is not None:
@@ -301,7 +303,7 @@ def _schedule_from_file(pipe: PipelineSpec, source: str, forward: bool) -> Sched
 def _build_costs(spec: CostsSpec, stages: int, source: str, pipe: PipelineSpec) -> Costs:
     if spec.profile is not None:
         return _profile_costs(spec, stages, source)
-    values = spec.model_dump(exclude={"profile"})
+    values = spec.model_dump(exclude={"profile", "prefill_ms", "decode_ms"})
     for key, value in values.items():
         if isinstance(value, list) and len(value) != stages:
             raise ScenarioError(
@@ -390,7 +392,6 @@ MAX_SCALED = 1e300
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
 
 
 def _first_line(exc: BaseException) -> str:

@@ -260,6 +260,8 @@ def _model_and_partition(
             seq_len=m.seq_len,
             vocab=m.vocab,
             ffn_hidden=m.ffn_hidden,
+            kv_heads=m.kv_heads,
+            mlp=m.mlp,
             dtype_bytes=DTYPE_BYTES[m.dtype],
             recompute=m.recompute,
             tied_embeddings=m.tied_embeddings,

@@ -15,19 +15,25 @@ This module holds the models and turns pydantic's first complaint into one reada
 from __future__ import annotations
 
 import reprlib
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from pipesim.cluster.hardware import GPU_PROFILES, LINK_PROFILES
+from pipesim.scenario.fields import (
+    DEFAULT_MAX_ACTIONS,
+    SMALLEST,
+    Bytes,
+    Count,
+    Factor,
+    Index,
+    Microseconds,
+    Milliseconds,
+    PerStage,
+    PerStageBytes,
+)
+from pipesim.scenario.fields import Strict as _Strict
+from pipesim.scenario.serving_schema import DecodeSpec, ServingSpec
 from pipesim.schedules import POLICIES
 from pipesim.search import AUTO_POLICIES
 
@@ -57,39 +63,14 @@ def one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
-MAX_COUNT = 2**53  # every count converts to a float exactly
-SMALLEST = 1e-9  # of a unit: a positive duration, size or latency is at least this
-
-
-def _zero_or_at_least_smallest(value: float) -> float:
-    if 0 < value < SMALLEST:
-        raise ValueError(f"must be 0 or at least {SMALLEST:g}")
-    return value
-
-
-Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
-Index = Annotated[int, Field(ge=0, le=MAX_COUNT)]
-Milliseconds = Annotated[float, Field(ge=0, le=1e12), AfterValidator(_zero_or_at_least_smallest)]
-Microseconds = Annotated[float, Field(ge=0, le=1e15), AfterValidator(_zero_or_at_least_smallest)]
-Bytes = Annotated[float, Field(ge=0, le=1e18), AfterValidator(_zero_or_at_least_smallest)]
-Factor = Annotated[float, Field(ge=1e-6, le=1e6)]
-PerStage = Milliseconds | list[Milliseconds]
-PerStageBytes = Bytes | list[Bytes]
-DEFAULT_MAX_ACTIONS = 10_000_000
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
 class PipelineSpec(_Strict):
-    schedule: str
+    schedule: str | None = None  # required except in decode mode and for `pipesim serve`
     schedule_file: str | None = None
     devices: Count | None = None  # a csv schedule's rows give it if omitted
     microbatches: Count | None = None  # from model.global_batch if omitted
     virtual_stages: Count = 1
     microbatch_size: Count = 1
-    mode: Literal["train", "forward"] = "train"
+    mode: Literal["train", "forward", "decode"] = "train"  # decode: see the decode: section
     # The size guard: a schedule of more actions is refused before it is built.
     max_actions: Count = DEFAULT_MAX_ACTIONS
     # Per device, for the searched policies (zb-auto, v-auto); None: what 1F1B holds.
@@ -97,8 +78,13 @@ class PipelineSpec(_Strict):
 
     @field_validator("schedule")
     @classmethod
-    def _known_schedule(cls, value: str) -> str:
-        if value != "csv" and value not in POLICIES and value not in AUTO_POLICIES:
+    def _known_schedule(cls, value: str | None) -> str | None:
+        if (
+            value is not None
+            and value != "csv"
+            and value not in POLICIES
+            and value not in AUTO_POLICIES
+        ):
             allowed = ", ".join([*POLICIES, *AUTO_POLICIES, "csv"])
             raise ValueError(f"unknown schedule {value!r}; allowed: {allowed}")
         return value
@@ -117,6 +103,10 @@ class CostsSpec(_Strict):
     unshard_ms: PerStage | None = None  # FSDP posts of a lowered csv schedule (else free)
     reshard_ms: PerStage | None = None
     profile: str | None = None  # measured costs: a profile file from `pipesim profile`
+    # Inference, hand-typed: a whole prompt of decode.prompt_tokens through one stage, and
+    # one token step of one group through one stage.
+    prefill_ms: PerStage | None = None
+    decode_ms: PerStage | None = None
 
 
 class LinkSpec(_Strict):
@@ -175,6 +165,8 @@ class ModelSpec(_Strict):
     seq_len: Count
     vocab: Count
     ffn_hidden: Count | None = None
+    kv_heads: Count | None = None  # grouped-query attention; None: as many as heads
+    mlp: Literal["plain", "gated"] = "plain"  # gated: SwiGLU's three matrices
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     recompute: bool = False
     tied_embeddings: bool = False
@@ -235,6 +227,8 @@ class ScenarioSpec(_Strict):
     model: ModelSpec | None = None
     parallel: ParallelSpec = ParallelSpec()
     variability: VariabilitySpec | None = None
+    decode: DecodeSpec | None = None
+    serving: ServingSpec | None = None
 
     @field_validator("schema_version", mode="before")
     @classmethod

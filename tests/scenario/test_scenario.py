@@ -70,7 +70,7 @@ def test_overrides_are_parsed_as_yaml_and_validated(tmp_path):
         ),
         ("pipeline.devices=four", "pipeline.devices: Input should be a valid integer"),
         ("pipeline.schedule=pipedream", "unknown schedule 'pipedream'; allowed: gpipe, 1f1b"),
-        ("pipeline.mode=serve", "pipeline.mode: Input should be 'train' or 'forward'"),
+        ("pipeline.mode=serve", "pipeline.mode: Input should be 'train', 'forward' or 'decode'"),
         ("costs.forward_ms=[1,2]", "costs.forward_ms: has 2 entries, expected a number or 4"),
         ("costs.forward_ms=-1", "costs.forward_ms: Input should be greater than or equal to 0"),
         ("schema_version=2", "schema_version: Input should be 1"),
