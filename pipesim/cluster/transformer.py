@@ -16,10 +16,20 @@ FLOPs follow the Zero Bubble paper (Qi et al. 2024, Table 1), which splits the b
     F = sbh(24h + 4s)      I = sbh(24h + 8s)      W = sbh(24h)          (per layer, b = 1)
 
 The 24h term is the layer's linear layers: QKV (3h^2), attention output (h^2) and the MLP
-(2hf = 8h^2), two FLOPs per multiply-add, so 2(4h^2 + 2hf) = 8h^2 + 4hf. pipesim keeps that
-general form, ``bsh(8h + 4f + 4s)`` for F, so a model with f != 4h is counted honestly. The
-s terms are the attention scores (QK^T and scores x V): they have no weights, so their
-backward lands wholly in I. Grouped-query attention and gated (SwiGLU) MLPs are not modelled.
+(2hf = 8h^2), two FLOPs per multiply-add, so 2(4h^2 + 2hf) = 8h^2 + 4hf. The s terms are the
+attention scores (QK^T and scores x V): they have no weights, so their backward lands wholly
+in I. pipesim counts the weights of the architectures people train, and the FLOPs follow:
+
+* grouped-query attention (Ainslie et al. 2023) shares each key/value head among ``a / g``
+  query heads, with ``g`` kv heads of width ``d = h / a``: the QKV projection has
+  ``h (h + 2 g d)`` weights instead of ``3h^2``; the scores are still computed per query head,
+  so their FLOPs do not change;
+* a gated MLP (SwiGLU, Shazeer 2020; Llama) has three matrices, gate and up ``h -> f`` and
+  down ``f -> h``: ``3hf`` weights instead of ``2hf``.
+
+A layer's linear FLOPs are then ``2bs`` times its weight count, and one step's total is
+exactly Megatron-LM's ``num_floating_point_operations`` (training.py)
+``12 B s L h^2 (1 + g/a + s/h + k f/h + V/(2 L h))`` with ``k = 1`` plain, ``1.5`` gated.
 
 ``pipesim.model`` turns these counts into time on a GPU and into ``Costs``.
 """
@@ -87,6 +97,27 @@ class TransformerModel:
     def ffn(self) -> int:
         return self.ffn_hidden  # type: ignore[return-value]  # set in __post_init__
 
+    @property
+    def kv_width(self) -> int:
+        """Width of the key (or value) projection: ``kv_heads * head_dim`` (``h`` without GQA)."""
+        return self.kv_head_count * self.head_dim
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Matrices of width ``h x f`` in the MLP: 2 (up, down), 3 when gated (gate, up, down)."""
+        return 3 if self.mlp == "gated" else 2
+
+    @property
+    def attention_weights(self) -> int:
+        """Weights of the attention block without biases: QKV ``h (h + 2 g d)`` + output ``h^2``."""
+        h = self.hidden
+        return h * (h + 2 * self.kv_width) + h * h
+
+    @property
+    def mlp_weights(self) -> int:
+        """Weights of the MLP without biases: ``2hf``, or ``3hf`` when gated."""
+        return self.mlp_matrices * self.hidden * self.ffn
+
 
 @dataclass(frozen=True, slots=True)
 class PassFlops:
@@ -121,9 +152,10 @@ class PassFlops:
 
 
 def layer_flops(model: TransformerModel, microbatch_size: int) -> PassFlops:
-    """FLOPs of one transformer layer for one microbatch (no recomputation)."""
-    b, s, h, f = microbatch_size, model.seq_len, model.hidden, model.ffn
-    linear = b * s * h * (8 * h + 4 * f)  # 24bsh^2 when f = 4h
+    """FLOPs of one transformer layer for one microbatch (no recomputation): ``2bs`` per
+    weight in each pass of the linear layers, plus the attention scores."""
+    b, s, h = microbatch_size, model.seq_len, model.hidden
+    linear = 2 * b * s * (model.attention_weights + model.mlp_weights)  # 24bsh^2 plain MHA
     scores = b * s * h * 4 * s  # QK^T and scores x V, 2 b s^2 h each
     return PassFlops(
         forward=linear + scores, backward_input=linear + 2 * scores, backward_weight=linear
@@ -188,6 +220,12 @@ def layer_activation_memory_bytes(
     rescale them. With ``flash_attention`` the ``5as^2b`` term is dropped, leaving 34sbh
     (what Korthikanti et al. call selective recomputation).
 
+    The 24sbh that tensor parallelism splits are, itemised, Q, K, V and the output
+    projection's input (2sbh each) and the MLP's activation input and down-projection input
+    (2sbf each, f = 4h). Grouped-query attention shrinks K and V to ``2 s b g d`` each; a
+    gated MLP keeps three f-wide tensors (gate and up outputs, their product), ``6sbf``. The
+    10sbh left whole (two norm inputs, QKV and MLP inputs, two dropout masks) do not change.
+
     The W part is what the Zero Bubble implementation uses: 32sbh of the 34sbh (the inputs of
     the linear layers), scaled here with the same tensor-parallel split.
 
@@ -199,7 +237,9 @@ def layer_activation_memory_bytes(
     if model.recompute:
         kept = 2 * sbh / (t if sequence_parallel else 1)
         return kept, kept
-    linear = 34 * sbh / t if sequence_parallel else sbh * (10 + 24 / t)
+    whole = 10 * sbh
+    split = 4 * sbh + 4 * s * b * model.kv_width + 2 * model.mlp_matrices * s * b * model.ffn
+    linear = (whole + split) / t if sequence_parallel else whole + split / t
     scores = 0 if model.flash_attention else 5 * a * s * s * b / t
     return linear + scores, linear * 32 / 34
 
@@ -235,10 +275,14 @@ def stage_extra_activation_bytes(
 
 
 def layer_parameters(model: TransformerModel) -> int:
-    """Weights of one layer: attention ``4h^2 + 4h`` (QKV and output projection with biases),
-    MLP ``2hf + f + h``, two layer norms ``4h``: ``12h^2 + 13h`` when f = 4h."""
+    """Weights of one layer: attention ``h (h + 2 g d) + h^2`` (QKV and output projection)
+    with their biases, the MLP ``2hf`` (``3hf`` gated) with its biases, two layer norms
+    ``4h``: ``12h^2 + 13h`` for a plain MHA layer with f = 4h. Models without biases, with
+    RMSNorm (Llama), hold a few ``h`` per layer fewer, under 0.01 % of the total."""
     h, f = model.hidden, model.ffn
-    return 4 * h * h + 2 * h * f + f + 9 * h
+    attention_biases = h + 2 * model.kv_width + h
+    mlp_biases = (model.mlp_matrices - 1) * f + h
+    return model.attention_weights + model.mlp_weights + attention_biases + mlp_biases + 4 * h
 
 
 def stage_parameters(model: TransformerModel, partition: Sequence[int]) -> tuple[int, ...]:
