@@ -1,0 +1,176 @@
+"""Inference costs of one stage: KV-cache sizes, the prefill and decode roofs, capacity."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipesim.cluster.hardware import gpu_profile
+from pipesim.cluster.inference import (
+    BatchShape,
+    kv_cache_bytes_per_token,
+    kv_capacity_tokens,
+    stage_boundary_bytes,
+    stage_iteration_ms,
+)
+from pipesim.cluster.model import Efficiency, TransformerModel
+from pipesim.cluster.parallel import ring_allreduce_ms
+from pipesim.cluster.transformer import layer_parameters, stage_parameters
+from pipesim.sim.links import Link
+
+# Llama-2-70B (Touvron et al. 2023; its config.json): 80 layers, hidden 8192, 64 heads
+# sharing 8 key/value heads of width 128, SwiGLU width 28672, vocabulary 32000.
+LLAMA2_70B = TransformerModel(
+    layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, mlp="gated",
+    seq_len=4096, vocab=32000,
+)  # fmt: skip
+H100 = gpu_profile("h100-sxm")  # 989.4 TFLOP/s bf16, 3,350 GB/s, 80 GiB
+
+
+def test_llama2_70b_kv_bytes_per_token():
+    # 2 (K and V) * 80 layers * 8 kv heads * 128 head_dim * 2 bytes
+    assert kv_cache_bytes_per_token(LLAMA2_70B) == 2 * 80 * 8 * 128 * 2 == 327_680
+    # TP 8: one kv head per rank
+    assert kv_cache_bytes_per_token(LLAMA2_70B, tensor=8) == 327_680 // 8 == 40_960
+    # TP 16: fewer kv heads than ranks, each rank keeps a replica of one head
+    assert kv_cache_bytes_per_token(LLAMA2_70B, tensor=16) == 40_960
+
+
+def test_multi_head_attention_keeps_one_kv_head_per_head():
+    model = TransformerModel(layers=2, hidden=64, heads=4, seq_len=8, vocab=10)
+    assert kv_cache_bytes_per_token(model) == 2 * 2 * 4 * 16 * 2
+    assert kv_cache_bytes_per_token(model, tensor=2) == 2 * 2 * 2 * 16 * 2
+
+
+def test_batch1_decode_is_bandwidth_bound_on_weights_and_kv():
+    """A middle stage of 40 layers, one sequence at context 1000: it reads its weights
+    (40 layers x P x 2 bytes) and 1000 tokens' KV of its 40 layers (40 x 2*8*128*2 bytes
+    each); its FLOPs (2 per weight, 4h per context token) take ~150x less time."""
+    layers, context = 40, 1000
+    shape = BatchShape(decode_seqs=1, decode_context=context)
+    read = layers * layer_parameters(LLAMA2_70B) * 2 + layers * 4096 * context
+    expected_ms = read / 3350e9 * 1e3
+    got = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=False, last=False)
+    assert got == pytest.approx(expected_ms, rel=1e-12)
+    flops_ms = (
+        layers * (2 * layer_parameters(LLAMA2_70B) + 4 * 8192 * context) / (989.4e12 * 0.78) * 1e3
+    )
+    assert got > 100 * flops_ms
+
+
+def test_large_batch_decode_becomes_compute_bound():
+    """At 4096 sequences of context 1 a step's FLOPs outweigh its bytes: time = FLOPs /
+    (peak * max_fraction)."""
+    layers, seqs = 10, 4096
+    shape = BatchShape(decode_seqs=seqs, decode_context=seqs)
+    flops = layers * (2 * layer_parameters(LLAMA2_70B) * seqs + 4 * 8192 * seqs)
+    got = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=False, last=False)
+    assert got == pytest.approx(flops / (989.4e12 * 0.78) * 1e3, rel=1e-12)
+
+
+def test_prefill_is_compute_bound_at_the_efficiency_curve():
+    """A 2048-token prompt on 20 layers and the LM head (last stage, one prompt emits):
+    FLOPs = 20 (2P * 2048 + 4h * 2048 * 2048) + 2hV, at 0.78 * 2048 / (2048 + 512)."""
+    layers, tokens = 20, 2048
+    shape = BatchShape(prefill_tokens=tokens, prefill_attention=tokens * tokens)
+    flops = layers * (2 * layer_parameters(LLAMA2_70B) * tokens + 4 * 8192 * tokens * tokens)
+    flops += 2 * 8192 * 32000
+    rate = 989.4e12 * 0.78 * tokens / (tokens + 512)
+    got = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=False, last=True, emitting=1)
+    assert got == pytest.approx(flops / rate * 1e3, rel=1e-12)
+
+
+def test_tensor_parallel_divides_work_and_adds_two_allreduces_per_layer():
+    link = Link(latency_us=5.0, bandwidth_gbps=400.0)
+    shape = BatchShape(prefill_tokens=512, prefill_attention=512 * 512)
+    layers = 8
+    one = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=True, last=False)
+    four = stage_iteration_ms(
+        LLAMA2_70B, layers, H100, shape, first=True, last=False, tensor=4, tensor_link=link
+    )
+    message = 512 * 8192 * 2
+    allreduces = layers * 2 * ring_allreduce_ms(message, 4, link)
+    # 2 * (4-1) steps of 5 us latency and 2 * 3/4 * message / 400 GB/s, twice per layer
+    assert allreduces == pytest.approx(8 * 2 * (6 * 0.005 + 1.5 * message / 400e6))
+    assert four == pytest.approx(one / 4 + allreduces, rel=1e-12)
+
+
+def test_launch_overhead_is_added_once_per_iteration():
+    shape = BatchShape(decode_seqs=4, decode_context=400)
+    plain = stage_iteration_ms(LLAMA2_70B, 5, H100, shape, first=False, last=False)
+    slow = stage_iteration_ms(
+        LLAMA2_70B, 5, H100, shape, first=False, last=False,
+        efficiency=Efficiency(launch_overhead_ms=0.25),
+    )  # fmt: skip
+    assert slow == pytest.approx(plain + 0.25)
+
+
+def test_empty_batch_costs_nothing():
+    assert stage_iteration_ms(LLAMA2_70B, 5, H100, BatchShape(), first=True, last=True) == 0.0
+
+
+def test_tensor_parallel_needs_a_link():
+    with pytest.raises(ValueError, match="tensor_link"):
+        stage_iteration_ms(
+            LLAMA2_70B, 5, H100, BatchShape(decode_seqs=1, decode_context=1),
+            first=False, last=False, tensor=2,
+        )  # fmt: skip
+
+
+def test_boundary_bytes_are_one_hidden_vector_per_token():
+    shape = BatchShape(prefill_tokens=100, prefill_attention=100 * 100, decode_seqs=7)
+    assert stage_boundary_bytes(LLAMA2_70B, shape) == 107 * 8192 * 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seqs=st.integers(1, 512),
+    context=st.integers(1, 8192),
+    prefill=st.integers(0, 4096),
+)
+def test_mixed_batch_is_bounded_by_its_parts(seqs, context, prefill):
+    """A mixed batch costs at least each of its parts alone and at most their sum (the
+    weights are read once)."""
+    decode = BatchShape(decode_seqs=seqs, decode_context=seqs * context)
+    pre = BatchShape(prefill_tokens=prefill, prefill_attention=prefill * prefill)
+    mixed = BatchShape(prefill, prefill * prefill, seqs, seqs * context)
+    cost = lambda s: stage_iteration_ms(LLAMA2_70B, 10, H100, s, first=False, last=True)  # noqa: E731
+    both = cost(mixed)
+    assert both >= max(cost(decode), cost(pre)) * (1 - 1e-12)
+    assert both <= (cost(decode) + cost(pre)) * (1 + 1e-12)
+
+
+def test_kv_capacity_tp8_one_replica_on_h100():
+    """Llama-2-70B, TP 8, one stage: each GPU holds 1/8 of all weights; the rest of
+    0.9 * 80 GiB holds 40,960 bytes per token."""
+    weights = stage_parameters(LLAMA2_70B, [80])[0] * 2 / 8
+    free = 80 * 2**30 * 0.9 - weights
+    expected = math.floor(free / 40_960)
+    got = kv_capacity_tokens(LLAMA2_70B, H100, tensor=8, pipeline=1, gpu_memory_utilization=0.9)
+    assert got == expected
+    assert 1_000_000 < got < 1_500_000  # 69B weights leave ~55 GiB per GPU
+
+
+def test_kv_capacity_is_limited_by_the_most_loaded_stage():
+    """PP 2 x TP 4: 40 layers per stage; the last stage carries the LM head, the first the
+    embedding (same size here, untied), so both leave the same room; a workspace comes off
+    every GPU."""
+    workspace = 2 * 2**30
+    params = stage_parameters(LLAMA2_70B, [40, 40])
+    per_token = 40 * 2 * 2 * 128 * 2  # 40 layers, 2 kv heads per rank of 4
+    expected = min(
+        math.floor((80 * 2**30 * 0.9 - workspace - p * 2 / 4) / per_token) for p in params
+    )
+    got = kv_capacity_tokens(
+        LLAMA2_70B, "h100-sxm", tensor=4, pipeline=2, gpu_memory_utilization=0.9,
+        workspace_bytes=workspace,
+    )  # fmt: skip
+    assert got == expected
+
+
+def test_kv_capacity_refuses_weights_that_do_not_fit():
+    with pytest.raises(ValueError, match="stage 0 .* leave no room"):
+        kv_capacity_tokens(LLAMA2_70B, H100, tensor=1, pipeline=1, gpu_memory_utilization=0.9)
