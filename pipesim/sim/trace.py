@@ -86,7 +86,7 @@ class TraceBuilder:
         table = np.concatenate(self.blocks) if len(self.blocks) > 1 else self.blocks[0]
         ints = table[:, :4].astype(np.int64)
         stage, kind = ints[:, 1], ints[:, 3]
-        chunk_of = np.array([schedule.chunk(s) for s in range(schedule.stages)] + [-1])
+        chunk_of = np.array([*_chunks(schedule.placement), -1])
         return Trace(
             devices=self.devices,
             device=ints[:, 0],
@@ -102,6 +102,16 @@ class TraceBuilder:
             cause=table[:, 7].astype(np.int8),
             cause_row=table[:, 8].astype(np.int64),
         )
+
+
+def _chunks(placement: tuple[int, ...]) -> list[int]:
+    """``Schedule.chunk`` of every stage in one pass (it counts from 0 for each stage)."""
+    seen: dict[int, int] = {}
+    chunks = []
+    for device in placement:
+        chunks.append(seen.get(device, 0))
+        seen[device] = chunks[-1] + 1
+    return chunks
 
 
 @dataclass(frozen=True)
