@@ -1,0 +1,103 @@
+"""Memory first: which candidates cannot fit, found without simulating them.
+
+A device's memory at any instant is its static memory (weights, gradients, optimizer
+states: ``pipesim.cluster.transformer.static_memory``) plus the activations it holds. A
+device runs its actions one after another, so the activations it holds change only at its
+own actions: an F takes its layer group's activation when it starts, a B gives it all back
+when it ends, a split backward gives back all but the weight-gradient part when I ends and
+the rest when W ends (``pipesim.sim.memory``). Walking a device's list in order and summing
+those changes gives its peak without knowing a single time. Timing matters only where one
+action ends at the very instant the next starts: the walk gives back first, so its count is
+never above the simulated peak (and equal to it wherever the timeline has no such tie the
+other way round). That makes it safe for pruning: a candidate whose count exceeds the GPU's
+memory does not fit, whatever its timeline. The planner then takes every reported peak
+from the candidate's own simulated Report.
+
+The walk is precomputed once per schedule (``MemoryProgram``) as arrays; each candidate's
+costs then give its peak per device with one cumulative sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipesim.schedules.ir import Kind, Schedule
+from pipesim.sim.costs import Costs
+
+# (coefficient of the activation, coefficient of its weight-gradient part) per change
+_TAKE = (1.0, 0.0)
+_CHANGE = {
+    Kind.F: _TAKE,
+    Kind.B: (-1.0, 0.0),
+    Kind.I: (-1.0, 1.0),
+    Kind.W: (0.0, -1.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryProgram:
+    """Every activation change of a schedule in execution order, device after device:
+    change ``k`` adds ``kept[k] * activation[group[k]] + grad[k] * weight_grad[group[k]]``
+    bytes; device ``d``'s changes are ``starts[d]:starts[d + 1]``."""
+
+    group: np.ndarray
+    kept: np.ndarray
+    grad: np.ndarray
+    starts: np.ndarray
+
+
+def memory_program(schedule: Schedule) -> MemoryProgram:
+    """The schedule's activation changes, in the order each device makes them (an
+    overlapped group takes its forwards' activations before giving back its backwards')."""
+    if not schedule.is_training:
+        raise ValueError("the memory walk is for training schedules (forward-only keeps none)")
+    group, kept, grad, starts = [], [], [], [0]
+    for actions in schedule.device_actions:
+        for action in actions:
+            atoms = action.atoms
+            ordered = [a for a in atoms if a.kind == Kind.F] + [
+                a for a in atoms if a.kind != Kind.F
+            ]
+            for atom in ordered:
+                change = _CHANGE.get(atom.kind)
+                if change is None:
+                    continue
+                group.append(schedule.model_stage(atom.stage))
+                kept.append(change[0])
+                grad.append(change[1])
+        starts.append(len(group))
+    return MemoryProgram(
+        np.asarray(group, dtype=np.int64),
+        np.asarray(kept, dtype=np.float64),
+        np.asarray(grad, dtype=np.float64),
+        np.asarray(starts, dtype=np.int64),
+    )
+
+
+def peak_activation_bytes(program: MemoryProgram, costs: Costs) -> np.ndarray:
+    """The peak activation bytes each device holds when it runs in order (see above)."""
+    kept = np.asarray(costs.activation_memory_bytes, dtype=np.float64)
+    weight_grad = np.asarray(costs.weight_grad_memory_bytes, dtype=np.float64)
+    change = program.kept * kept[program.group] + program.grad * weight_grad[program.group]
+    devices = len(program.starts) - 1
+    peaks = np.zeros(devices)
+    for d in range(devices):
+        part = change[program.starts[d] : program.starts[d + 1]]
+        if len(part):
+            peaks[d] = max(float(np.cumsum(part).max()), 0.0)
+    return peaks
+
+
+def exceeds(peak_bytes: np.ndarray, static_bytes: tuple[float, ...], capacity: float) -> bool:
+    """Whether static plus peak activation memory passes ``capacity`` on some device
+    (0: unknown capacity, never)."""
+    if not capacity:
+        return False
+    return bool((np.asarray(static_bytes) + peak_bytes > capacity).any())
+
+
+def capacity_reason(capacity_bytes: float) -> str:
+    """The pruning reason for memory, as the user reads it."""
+    return f"exceed {capacity_bytes / 2**30:.0f} GiB on some device"

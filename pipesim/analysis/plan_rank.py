@@ -1,0 +1,64 @@
+"""Ranking the scored candidates, their Pareto front, and the winner as a scenario.
+
+The ranking is by step time, fastest first; ties go to the candidate that holds less
+memory, then to the one met first in the space, so the order never depends on which
+worker finished first. The Pareto front is the set of candidates no other beats on both
+step time and peak memory per device: the fastest configuration for each memory budget.
+It is taken over every scored candidate, not only the ones the table shows.
+
+``emit_mapping`` writes a candidate down as a complete scenario: the base scenario with the
+candidate's keys set. ``pipesim run`` on it builds exactly the step the planner scored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pipesim.analysis.plan_space import AXIS_ATTRIBUTES
+
+
+def rank(rows: Sequence[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``(space index, row)`` pairs -> rows, fastest first (ties: less memory, then the
+    earlier index)."""
+    ordered = sorted(rows, key=lambda item: (item[1]["step_time_ms"],
+                                             item[1]["peak_memory_bytes"], item[0]))  # fmt: skip
+    return [row for _, row in ordered]
+
+
+def pareto(ranked: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The non-dominated rows of a ranked list (fastest first): a row is on the front when
+    every faster row holds more memory. The result is ranked too."""
+    front, least = [], float("inf")
+    for row in ranked:
+        if row["peak_memory_bytes"] < least:
+            front.append(row)
+            least = row["peak_memory_bytes"]
+    return front
+
+
+def emit_mapping(base: dict[str, Any], row: dict[str, Any], note: str = "") -> dict[str, Any]:
+    """The base scenario with a result's keys set: a ready-to-run scenario."""
+    data = json.loads(json.dumps(base))
+    for key in AXIS_ATTRIBUTES:
+        section, name = key.split(".")
+        data.setdefault(section, {})[name] = row[key]
+    data["model"].pop("microbatch_size", None)  # the pipeline section gives it
+    if note:
+        data["description"] = note
+    return data
+
+
+def describe(row: dict[str, Any]) -> str:
+    """A candidate in one short phrase: ``TP8 PP4 DP2 1f1b v1 b1 m16 rc zero1 balanced``."""
+    parts = [
+        f"TP{row['parallel.tensor']} PP{row['pipeline.devices']} DP{row['parallel.data']}",
+        row["pipeline.schedule"],
+        f"v{row['pipeline.virtual_stages']} b{row['pipeline.microbatch_size']} "
+        f"m{row['pipeline.microbatches']}",
+        "recompute" if row["model.recompute"] else "no recompute",
+        f"zero{row['parallel.zero_stage']}",
+        row["model.partition"],
+    ]
+    return " ".join(parts)

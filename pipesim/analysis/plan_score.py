@@ -1,0 +1,216 @@
+"""Scoring candidates: the same step ``pipesim run`` would simulate, built without the detour.
+
+``pipesim run`` reads a file, validates it with pydantic, builds the schedule, derives the
+stage costs from the model and simulates. For one scenario that costs nothing worth
+noticing; for ten thousand candidates the repeated parts dominate. Most of them repeat
+exactly: a schedule depends only on (policy, pipeline size, microbatches, chunks); stage
+costs only on (tensor size, partition, microbatch size, recompute) and where the stages
+sit; the timeline not at all on the ZeRO stage, which changes static memory only. So the
+``Scorer`` validates the base scenario once, derives each candidate's pieces with the same
+functions ``pipesim.scenario.build`` calls (``derive.model_costs``, ``derive.topology``,
+``get_schedule``), keeps each piece in a cache under the key it depends on, and simulates
+each distinct timeline once. A candidate's Report is then exactly the one ``pipesim run``
+gives for the scenario ``plan_emit`` writes for it; the planner confirms that on its top
+candidates with the SimPy engine.
+
+A candidate ends one of two ways: pruned (with its reason: a schedule constraint, or
+memory, found by the walk of ``plan_memory`` before any simulation) or scored (a row of
+metrics). The searched policies (zb-auto, v-auto) search inside each candidate and go
+through ``build_scenario`` whole: slow, so they are in the space only on request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipesim.analysis.plan_memory import (
+    MemoryProgram,
+    capacity_reason,
+    exceeds,
+    memory_program,
+    peak_activation_bytes,
+)
+from pipesim.analysis.plan_space import Candidate
+from pipesim.analysis.run import simulate_step
+from pipesim.cluster.hardware import gpu_profile
+from pipesim.scenario import derive
+from pipesim.scenario.build import Scenario, build_scenario, parse_spec
+from pipesim.scenario.schema import ScenarioError, ScenarioSpec
+from pipesim.schedules import get_schedule
+from pipesim.schedules.ir import Schedule, ScheduleError
+from pipesim.search import AUTO_POLICIES
+from pipesim.sim.costs import Costs
+from pipesim.sim.engine import simulate
+from pipesim.sim.links import Topology
+from pipesim.sim.memory import memory_timelines
+from pipesim.sim.metrics import Accounting, Report, build_report
+from pipesim.sim.trace import Trace
+
+METRICS = ("step_time_ms", "tokens_per_second", "mfu", "peak_memory_bytes", "bubble_fraction")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one candidate: pruned with a reason, or scored with its metrics
+    (``row``: the candidate's scenario keys, ``METRICS``, ``evaluator``, and the per-device
+    peaks under ``peak_memory_bytes_per_device``)."""
+
+    reason: str | None = None
+    row: dict[str, Any] | None = None
+
+
+def timeline(
+    schedule: Schedule,
+    costs: Costs,
+    topology: Topology,
+    tail_ms: tuple[float, ...] | None,
+    tail_after_flush: bool,
+) -> tuple[Trace, str]:
+    """One step's exact timeline, and the name of the evaluator that computed it."""
+    trace = simulate(schedule, costs, topology, tail_ms=tail_ms, tail_after_flush=tail_after_flush)
+    return trace, "simpy"
+
+
+def candidate_spec(spec: ScenarioSpec, c: Candidate) -> ScenarioSpec:
+    """The base spec with the candidate's keys set (no validation: the space already
+    holds only values the schema accepts)."""
+    pipeline = spec.pipeline.model_copy(
+        update={"schedule": c.schedule, "devices": c.devices, "virtual_stages": c.virtual_stages,
+                "microbatch_size": c.microbatch_size, "microbatches": c.microbatches}
+    )  # fmt: skip
+    model = spec.model.model_copy(
+        update={"recompute": c.recompute, "partition": c.partition, "microbatch_size": None}
+    )
+    parallel = spec.parallel.model_copy(
+        update={"tensor": c.tensor, "data": c.data, "zero_stage": c.zero_stage,
+                "sequence_parallel": c.sequence_parallel, "dp_overlap": c.dp_overlap}
+    )  # fmt: skip
+    return spec.model_copy(update={"pipeline": pipeline, "model": model, "parallel": parallel})
+
+
+class Scorer:
+    """Scores candidates of one base scenario, caching every piece it can share."""
+
+    def __init__(self, spec_data: dict[str, Any], source: str) -> None:
+        self.spec = parse_spec(spec_data, source)
+        self.source = source
+        self.capacity = float(gpu_profile(self.spec.hardware.gpu).memory_bytes)
+        self._schedules: dict[tuple, Schedule | str] = {}
+        self._programs: dict[tuple, MemoryProgram] = {}
+        self._derived: dict[tuple, derive.ModelCosts] = {}
+        self._topologies: dict[tuple, Topology] = {}
+        self._timelines: dict[tuple, tuple[Trace, str, Any]] = {}
+        self.timelines_simulated = 0
+
+    def score(self, c: Candidate) -> Outcome:
+        """Prune or score one candidate."""
+        if c.schedule in AUTO_POLICIES:
+            return self._score_searched(c)
+        key = (c.schedule, c.devices, c.microbatches, c.virtual_stages)
+        schedule = self._schedule(key)
+        if isinstance(schedule, str):
+            return Outcome(reason=schedule)
+        spec = candidate_spec(self.spec, c)
+        derived = self._model_costs(spec, schedule, c)
+        peaks = peak_activation_bytes(self._programs[key], derived.costs)
+        if exceeds(peaks, derived.accounting.static_memory_bytes, self.capacity):
+            return Outcome(reason=capacity_reason(self.capacity))
+        topology = self._topology(spec, schedule, c)
+        shared = (key, c.tensor, c.data, c.microbatch_size, c.recompute, c.partition,
+                  c.sequence_parallel, c.dp_overlap)  # fmt: skip
+        if shared not in self._timelines:
+            trace, evaluator = timeline(schedule, derived.costs, topology, derived.tail_ms,
+                                        not c.dp_overlap)  # fmt: skip
+            memory = memory_timelines(trace, schedule, derived.costs)
+            self._timelines[shared] = (trace, evaluator, memory)
+            self.timelines_simulated += 1
+        trace, evaluator, memory = self._timelines[shared]
+        report = build_report(
+            trace, schedule, derived.costs, c.microbatch_size, scenario=self.spec.name,
+            seq_len=self.spec.model.seq_len, topology=topology,
+            accounting=derived.accounting, memory=memory,
+        )  # fmt: skip
+        return self._outcome(c, report, evaluator)
+
+    def _schedule(self, key: tuple) -> Schedule | str:
+        """The schedule of (policy, devices, microbatches, chunks), or why it cannot be."""
+        if key not in self._schedules:
+            name, devices, microbatches, chunks = key
+            try:
+                schedule = get_schedule(name, devices, microbatches, chunks)
+                self._programs[key] = memory_program(schedule)
+                self._schedules[key] = schedule
+            except ScheduleError:
+                self._schedules[key] = f"{name}: its constraints are not met"
+        return self._schedules[key]
+
+    def _model_costs(self, spec: ScenarioSpec, schedule: Schedule, c: Candidate):
+        where = (schedule.placement, tuple(map(schedule.model_stage, range(schedule.stages))),
+                 schedule.has_reduce_grad_posts)  # fmt: skip
+        key = (where, c.tensor, c.data, c.microbatch_size, c.recompute, c.partition,
+               c.sequence_parallel, c.zero_stage, schedule.microbatches)  # fmt: skip
+        if key not in self._derived:
+            self._derived[key] = derive.model_costs(spec, schedule, c.microbatch_size, self.source)
+        return self._derived[key]
+
+    def _topology(self, spec: ScenarioSpec, schedule: Schedule, c: Candidate) -> Topology:
+        pairs = frozenset(derive.communicating_pairs(schedule))
+        key = (schedule.devices, pairs, c.tensor, c.data)
+        if key not in self._topologies:
+            self._topologies[key] = derive.topology(spec, schedule, self.source)
+        return self._topologies[key]
+
+    def _score_searched(self, c: Candidate) -> Outcome:
+        """zb-auto / v-auto: the whole build, search included, then the step."""
+        try:
+            scenario = build_scenario(candidate_spec(self.spec, c), self.source)
+        except (ScenarioError, ScheduleError) as exc:
+            return Outcome(reason=f"{c.schedule}: {str(exc).splitlines()[0]}")
+        if _exceeds_before(scenario, self.capacity):
+            return Outcome(reason=capacity_reason(self.capacity))
+        self.timelines_simulated += 1
+        return self._outcome(c, simulate_step(scenario).report, "simpy")
+
+    def _outcome(self, c: Candidate, report: Report, evaluator: str) -> Outcome:
+        if report.oom:  # the walk is a lower bound: a tie the other way round found it
+            return Outcome(reason=capacity_reason(self.capacity) + " (found by simulation)")
+        peaks = [d.peak_memory_bytes for d in report.per_device]
+        row = c.keys() | {
+            "step_time_ms": report.step_time_ms,
+            "tokens_per_second": report.tokens_per_second,
+            "mfu": report.mfu,
+            "peak_memory_bytes": max(peaks),
+            "bubble_fraction": report.bubble_fraction,
+            "evaluator": evaluator,
+            "peak_memory_bytes_per_device": peaks,
+        }
+        return Outcome(row=row)
+
+
+def _exceeds_before(scenario: Scenario, capacity: float) -> bool:
+    accounting: Accounting = scenario.accounting
+    peaks = peak_activation_bytes(memory_program(scenario.schedule), scenario.costs)
+    return exceeds(peaks, accounting.static_memory_bytes, capacity)
+
+
+# ---------------------------------------------------------------------------
+# Workers: plain data in, plain data out (picklable, for processes and Dask)
+
+_SCORERS: dict[tuple[str, str], Scorer] = {}
+
+
+def score_chunk(
+    spec_json: str, spec_data: dict, source: str, chunk: Sequence[tuple[int, Candidate]]
+) -> list[tuple[int, Outcome]]:
+    """Score a chunk of ``(index, candidate)``; a worker keeps one Scorer per base scenario
+    (``spec_json`` is its key), so its caches serve every chunk it gets."""
+    scorer = _SCORERS.get((spec_json, source))
+    if scorer is None:
+        _SCORERS.clear()
+        scorer = _SCORERS[(spec_json, source)] = Scorer(spec_data, source)
+    return [(index, scorer.score(c)) for index, c in chunk]
+
+
+__all__ = ["METRICS", "Outcome", "Scorer", "candidate_spec", "score_chunk", "timeline"]

@@ -1,0 +1,288 @@
+"""The planner's search space: every way to lay a model out on N GPUs, as candidates.
+
+A training job on N GPUs is a product of three parallel sizes, ``N = tensor x pipeline x
+data``. Tensor parallelism splits every layer's matrices across GPUs of one node (it must
+divide the attention heads, the key/value heads and the FFN width, and fit in the node);
+pipeline parallelism cuts the layers into stages (at most one stage per layer); data
+parallelism copies the pipeline, each copy taking ``1/data`` of the global batch. On top of
+the layout come the choices of one pipeline: the schedule policy, the number of virtual
+stages (chunks per device), the microbatch size (the microbatch count follows from the
+global batch: ``G = microbatches x microbatch_size x data``), activation recomputation,
+the ZeRO stage, and how layers are spread over stages (``even`` or ``balanced``).
+
+Each axis is named by the scenario key it sets (``parallel.tensor``,
+``pipeline.schedule``, ...), so ``--space KEY=V1,V2`` narrows or widens it in the same
+words a scenario is written in. ``parallel.data`` and ``pipeline.microbatches`` are derived;
+narrowing them keeps only candidates that take those values.
+
+The space is the product of the axes, where a policy with a fixed chunk count (1F1B: one,
+ZB-V: two) is taken only at the ``pipeline.virtual_stages`` values it runs with. A
+combination that cannot run (the batch does not split, more stages than layers, a
+schedule's own constraint) is a candidate pruned with its reason, so the counts add up:
+``space_size = pruned + scored``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipesim.analysis.sweep import parse_grid
+from pipesim.scenario.schema import ScenarioSpec
+from pipesim.schedules import POLICIES, fit_virtual_stages
+from pipesim.search import AUTO_POLICIES
+
+
+class PlanError(ValueError):
+    """A plan that cannot be made as asked (a bad --space key or value, bad --gpus); one
+    line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One configuration of the job: a point of the space, in the scenario's own terms."""
+
+    tensor: int
+    devices: int
+    data: int
+    schedule: str
+    virtual_stages: int
+    microbatch_size: int
+    microbatches: int
+    recompute: bool
+    zero_stage: int
+    partition: str
+    sequence_parallel: bool
+    dp_overlap: bool
+
+    def keys(self) -> dict[str, Any]:
+        """The scenario keys this candidate sets, named as ``--space`` names them."""
+        return {key: getattr(self, attr) for key, attr in AXIS_ATTRIBUTES.items()}
+
+    def overrides(self) -> list[str]:
+        """``--set`` overrides that turn the base scenario into this candidate."""
+        return [f"{key}={_yaml_scalar(value)}" for key, value in self.keys().items()]
+
+
+# Scenario key -> Candidate attribute, in the order results show them.
+AXIS_ATTRIBUTES = {
+    "parallel.tensor": "tensor",
+    "pipeline.devices": "devices",
+    "parallel.data": "data",
+    "pipeline.schedule": "schedule",
+    "pipeline.virtual_stages": "virtual_stages",
+    "pipeline.microbatch_size": "microbatch_size",
+    "pipeline.microbatches": "microbatches",
+    "model.recompute": "recompute",
+    "parallel.zero_stage": "zero_stage",
+    "model.partition": "partition",
+    "parallel.sequence_parallel": "sequence_parallel",
+    "parallel.dp_overlap": "dp_overlap",
+}
+COUNT_KEYS = (
+    "parallel.tensor",
+    "pipeline.devices",
+    "parallel.data",
+    "pipeline.virtual_stages",
+    "pipeline.microbatch_size",
+    "pipeline.microbatches",
+)
+BOOL_KEYS = ("model.recompute", "parallel.sequence_parallel", "parallel.dp_overlap")
+DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
+DEFAULT_VIRTUAL_STAGES = (1, 2, 4)
+# ZeRO-1 (Megatron-LM's distributed optimizer) is what pipeline-parallel runs use; DeepSpeed's
+# pipeline engine accepts ZeRO-1 only. pipesim charges no extra communication for stages 2
+# and 3, so they are in the space only on request (--space parallel.zero_stage=0,1,2,3).
+DEFAULT_ZERO_STAGES = (0, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Space:
+    """The values of every axis, and the job around them (GPUs, global batch, layers)."""
+
+    gpus: int
+    global_batch: int
+    layers: int
+    axes: dict[str, tuple[Any, ...]]
+    derived: dict[str, tuple[Any, ...] | None]  # parallel.data, pipeline.microbatches filters
+    widths: tuple[int, ...] = ()  # what tensor parallelism must divide: heads, kv heads, FFN
+    node_gpus: int = 0  # GPUs per node (tensor parallelism stays inside one)
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _divisors(number: int) -> list[int]:
+    return [k for k in range(1, number + 1) if number % k == 0]
+
+
+def default_axes(spec: ScenarioSpec, gpus: int) -> dict[str, tuple[Any, ...]]:
+    """Every axis's values when ``--space`` says nothing about it."""
+    par = spec.parallel
+    node, widths = spec.hardware.gpus_per_node or gpus, _widths(spec)
+    tensors = [t for t in _divisors(node) if gpus % t == 0 and all(w % t == 0 for w in widths)]
+    return {
+        "parallel.tensor": tuple(tensors),
+        "pipeline.devices": (),  # empty: every divisor of gpus / tensor, up to the layers
+        "pipeline.schedule": tuple(POLICIES),
+        "pipeline.virtual_stages": DEFAULT_VIRTUAL_STAGES,
+        "pipeline.microbatch_size": DEFAULT_MICROBATCH_SIZES,
+        "model.recompute": (False, True),
+        "parallel.zero_stage": DEFAULT_ZERO_STAGES,
+        "model.partition": ("even", "balanced"),
+        "parallel.sequence_parallel": (par.sequence_parallel,),
+        "parallel.dp_overlap": (par.dp_overlap,),
+    }
+
+
+def _widths(spec: ScenarioSpec) -> tuple[int, ...]:
+    model = spec.model
+    return (model.heads, model.kv_heads or model.heads, model.ffn_hidden or 4 * model.hidden)
+
+
+def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]) -> Space:
+    """The space for ``gpus`` GPUs: the default axes, with each ``--space KEY=V1,V2``
+    replacing its axis's values. PlanError names a bad key or value."""
+    if spec.model is None or spec.hardware.gpu is None:
+        raise PlanError(
+            f"{source}: model: pipesim plan needs a model: section and hardware.gpu "
+            "(costs are derived from the model)"
+        )
+    if spec.model.global_batch is None:
+        raise PlanError(f"{source}: model.global_batch: required by pipesim plan")
+    if gpus < 1:
+        raise PlanError(f"--gpus {gpus}: must be a positive number of GPUs")
+    axes: dict[str, tuple[Any, ...]] = default_axes(spec, gpus)
+    derived: dict[str, tuple[Any, ...] | None] = {
+        "parallel.data": None,
+        "pipeline.microbatches": None,
+    }
+    for key, values in parse_space(items).items():
+        if key in derived:
+            derived[key] = values
+        else:
+            axes[key] = values
+    node = spec.hardware.gpus_per_node or gpus
+    return Space(
+        gpus, spec.model.global_batch, spec.model.layers, axes, derived, _widths(spec), node
+    )
+
+
+def parse_space(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """``["parallel.tensor=4,8", ...]`` -> ``{key: values}``, each value checked."""
+    try:
+        grid = parse_grid(items)
+    except ValueError as exc:
+        raise PlanError(str(exc).replace("--grid", "--space")) from None
+    parsed = {}
+    for axis in grid:
+        if axis.key not in AXIS_ATTRIBUTES:
+            raise PlanError(
+                f"--space {axis.key}: not an axis of the plan; allowed: "
+                + ", ".join(AXIS_ATTRIBUTES)
+            )
+        parsed[axis.key] = tuple(_checked(axis.key, raw, value)
+                                 for raw, value in zip(axis.raw, axis.values, strict=True))  # fmt: skip
+    return parsed
+
+
+def _checked(key: str, raw: str, value: Any) -> Any:
+    """One value of an axis, or PlanError saying what the axis allows."""
+    if key in COUNT_KEYS:
+        ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1 << 20
+        allowed = "whole numbers from 1 to 1048576"
+    elif key in BOOL_KEYS:
+        ok, allowed = isinstance(value, bool), "true, false"
+    elif key == "parallel.zero_stage":
+        ok = value in (0, 1, 2, 3) and not isinstance(value, bool)
+        allowed = "0, 1, 2, 3"
+    elif key == "model.partition":
+        ok, allowed = value in ("even", "balanced"), "even, balanced"
+    else:  # pipeline.schedule
+        ok = isinstance(value, str) and (value in POLICIES or value in AUTO_POLICIES)
+        allowed = ", ".join([*POLICIES, *AUTO_POLICIES])
+    if not ok:
+        raise PlanError(f"--space {key}: {raw!r} is not allowed; allowed: {allowed}")
+    return value
+
+
+def policy_chunks(name: str, virtual_stages: Sequence[int]) -> list[int]:
+    """The chunk counts of the axis that ``name`` runs with (a searched policy: its own)."""
+    if name in AUTO_POLICIES:
+        return [v for v in virtual_stages if v == AUTO_POLICIES[name]]
+    return [v for v in virtual_stages if fit_virtual_stages(name, v) == v]
+
+
+def space_size(space: Space) -> int:
+    """How many candidates ``enumerate_space`` yields, counted without building them."""
+    return sum(1 for _ in enumerate_space(space))
+
+
+def enumerate_space(space: Space) -> Iterator[tuple[Candidate | None, str | None]]:
+    """Every point of the space in a fixed order, as ``(candidate, None)`` or, for a
+    combination that cannot form a job, ``(None, reason)``."""
+    axes = space.axes
+    layouts = [(t, p) for t in axes["parallel.tensor"] for p in pipeline_sizes(space, t)]
+    rest = [axes[k] for k in ("model.recompute", "parallel.zero_stage", "model.partition",
+                              "parallel.sequence_parallel", "parallel.dp_overlap")]  # fmt: skip
+    for tensor, devices in layouts:
+        for name in axes["pipeline.schedule"]:
+            for chunks in policy_chunks(name, axes["pipeline.virtual_stages"]):
+                for size in axes["pipeline.microbatch_size"]:
+                    reason, data, count = _layout(space, tensor, devices, chunks, size)
+                    for combo in itertools.product(*rest):
+                        if reason is not None:
+                            yield None, reason
+                            continue
+                        yield Candidate(tensor, devices, data, name, chunks, size, count,
+                                        *combo), None  # fmt: skip
+
+
+def pipeline_sizes(space: Space, tensor: int) -> tuple[int, ...]:
+    """The ``pipeline.devices`` values tried with ``tensor``: the axis as given, or by
+    default every divisor of ``gpus / tensor`` up to the number of layers."""
+    given = space.axes["pipeline.devices"]
+    if given:
+        return given
+    if space.gpus % tensor:
+        return (1,)  # pruned by _layout with its reason
+    return tuple(p for p in _divisors(space.gpus // tensor) if p <= space.layers)
+
+
+def _layout(
+    space: Space, tensor: int, devices: int, chunks: int, size: int
+) -> tuple[str | None, int, int]:
+    """``(reason it cannot run or None, data size, microbatches)``."""
+    if space.node_gpus % tensor or any(w % tensor for w in space.widths):
+        return "tensor size does not divide the heads, kv heads, FFN width or node", 0, 0
+    if space.gpus % (tensor * devices):
+        return "tensor x pipeline does not divide the GPUs", 0, 0
+    data = space.gpus // (tensor * devices)
+    if devices * chunks > space.layers:
+        return "more stages than layers", data, 0
+    count, rest = divmod(space.global_batch, size * data)
+    if rest or count == 0:
+        return "global batch does not split into microbatch_size x data", data, 0
+    for key, value in (("parallel.data", data), ("pipeline.microbatches", count)):
+        wanted = space.derived[key]
+        if wanted is not None and value not in wanted:
+            return f"{key} not among the --space values", data, count
+    return None, data, count
+
+
+__all__ = [
+    "AXIS_ATTRIBUTES",
+    "Candidate",
+    "PlanError",
+    "Space",
+    "build_space",
+    "default_axes",
+    "enumerate_space",
+    "parse_space",
+    "space_size",
+]
