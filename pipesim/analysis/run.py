@@ -10,13 +10,14 @@ all for JSON, keeping the keys reports always had (``makespan_ms_p50``, ``critic
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from pipesim.analysis.critical import Explanation, explain
 from pipesim.analysis.monte_carlo import MonteCarlo, MonteCarloSummary, Progress, monte_carlo
 from pipesim.scenario.build import Scenario
 from pipesim.scenario.schema import ScenarioError
 from pipesim.search import SearchResult
+from pipesim.sim.decode import DecodeMetrics, decode_metrics
 from pipesim.sim.engine import DurationScale, simulate
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
 from pipesim.sim.metrics import Report, build_report
@@ -35,6 +36,7 @@ class Result:
     monte_carlo: MonteCarloSummary | None = None
     explanation: Explanation | None = None
     notes: tuple[str, ...] = ()
+    decode: DecodeMetrics | None = None  # pipeline.mode: decode: TTFT, TPOT, tokens/s
 
     @property
     def search(self) -> SearchResult | None:
@@ -54,6 +56,10 @@ class Result:
             }
         if self.search is not None:
             data["search"] = search_dict(self.search)
+        if self.decode is not None:
+            data.update(self.decode.to_dict())
+            if self.decode.analytic is not None:
+                data["analytic"] = {**(data["analytic"] or {}), **asdict(self.decode.analytic)}
         return data
 
     def scalars(self) -> dict[str, float | int | str | None]:
@@ -61,6 +67,8 @@ class Result:
         data = self.report.scalars()
         if self.monte_carlo is not None:
             data.update(self.monte_carlo.to_dict())
+        if self.decode is not None:
+            data.update({k: v for k, v in self.decode.to_dict().items() if "group" not in k})
         return data
 
 
@@ -90,6 +98,7 @@ def run_scenario(
         monte_carlo=summary,
         explanation=_explain(result) if critical_path else None,
         notes=cost_notes(scenario),
+        decode=result.decode,
     )
 
 
@@ -139,7 +148,11 @@ def simulate_step(
         accounting=scenario.accounting,
         memory=memory,
     )
-    return Result(scenario, trace, report, memory)
+    decode = None
+    if scenario.mode == "decode":
+        decode = decode_metrics(trace, scenario.schedule, scenario.costs,
+                                scenario.microbatch_size, scenario.topology)  # fmt: skip
+    return Result(scenario, trace, report, memory, decode=decode)
 
 
 def study(scenario: Scenario, runs: int, seed: int, progress: Progress | None = None) -> MonteCarlo:
@@ -175,7 +188,12 @@ def cost_notes(scenario: Scenario) -> tuple[str, ...]:
     chunk, so more virtual stages mean more work, not the same model cut finer."""
     schedule, spec = scenario.schedule, scenario.spec
     chunks = schedule.stages // schedule.devices
-    if chunks <= 1 or spec.model is not None or spec.costs.profile is not None:
+    if (
+        chunks <= 1
+        or spec.model is not None
+        or spec.costs.profile is not None
+        or scenario.mode == "decode"
+    ):
         return ()
     return (
         f"costs are per chunk: {schedule.devices} devices x {chunks} chunks = "

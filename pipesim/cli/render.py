@@ -19,6 +19,7 @@ from pipesim.analysis.critical import Explanation, describe_gap, format_ms
 from pipesim.analysis.monte_carlo import MonteCarloSummary
 from pipesim.analysis.run import Result
 from pipesim.search import SearchResult
+from pipesim.sim.decode import DecodeMetrics
 from pipesim.sim.metrics import Report
 
 TABLE_PATH_STEPS = 40  # critical path steps shown in the run table (all in JSON and explain)
@@ -28,6 +29,8 @@ def render_table(result: Result) -> str:
     """The report as a table; Monte Carlo percentiles and the critical path when present."""
     report = result.report
     lines = [f"pipesim - {report.scenario}", ""] + _summary_lines(report)
+    if result.decode is not None:
+        lines += _decode_lines(result.decode)
     if result.search is not None:
         lines += _search_lines(result.search)
     if result.monte_carlo is not None:
@@ -61,6 +64,34 @@ def _summary_lines(report: Report) -> list[str]:
     if report.tokens_per_second:
         line("", f"{report.tokens_per_second:,.0f} tokens/s")
     return lines
+
+
+def _decode_lines(decode: DecodeMetrics) -> list[str]:
+    """Decode mode: time to first token, time per output token, tokens/s (means over the
+    groups), each with its closed form (the steady state for TPOT and tokens/s)."""
+    exact = decode.analytic
+
+    def shown(label: str, value: float | None, unit: str, predicted: str) -> str:
+        text = "-" if value is None else f"{value:,.3f} {unit}"
+        return f"  {label:<18}{text}" + (f"   (analytic {predicted})" if exact else "")
+
+    return [
+        f"  {'token steps':<18}{decode.tokens} per group of {decode.group_size}, "
+        f"{decode.groups} groups (step 0: the prefill)",
+        shown("TTFT (mean)", decode.ttft_ms, "ms", f"{exact.ttft_ms:,.3f} ms" if exact else ""),
+        shown(
+            "TPOT (mean)",
+            decode.tpot_ms,
+            "ms",
+            f"{exact.tpot_ms:,.3f} ms steady state" if exact else "",
+        ),
+        shown(
+            "output tokens/s",
+            decode.tokens_per_second,
+            "tokens/s",
+            f"{exact.tokens_per_second:,.3f} steady state" if exact else "",
+        ),
+    ]
 
 
 def _search_lines(search: SearchResult) -> list[str]:

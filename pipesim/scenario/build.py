@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipesim.scenario import derive, searched
+from pipesim.scenario import decode, derive, searched
 from pipesim.scenario.load import apply_overrides, read_mapping, read_text_file
 from pipesim.scenario.profile import ProfileError, costs_from_profile, load_profile
 from pipesim.scenario.schema import (
@@ -143,7 +143,8 @@ def _build_variability(section: VariabilitySpec, schedule: Schedule, source: str
 
 
 def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
-    pipe = spec.pipeline
+    if (pipe := spec.pipeline).mode == "decode":  # token steps: pipesim.scenario.decode
+        return Scenario(**decode.scenario_fields(spec, source))
     if spec.model is not None:
         derive.check_tensor_parallel(spec, source)
     schedule = None

@@ -38,6 +38,8 @@ from pipesim.sim.links import Link, Topology
 FORMAT = "pipesim-profile"
 VERSION = 1
 KINDS = ("F", "B", "I", "W")
+# Inference: a whole prompt through the stage, and one token step (pipeline.mode: decode).
+INFERENCE_KINDS = ("prefill", "decode")
 
 
 class ProfileError(ValueError):
@@ -138,7 +140,7 @@ def profile_to_dict(profile: Profile) -> dict:
     stages = []
     for timing in profile.stages:
         entry: dict = {"stage": timing.stage, "activation_bytes": timing.activation_bytes}
-        for kind in KINDS:
+        for kind in KINDS + INFERENCE_KINDS:
             if kind in timing.kinds:
                 entry[kind] = asdict(timing.kinds[kind])
         stages.append(entry)
@@ -219,7 +221,7 @@ def _stage_from_dict(entry: dict, where: str) -> StageTiming:
     if not isinstance(entry, dict) or "stage" not in entry:
         raise ProfileError(f"{where}: each stage needs a 'stage' index")
     kinds = {}
-    for kind in KINDS:
+    for kind in KINDS + INFERENCE_KINDS:
         if kind not in entry:
             continue
         fields = entry[kind]
@@ -229,8 +231,10 @@ def _stage_from_dict(entry: dict, where: str) -> StageTiming:
         times = [_number(fields[n], f"{where}.{kind}.{n}", _MS) for n in names[:3]]
         samples = int(_number(fields["samples"], f"{where}.{kind}.samples", _COUNT))
         kinds[kind] = Spread(*times, samples)
-    if "F" not in kinds:
-        raise ProfileError(f"{where}: a stage needs at least a forward time 'F'")
+    if "F" not in kinds and not set(INFERENCE_KINDS) <= set(kinds):
+        raise ProfileError(
+            f"{where}: a stage needs at least a forward time 'F' (or 'prefill' and 'decode')"
+        )
     index = int(_number(entry["stage"], f"{where}.stage", _COUNT))
     size = _number(entry.get("activation_bytes", 0.0), f"{where}.activation_bytes", _BYTES)
     return StageTiming(index, kinds, size)
@@ -324,6 +328,11 @@ def costs_from_profile(profile: Profile, stages: int) -> Costs:
     forward, full, inp, wgt = [], [], [], []
     for timing in timings:
         f, b, i, w = (timing.median_ms(k) for k in KINDS)
+        if f is None:
+            raise ProfileError(
+                f"stage {timing.stage}: the profile has no forward time F (only prefill and "
+                "decode: it is for pipeline.mode: decode)"
+            )
         if b is None and (i is None or w is None):
             raise ProfileError(f"stage {timing.stage}: the profile needs B, or both I and W")
         b = b if b is not None else i + w

@@ -1,0 +1,322 @@
+"""Building a decode scenario (``pipeline.mode: decode``): schedule, per-step costs, links.
+
+A decode scenario says how many devices (``pipeline.devices``), how many groups of
+requests are in flight (``pipeline.microbatches``, ``microbatch_size`` requests each) and
+how many tokens each request generates after a prompt (``decode.tokens``,
+``decode.prompt_tokens``). The schedule is fixed by that (``pipesim.schedules.decode``):
+``pipeline.schedule`` is not given. Token step ``t`` on device ``s`` is virtual stage
+``t p + s``, so the costs have one entry per (step, device):
+
+* hand-typed: ``costs.prefill_ms`` for step 0 and ``costs.decode_ms`` for every later
+  step (a number, or one per device); ``costs.activation_bytes`` is what one decode step
+  of a group sends to the next device, and the prefill sends ``prompt_tokens`` times that;
+* from a model (``model:`` and ``hardware.gpu``): the prefill of ``b`` prompts of
+  ``prompt_tokens`` tokens, and decode step ``t`` of ``b`` sequences at context
+  ``prompt_tokens + t``, both as ``pipesim.cluster.inference`` costs them, the hidden
+  states of every token crossing each boundary;
+* from a profile (``costs: {profile: ...}``) with ``prefill`` and ``decode`` timings per
+  stage, measured at the scenario's prompt length and group size.
+
+In every case the last device sends only the sampled token ids back to device 0
+(``microbatch_size`` int64 values).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipesim.cluster.hardware import gpu_profile
+from pipesim.cluster.inference import (
+    TOKEN_ID_BYTES,
+    BatchShape,
+    kv_cache_bytes_per_token,
+    stage_boundary_bytes,
+    stage_iteration_ms,
+)
+from pipesim.cluster.model import Efficiency, TransformerModel
+from pipesim.cluster.transformer import model_flops_per_step, static_memory
+from pipesim.scenario import derive
+from pipesim.scenario.profile import Profile, ProfileError, load_profile
+from pipesim.scenario.schema import ScenarioError, ScenarioSpec
+from pipesim.schedules import decode as decode_policy
+from pipesim.schedules.ir import Schedule
+from pipesim.sim.costs import Costs
+from pipesim.sim.metrics import Accounting
+
+HAND_KEYS = frozenset({"prefill_ms", "decode_ms", "activation_bytes", "overhead_ms"})
+UNUSED_PIPELINE_KEYS = ("schedule", "schedule_file", "virtual_stages", "memory_limit_bytes")
+
+
+def scenario_fields(spec: ScenarioSpec, source: str) -> dict[str, Any]:
+    """The fields of a decode ``pipesim.scenario.build.Scenario``: a checked decode
+    scenario's schedule, costs and links (ScenarioError on bad input, naming the key)."""
+    _check_keys(spec, source)
+    pipe, tokens = spec.pipeline, spec.decode.tokens
+    sizes = derive.batch_sizes(spec, source)
+    actions = pipe.devices * sizes.microbatches * tokens
+    if actions > pipe.max_actions:
+        raise ScenarioError(
+            f"{source}: decode.tokens: {pipe.devices} devices x {sizes.microbatches} groups x "
+            f"{tokens} token steps = {actions:,} actions, over the limit of "
+            f"{pipe.max_actions:,}; raise pipeline.max_actions to run it anyway"
+        )
+    schedule = decode_policy.build(pipe.devices, sizes.microbatches, tokens)
+    accounting = None
+    if spec.model is not None:
+        costs, accounting = _model_costs(spec, schedule, sizes.microbatch_size, source)
+    elif spec.costs.profile is not None:
+        costs = _profile_costs(spec, sizes.microbatch_size, source)
+    else:
+        costs = _hand_costs(spec, sizes.microbatch_size, source)
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "schedule": schedule,
+        "costs": costs,
+        "topology": derive.topology(spec, schedule, source),
+        "microbatch_size": sizes.microbatch_size,
+        "mode": "decode",
+        "seq_len": None,
+        "spec": spec,
+        "accounting": accounting,
+        "costs_per_chunk": False,  # a stage is one token step of one device: nothing to re-cut
+    }
+
+
+def _check_keys(spec: ScenarioSpec, source: str) -> None:
+    pipe = spec.pipeline
+    if spec.decode is None:
+        raise ScenarioError(
+            f"{source}: decode: required with pipeline.mode: decode (decode.tokens, "
+            "decode.prompt_tokens)"
+        )
+    for key in UNUSED_PIPELINE_KEYS:
+        if key in pipe.model_fields_set:
+            raise ScenarioError(
+                f"{source}: pipeline.{key}: not used in decode mode (each device runs its "
+                "token steps in order, group after group)"
+            )
+    if pipe.devices is None:
+        raise ScenarioError(f"{source}: pipeline.devices: required in decode mode")
+    if spec.variability is not None:
+        raise ScenarioError(f"{source}: variability: not supported in decode mode")
+    if spec.parallel.data != 1 or spec.parallel.zero_stage:
+        field = "data" if spec.parallel.data != 1 else "zero_stage"
+        raise ScenarioError(
+            f"{source}: parallel.{field}: not used in decode mode (one pipeline replica; "
+            "see pipesim serve for replicas)"
+        )
+    if spec.model is not None:
+        typed = sorted(spec.costs.model_fields_set)
+        if typed:
+            raise ScenarioError(
+                f"{source}: costs.{typed[0]}: not allowed with a model section (costs are "
+                "derived from the model)"
+            )
+    elif "parallel" in spec.model_fields_set and spec.parallel.model_fields_set:
+        given = sorted(spec.parallel.model_fields_set)[0]
+        raise ScenarioError(f"{source}: parallel.{given}: only used with a model section")
+
+
+# ---------------------------------------------------------------------------
+# Hand-typed and profiled costs
+
+
+def _per_device(value: float | list[float] | None, key: str, devices: int, source: str):
+    if isinstance(value, list):
+        if len(value) != devices:
+            raise ScenarioError(
+                f"{source}: costs.{key}: has {len(value)} entries, expected a number or "
+                f"{devices} (one per device)"
+            )
+        return [float(v) for v in value]
+    return [float(value)] * devices  # type: ignore[arg-type]
+
+
+def _hand_costs(spec: ScenarioSpec, group_size: int, source: str) -> Costs:
+    costs, p = spec.costs, spec.pipeline.devices
+    extra = sorted(costs.model_fields_set - HAND_KEYS)
+    if extra:
+        raise ScenarioError(
+            f"{source}: costs.{extra[0]}: not used in decode mode; allowed: prefill_ms, "
+            "decode_ms, activation_bytes, overhead_ms (or a profile, or a model section)"
+        )
+    for key in ("prefill_ms", "decode_ms"):
+        if getattr(costs, key) is None:
+            raise ScenarioError(
+                f"{source}: costs.{key}: required in decode mode (ms per stage: a number or "
+                "one per device), or give a model section or costs.profile"
+            )
+    prefill = _per_device(costs.prefill_ms, "prefill_ms", p, source)
+    decode = _per_device(costs.decode_ms, "decode_ms", p, source)
+    step_bytes = _per_device(costs.activation_bytes, "activation_bytes", p, source)
+    prompt = spec.decode.prompt_tokens
+    return step_costs(
+        prefill, decode, [b * prompt for b in step_bytes], step_bytes, spec, group_size,
+        costs.overhead_ms,
+    )  # fmt: skip
+
+
+def _profile_costs(spec: ScenarioSpec, group_size: int, source: str) -> Costs:
+    others = sorted(spec.costs.model_fields_set - {"profile"})
+    if others:
+        raise ScenarioError(
+            f"{source}: costs.{others[0]}: not allowed with costs.profile (the profile gives "
+            "every cost)"
+        )
+    path = Path(source).parent / spec.costs.profile
+    try:
+        profile = load_profile(path)
+        prefill, decode, step_bytes = _profile_steps(profile, spec.pipeline.devices)
+    except (ProfileError, ValueError) as exc:
+        raise ScenarioError(f"{source}: costs.profile: {_first_line(exc)}") from None
+    overhead = profile.host.overhead_ms if profile.host is not None else 0.0
+    prompt = spec.decode.prompt_tokens
+    return step_costs(
+        prefill, decode, [b * prompt for b in step_bytes], step_bytes, spec, group_size, overhead
+    )
+
+
+def _profile_steps(profile: Profile, devices: int) -> tuple[list, list, list]:
+    """Per device prefill and decode medians and boundary bytes (one profiled stage
+    stands for every device)."""
+    timings = profile.stages
+    if len(timings) == 1:
+        timings = timings * devices
+    elif len(timings) != devices:
+        raise ProfileError(
+            f"the profile has {len(timings)} stages, the scenario needs {devices} (or 1 for all)"
+        )
+    prefill, decode = [], []
+    for timing in timings:
+        p, d = timing.median_ms("prefill"), timing.median_ms("decode")
+        if p is None or d is None:
+            raise ProfileError(
+                f"stage {timing.stage} has no prefill and decode timings (it holds "
+                f"{', '.join(sorted(timing.kinds))}); decode mode needs both for every stage"
+            )
+        prefill.append(p)
+        decode.append(d)
+    return prefill, decode, [t.activation_bytes for t in timings]
+
+
+def step_costs(
+    prefill_ms: list[float],
+    decode_ms: list[float],
+    prefill_bytes: list[float],
+    decode_bytes: list[float],
+    spec: ScenarioSpec,
+    group_size: int,
+    overhead_ms: float = 0.0,
+) -> Costs:
+    """Costs of the ``p * T`` virtual stages from per-device prefill and decode figures;
+    the last device's message is the sampled token ids."""
+    p, steps = spec.pipeline.devices, spec.decode.tokens
+    forward = prefill_ms + decode_ms * (steps - 1)
+    sent = prefill_bytes + decode_bytes * (steps - 1)
+    return _costs(forward, sent, p, group_size, overhead_ms)
+
+
+def _costs(
+    forward: list[float], sent: list[float], p: int, group_size: int, overhead_ms: float
+) -> Costs:
+    token_ids = float(group_size * TOKEN_ID_BYTES)
+    sent = [token_ids if (s + 1) % p == 0 else b for s, b in enumerate(sent)]
+    zeros = (0.0,) * len(forward)
+    return Costs(
+        forward_ms=tuple(forward),
+        backward_ms=zeros,
+        backward_input_ms=zeros,
+        backward_weight_ms=zeros,
+        activation_bytes=tuple(sent),
+        activation_memory_bytes=zeros,
+        weight_grad_memory_bytes=zeros,
+        overhead_ms=overhead_ms,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Costs from a model
+
+
+def _model_costs(
+    spec: ScenarioSpec, schedule: Schedule, group_size: int, source: str
+) -> tuple[Costs, Accounting]:
+    hw, par = spec.hardware, spec.parallel
+    if hw.gpu is None:
+        raise ScenarioError(f"{source}: hardware.gpu: required with a model section")
+    derive.check_tensor_parallel(spec, source)
+    gpu = gpu_profile(hw.gpu)
+    p, steps, prompt = schedule.devices, spec.decode.tokens, spec.decode.prompt_tokens
+    model, partition = derive._model_and_partition(spec, p, source)
+    intra, _ = derive._node_links(spec, source)
+    eff = spec.model.efficiency
+    efficiency = Efficiency(eff.max_fraction, eff.half_tokens, eff.launch_overhead_ms)
+    tp_link = intra if par.tensor > 1 else None
+    forward, sent = [], []
+    for step in range(steps):
+        shape = _step_shape(step, group_size, prompt)
+        for s, layers in enumerate(partition):
+            forward.append(
+                stage_iteration_ms(
+                    model, layers, gpu, shape, first=s == 0, last=s == p - 1,
+                    tensor=par.tensor, tensor_link=tp_link, efficiency=efficiency,
+                    emitting=group_size if step == 0 else 0,
+                )
+            )  # fmt: skip
+            sent.append(stage_boundary_bytes(model, shape))
+    costs = _costs(forward, sent, p, group_size, 0.0)
+    groups = schedule.microbatches
+    accounting = _accounting(model, partition, gpu, par.tensor, groups * group_size, spec)
+    return costs, accounting
+
+
+def _step_shape(step: int, group_size: int, prompt: int) -> BatchShape:
+    """Step 0: the group's prompts; step t: one token per sequence at context prompt + t."""
+    if step == 0:
+        return BatchShape(prefill_tokens=group_size * prompt,
+                          prefill_attention=group_size * prompt * prompt)  # fmt: skip
+    return BatchShape(decode_seqs=group_size, decode_context=group_size * (prompt + step))
+
+
+def _accounting(
+    model: TransformerModel,
+    partition: tuple[int, ...],
+    gpu,
+    tensor: int,
+    sequences: int,
+    spec: ScenarioSpec,
+) -> Accounting:
+    """Static memory per device: its weights and the KV cache of every sequence at its
+    final length, for its layers; FLOPs of every token produced, for MFU."""
+    weights = static_memory(model, partition, tensor=tensor, training=False)
+    final_context = spec.decode.prompt_tokens + spec.decode.tokens
+    kv_per_layer = kv_cache_bytes_per_token(model, tensor) / model.layers
+    static = tuple(
+        w.total_bytes + layers * kv_per_layer * final_context * sequences
+        for w, layers in zip(weights, partition, strict=True)
+    )
+    prompt_flops = model_flops_per_step(_at_length(model, spec.decode.prompt_tokens), sequences,
+                                        forward_only=True)  # fmt: skip
+    token_flops = _at_length(model, 1)
+    decode_flops = model_flops_per_step(token_flops, sequences, forward_only=True) * (
+        spec.decode.tokens - 1
+    )
+    return Accounting(
+        static_memory_bytes=static,
+        memory_capacity_bytes=gpu.memory_bytes,
+        flops_per_step=prompt_flops + decode_flops,
+        peak_flops=gpu.peak_tflops * 1e12 * len(partition) * tensor,
+    )
+
+
+def _at_length(model: TransformerModel, length: int) -> TransformerModel:
+    """The model with its sequence length set (FLOP counts per sequence use it)."""
+    fields = {name: getattr(model, name) for name in model.__dataclass_fields__}
+    return TransformerModel(**{**fields, "seq_len": length})
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
