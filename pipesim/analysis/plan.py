@@ -24,7 +24,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipesim.analysis.plan_rank import emit_mapping, pareto, rank
@@ -58,6 +58,8 @@ class Plan:
     timelines: int  # distinct timelines scored (candidates differing in ZeRO share one)
     base: dict[str, Any] = field(repr=False, default_factory=dict)
     source: str = ""
+    # (step_time_ms, peak_memory_bytes) of every scored candidate, in space order
+    points: tuple[tuple[float, float], ...] = field(repr=False, default=())
 
     def to_dict(self) -> dict[str, Any]:
         """What ``--format json`` prints."""
@@ -125,12 +127,11 @@ def plan(
     timelines = len(shared)
     ranked = rank(rows)
     shown = ranked[: max(top, confirm, 1)]
+    scored = tuple((row["step_time_ms"], row["peak_memory_bytes"]) for _, row in rows)
     result = Plan(len(points), dict(sorted(pruned.items())), len(rows), 0, 0.0,
-                  shown[:top], pareto(ranked), timelines, base, source)  # fmt: skip
+                  shown[:top], pareto(ranked), timelines, base, source, scored)  # fmt: skip
     confirmed = confirm_top(result, confirm, shown)
-    return Plan(result.space_size, result.pruned, result.scored, confirmed,
-                time.perf_counter() - started, result.results, result.pareto,
-                timelines, base, source)  # fmt: skip
+    return replace(result, confirmed=confirmed, wall_s=time.perf_counter() - started)
 
 
 def confirm_top(result: Plan, count: int, ranked: Sequence[dict[str, Any]]) -> int:

@@ -37,6 +37,7 @@ from pipesim.cli.output import (
     user_errors,
     write_outputs,
 )
+from pipesim.cli.plan import plan_command
 from pipesim.cli.progress import open_ended_bar, progress_bar
 from pipesim.cli.render import (
     RENDERERS,
@@ -360,6 +361,7 @@ def _register_calibration() -> None:
 
 
 _register_calibration()
+main.add_command(plan_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

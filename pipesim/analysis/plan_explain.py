@@ -1,0 +1,161 @@
+"""Why the winner wins: the step time of the two best plans taken apart, term by term.
+
+Every device's step is its busy time plus its idle time, and the idle time has causes
+(``pipesim.analysis.critical``): waiting for an upstream activation or a downstream
+gradient, or blocked in order behind one that waits (the pipeline bubble); a busy link or
+a blocking send (communication); the end-of-step gradient all-reduce. Taking the device
+that finishes last (the one that sets the step's end; of those, the busiest) and splitting
+its step that way gives
+
+    step = compute + recompute + bubble + communication + all-reduce tail (+ done early)
+
+where ``recompute`` is the forward pass run again inside the backward (the same device's
+backward with and without recomputation, from the stage costs). Subtracting the runner-up's
+terms from the winner's says where the difference comes from.
+
+Some choices are not made for speed but forced by memory. For the winner, each knob that
+trades memory for time (recomputation on, a higher ZeRO stage, a smaller microbatch) is
+turned back the other way; where that candidate exceeds the GPU's memory, the choice was
+forced, and the explanation says so with the peak it would have needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pipesim.analysis.critical import (
+    BUSY_LINK,
+    COLLECTIVE,
+    DONE,
+    DOWNSTREAM,
+    GATHER,
+    IN_ORDER,
+    SENDING,
+    UPSTREAM,
+)
+from pipesim.analysis.plan_rank import describe, emit_mapping
+from pipesim.analysis.plan_score import Scorer
+from pipesim.analysis.plan_space import AXIS_ATTRIBUTES, Candidate
+from pipesim.analysis.run import Result, run_scenario
+from pipesim.scenario.build import build_scenario, parse_spec
+
+TERMS = ("compute", "recompute", "bubble", "communication", "all-reduce tail", "done early")
+_CAUSE_TERM = {
+    UPSTREAM: "bubble",
+    DOWNSTREAM: "bubble",
+    IN_ORDER: "bubble",
+    BUSY_LINK: "communication",
+    SENDING: "communication",
+    GATHER: "communication",
+    COLLECTIVE: "all-reduce tail",
+    DONE: "done early",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """One plan's step on its pace-setting device, in milliseconds per term."""
+
+    label: str
+    step_time_ms: float
+    device: int
+    terms_ms: dict[str, float]
+    forced: tuple[str, ...]  # memory-forced choices, as sentences
+
+
+@dataclass(frozen=True, slots=True)
+class PlanExplanation:
+    """The winner's and the runner-up's breakdowns, and what tells them apart."""
+
+    winner: Breakdown
+    runner_up: Breakdown | None
+
+    def sentences(self) -> list[str]:
+        lines = [_describe(1, self.winner)]
+        if self.runner_up is None:
+            return [*lines, "no runner-up: only one candidate was scored"]
+        lines.append(_describe(2, self.runner_up))
+        gap = self.runner_up.step_time_ms - self.winner.step_time_ms
+        lines.append(f"the winner is {gap:.3f} ms faster; by term (runner-up minus winner):")
+        deltas = {t: self.runner_up.terms_ms[t] - self.winner.terms_ms[t] for t in TERMS}
+        for term, delta in sorted(deltas.items(), key=lambda item: -abs(item[1])):
+            if abs(delta) > 1e-9:
+                lines.append(f"  {term}: {delta:+.3f} ms")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        def one(b: Breakdown | None) -> dict[str, Any] | None:
+            if b is None:
+                return None
+            return {"label": b.label, "step_time_ms": b.step_time_ms, "device": b.device,
+                    "terms_ms": b.terms_ms, "memory_forced": list(b.forced)}  # fmt: skip
+
+        return {"winner": one(self.winner), "runner_up": one(self.runner_up)}
+
+
+def _describe(rank: int, b: Breakdown) -> str:
+    terms = ", ".join(f"{t} {b.terms_ms[t]:.3f}" for t in TERMS if b.terms_ms[t] > 1e-9)
+    forced = "".join(f"; {f}" for f in b.forced)
+    return f"#{rank} {b.label}: {b.step_time_ms:.3f} ms on device {b.device}: {terms}{forced}"
+
+
+def explain_plan(
+    base: dict[str, Any], source: str, results: list[dict[str, Any]]
+) -> PlanExplanation:
+    """Break down the winner and the runner-up (the best result with another step time,
+    else the second) of ranked ``results``."""
+    winner = _breakdown(base, source, results[0])
+    others = [r for r in results[1:] if r["step_time_ms"] != results[0]["step_time_ms"]]
+    second = others[0] if others else (results[1] if len(results) > 1 else None)
+    runner_up = _breakdown(base, source, second) if second is not None else None
+    return PlanExplanation(winner, runner_up)
+
+
+def _run(base: dict[str, Any], source: str, row: dict[str, Any], critical: bool) -> Result:
+    scenario = build_scenario(parse_spec(emit_mapping(base, row), source), source)
+    return run_scenario(scenario, critical_path=critical)
+
+
+def _breakdown(base: dict[str, Any], source: str, row: dict[str, Any]) -> Breakdown:
+    result = _run(base, source, row, critical=True)
+    report = result.report
+    idle = result.explanation.idle_by_cause()
+    device = min(report.per_device,
+                 key=lambda d: (idle.get(d.device, {}).get(DONE, 0.0), -d.busy_ms)).device  # fmt: skip
+    terms = dict.fromkeys(TERMS, 0.0)
+    for cause, ms in idle.get(device, {}).items():
+        terms[_CAUSE_TERM.get(cause, "bubble")] += ms
+    busy = report.per_device[device].busy_ms
+    recompute = 0.0
+    if row["model.recompute"]:
+        plain = _run(base, source, row | {"model.recompute": False}, critical=False)
+        recompute = busy - plain.report.per_device[device].busy_ms
+    terms["compute"], terms["recompute"] = busy - recompute, recompute
+    forced = _memory_forced(base, source, row)
+    return Breakdown(describe(row), report.step_time_ms, device, terms, forced)
+
+
+def _memory_forced(base: dict[str, Any], source: str, row: dict[str, Any]) -> tuple[str, ...]:
+    """The winner's memory-saving choices that memory forced: the other way, it does not
+    fit (the same walk as the pruning)."""
+    candidate = Candidate(**{attr: row[key] for key, attr in AXIS_ATTRIBUTES.items()})
+    flips = []
+    if candidate.recompute:
+        flips.append(("recompute on", "without it", replace(candidate, recompute=False)))
+    if candidate.zero_stage > 0:
+        lower = candidate.zero_stage - 1
+        flips.append((f"ZeRO stage {candidate.zero_stage}", f"at stage {lower}",
+                      replace(candidate, zero_stage=lower)))  # fmt: skip
+    double = candidate.microbatch_size * 2
+    if candidate.microbatches % 2 == 0:
+        flips.append((f"microbatch size {candidate.microbatch_size}", f"size {double} would",
+                      replace(candidate, microbatch_size=double,
+                              microbatches=candidate.microbatches // 2)))  # fmt: skip
+    scorer = Scorer(base, source)
+    forced = []
+    for choice, how, other in flips:
+        outcome = scorer.score(other)
+        if outcome.reason is not None and "GiB" in outcome.reason:
+            forced.append(f"{choice} is forced by memory ({how} {outcome.reason})")
+    return tuple(forced)

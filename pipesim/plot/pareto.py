@@ -1,0 +1,50 @@
+"""The plan's Pareto front: step time against peak memory per device.
+
+Every scored candidate of ``pipesim plan`` is a grey dot at (peak memory on its fullest
+GPU, step time). The front joins the candidates that no other beats on both: for each
+memory budget, the fastest configuration that fits in it. Its points are labelled with
+their layout and schedule, the winner is marked, and the GPU's memory is a vertical line:
+everything right of it was pruned before scoring.
+"""
+
+from __future__ import annotations
+
+from pipesim.analysis.plan import Plan
+from pipesim.analysis.plan_rank import describe
+from pipesim.plot.style import CRITICAL, FONT, LABEL_FONT, pyplot
+
+GIB = 2**30
+MAX_LABELS = 12  # front points labelled at most (the fastest ones)
+
+
+def pareto_figure(plan: Plan, capacity_bytes: float = 0.0, title: str = ""):
+    """A figure of every scored candidate and the Pareto front of ``plan``."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8.0, 5.0), layout="constrained")
+    if plan.points:
+        times, peaks = zip(*plan.points, strict=True)
+        ax.scatter([p / GIB for p in peaks], times, s=6, color="0.75", label="scored candidates",
+                   rasterized=len(times) > 2000)  # fmt: skip
+    front = sorted(plan.pareto, key=lambda row: row["peak_memory_bytes"])
+    if front:
+        xs = [row["peak_memory_bytes"] / GIB for row in front]
+        ys = [row["step_time_ms"] for row in front]
+        ax.step(xs, ys, where="post", color="C0", linewidth=1.2)
+        ax.plot(xs, ys, "o", color="C0", label="Pareto front")
+        for row in sorted(front, key=lambda r: r["step_time_ms"])[:MAX_LABELS]:
+            ax.annotate(describe(row), (row["peak_memory_bytes"] / GIB, row["step_time_ms"]),
+                        fontsize=LABEL_FONT - 1, xytext=(4, 3), textcoords="offset points")  # fmt: skip
+    if plan.results:
+        best = plan.results[0]
+        ax.plot([best["peak_memory_bytes"] / GIB], [best["step_time_ms"]], "*", markersize=14,
+                color=CRITICAL, label="winner")  # fmt: skip
+    if capacity_bytes:
+        ax.axvline(capacity_bytes / GIB, color="0.3", linestyle="--", linewidth=1,
+                   label=f"GPU memory ({capacity_bytes / GIB:.0f} GiB)")  # fmt: skip
+    ax.set_xlabel("peak memory per device (GiB)", fontsize=FONT)
+    ax.set_ylabel("step time (ms)", fontsize=FONT)
+    ax.tick_params(labelsize=FONT)
+    ax.legend(fontsize=FONT, loc="upper right")
+    ax.set_title(title or f"{plan.scored:,} candidates scored, {len(front)} on the front",
+                 fontsize=FONT + 1)  # fmt: skip
+    return fig
