@@ -1,0 +1,228 @@
+"""The fast evaluator: the engine's timeline as a longest-path sweep, without SimPy.
+
+For a deterministic scenario nothing in a step is left to chance: each device runs its
+list in a fixed order, and on a link of its own a message leaves in its sender's order.
+So every start and end is fixed by the dependency graph alone, a longest-path problem:
+
+    start(action)  = max(end of the device's previous action, arrival of its input)
+    end(action)    = start + duration (+ overhead)
+    leave(message) = max(end of its producer, when its channel fell free) + channel time
+    arrive         = leave + latency
+
+``sweep`` solves it in one pass over the graph, visiting devices in turn and running
+each as far as its inputs are known (the order SimPy's clock would impose, without the
+clock). Everything around the pass is bulk NumPy (``pipesim.sim.fast_rows``): the
+durations and link times it reads, and the Trace it yields, with the same rows, times
+and causes as ``pipesim.sim.engine.simulate`` to floating-point equality.
+
+What it cannot express goes to the engine (``pipesim.sim.evaluate``): channels shared
+by several senders (served first come, first served across senders), random durations
+or link times, sends that hold their sender (``comm_overlap`` off), torch's runtime
+posts. An invalid schedule or a deadlock also goes to the engine, whose validator says
+what is wrong, with the grid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pipesim.schedules.ir import Schedule
+from pipesim.sim.costs import Costs
+from pipesim.sim.fast_index import ScheduleIndex, schedule_index
+from pipesim.sim.fast_rows import LinkTimes, Sweep, build_trace
+from pipesim.sim.links import Topology
+from pipesim.sim.trace import Trace
+
+
+def unsupported(schedule: Schedule, topology: Topology | None) -> str | None:
+    """Why the sweep cannot reproduce the engine here (one line), or None."""
+    if schedule.posts:
+        return "the schedule carries torch's runtime posts (a lowered CSV), run by the engine"
+    index = schedule_index(schedule)
+    if index.fault is not None:
+        return f"the schedule is invalid ({index.fault}); the engine's validator says where"
+    if topology is None:
+        return None
+    if not topology.comm_overlap:
+        return "comm_overlap is off: a send holds its device, run by the engine"
+    shared = _shared_channels(topology)
+    if not shared:
+        return None
+    src, dst = index.message_src.tolist(), index.message_dst.tolist()
+    for pair in set(zip(src, dst, strict=True)):
+        if pair[0] != pair[1] and topology.channel(*pair) in shared:
+            name = topology.channel(*pair)
+            return f"channel {name!r} is shared by several senders (queueing across senders)"
+    return None
+
+
+def fast_simulate(
+    schedule: Schedule,
+    costs: Costs,
+    topology: Topology | None = None,
+    *,
+    tail_ms: Sequence[float] | None = None,
+    tail_after_flush: bool = True,
+) -> Trace | None:
+    """The Trace ``simulate`` would return, or None where the sweep stops short (a
+    deadlock or an invalid schedule: the engine then says what is wrong).
+
+    The caller checks ``unsupported`` first; ``tail_ms`` and ``tail_after_flush`` mean what
+    they mean to ``simulate``.
+    """
+    topology = topology or Topology(schedule.devices)
+    index = schedule_index(schedule)
+    if index.fault is not None:
+        return None
+    duration = node_durations(index, costs)
+    links = link_times(index, costs, topology)
+    solved = sweep(index, duration.tolist(), links, costs.overhead_ms)
+    if solved is None:
+        return None
+    end, begin = solved
+    result = Sweep(
+        duration=duration,
+        end=np.asarray(end, dtype=np.float64),
+        begin=np.asarray(begin, dtype=np.float64),
+        links=links,
+        overhead_ms=costs.overhead_ms,
+    )
+    return build_trace(index, result, tail_ms, tail_after_flush)
+
+
+def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
+    """Each node's duration (ms), as the engine takes it from ``costs``."""
+    table = np.array(
+        [costs.forward_ms, costs.backward_ms, costs.backward_input_ms, costs.backward_weight_ms],
+        dtype=np.float64,
+    )
+    kind = np.minimum(index.node_kind, 3)  # a group's row is overwritten below
+    duration = table[kind, index.node_model_stage]
+    for node, _, _, members in index.groups:
+        duration[node] = costs.group_ms(members)
+    return duration
+
+
+def link_times(index: ScheduleIndex, costs: Costs, topology: Topology) -> LinkTimes:
+    """Channel, channel time and latency of every message (LogGP, as the engine has it)."""
+    src, dst, layer = index.message_src, index.message_dst, index.message_model_stage
+    count = len(src)
+    channel = np.full(count, -1, dtype=np.int64)
+    occupancy, latency = np.zeros(count), np.zeros(count)
+    if not count:
+        return LinkTimes(channel, occupancy, latency, 0)
+    route = (src * (topology.devices + 1) + dst) * (int(layer.max()) + 1) + layer
+    routes, inverse = np.unique(route, return_inverse=True)
+    names: dict[str, int] = {}
+    per_route = []
+    for code in routes.tolist():
+        pair, stage = divmod(code, int(layer.max()) + 1)
+        a, b = divmod(pair, topology.devices + 1)
+        link = topology.link(a, b)
+        if a == b or link.is_ideal:
+            per_route.append((-1, 0.0, 0.0))
+            continue
+        name = topology.channel(a, b)
+        number = names.setdefault(name, len(names))
+        nbytes = costs.activation_bytes[stage]
+        per_route.append((number, link.occupancy_ms(nbytes), link.latency_ms))
+    table = np.array(per_route, dtype=np.float64).reshape(-1, 3)
+    channel = table[inverse, 0].astype(np.int64)
+    return LinkTimes(channel, table[inverse, 1], table[inverse, 2], len(names))
+
+
+def _shared_channels(topology: Topology) -> set[str]:
+    senders: dict[str, set[int]] = {}
+    for (src, _), name in topology.channels.items():
+        senders.setdefault(name, set()).add(src)
+    return {name for name, found in senders.items() if len(found) > 1}
+
+
+def sweep(index: ScheduleIndex, duration: list[float], links: LinkTimes, overhead_ms: float):
+    """Every node's end and every channel message's departure, in one pass; None on a
+    deadlock (no device can move while some still have work).
+
+    Devices are visited in turn; each runs on while its next node's input is known.
+    Floating-point operations are the engine's, in the engine's order, so the times are
+    the engine's to the bit.
+    """
+    input_of, output_of, groups = index.input_of, index.output_of, index.groups
+    channel = links.channel.tolist()
+    occupancy, latency = links.occupancy_ms.tolist(), links.latency_ms.tolist()
+    arrival: list[float | None] = [None] * len(channel)
+    begin = [0.0] * len(channel)
+    end = [0.0] * len(input_of)
+    channel_free = [0.0] * links.channels
+    bounds = index.bounds
+    at, stop = list(bounds[:-1]), bounds[1:]
+    free = [0.0] * index.devices
+    left = bounds[-1]
+    while left:
+        moved = 0
+        for device, h in enumerate(stop):
+            i = first = at[device]
+            t = free[device]
+            while i < h:
+                k = input_of[i]
+                if k >= 0:
+                    a = arrival[k]
+                    if a is None:
+                        break
+                    if a > t:
+                        t = a
+                elif k != -1:
+                    ready = _group_ready(groups[-2 - k][1], arrival, t)
+                    if ready is None:
+                        break
+                    t = ready
+                t = t + duration[i] + overhead_ms
+                end[i] = t
+                k = output_of[i]
+                if k >= 0:
+                    c = channel[k]
+                    if c < 0:
+                        arrival[k] = t
+                    else:
+                        f = channel_free[c]
+                        b = begin[k] = f if f > t else t
+                        f = channel_free[c] = b + occupancy[k]
+                        arrival[k] = f + latency[k]
+                elif k != -1:
+                    _ship_group(groups[-2 - k][2], t, arrival, begin, channel_free, links)
+                i += 1
+            if i != first:
+                moved += i - first
+                at[device], free[device] = i, t
+        if not moved:
+            return None
+        left -= moved
+    return end, begin
+
+
+def _group_ready(inputs: tuple[int, ...], arrival: list, free: float) -> float | None:
+    """When a group may start: after its device is free and every member's input is in."""
+    for k in inputs:
+        a = arrival[k]
+        if a is None:
+            return None
+        if a > free:
+            free = a
+    return free
+
+
+def _ship_group(outputs, end: float, arrival, begin, channel_free, links: LinkTimes) -> None:
+    """Send a group's messages, member by member, as the engine does."""
+    for k in outputs:
+        c = int(links.channel[k])
+        if c < 0:
+            arrival[k] = end
+            continue
+        f = channel_free[c]
+        b = begin[k] = f if f > end else end
+        f = channel_free[c] = b + float(links.occupancy_ms[k])
+        arrival[k] = f + float(links.latency_ms[k])
+
+
+__all__ = ["LinkTimes", "fast_simulate", "link_times", "node_durations", "sweep", "unsupported"]

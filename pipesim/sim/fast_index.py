@@ -1,0 +1,316 @@
+"""The dependency graph of a schedule, laid out as flat arrays for the fast evaluator.
+
+The fast evaluator (``pipesim.sim.fast``) never looks at an Action while it runs: it
+walks integer arrays. This module builds them once per schedule, whatever the costs or
+the links, so a planner that scores one schedule under many costs pays for it once.
+
+The graph has two kinds of node:
+
+* a **compute node** is one entry of a device's list (a simple action, or a group run as
+  one, such as an overlapped F&B pair). Nodes are numbered device by device, each device
+  in program order, so a device's nodes are one contiguous range.
+* a **message** is the output one atom hands to the next stage: the activation of
+  ``F(s,i)`` for ``F(s+1,i)``, the gradient of ``B/I(s,i)`` for ``B/I(s-1,i)``. Messages
+  are numbered in their sender's program order, which is also the order in which a
+  dedicated channel serves them.
+
+Each node waits for at most one message (a group: one per member that needs an input)
+and sends at most one (a group: one per member). ``input_of`` and ``output_of`` hold the
+message number, -1 for none, or ``-2 - g`` for group ``g``'s lists.
+
+The index also answers whether the schedule is one the engine would run without
+complaint (every cell in the right order, exactly once); where it is not, the fast
+evaluator hands the schedule to the engine, whose validator names the fault.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipesim.schedules.ir import B, F, I, Kind, Schedule, W
+from pipesim.sim.trace import KIND_CODE, KIND_CODES, SEND_B, SEND_F
+
+_F, _B, _I, _W = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I], KIND_CODE[W]
+_CACHE_SIZE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleIndex:
+    """Flat arrays of one schedule's compute nodes and messages (see the module doc).
+
+    Per node: ``node_device``, ``node_kind`` (a KIND_CODE), ``node_stage`` and
+    ``node_microbatch`` (-1 for a group), ``node_model_stage`` (the layer group whose cost
+    it takes; -1 for a group), ``node_action`` (object array), ``input_of``,
+    ``output_of`` (lists of int). ``bounds[d]:bounds[d+1]`` are device d's nodes.
+    Per message: ``message_node`` (its producer), ``message_src``/``message_dst``
+    (devices), ``message_model_stage`` (the boundary whose activation bytes it carries),
+    ``message_kind`` (SEND_F or SEND_B), ``message_stage``/``message_microbatch`` (the
+    producing atom), ``message_atom`` (object array), ``message_consumer`` (its node).
+    ``groups``: per group, ``(node, inputs, outputs, members as (kind, model stage))``.
+    ``fault``: None when the engine would run the schedule as listed, else what is wrong.
+    """
+
+    devices: int
+    bounds: tuple[int, ...]
+    node_device: np.ndarray
+    node_kind: np.ndarray
+    node_stage: np.ndarray
+    node_microbatch: np.ndarray
+    node_model_stage: np.ndarray
+    node_action: np.ndarray
+    input_of: list[int]
+    output_of: list[int]
+    message_node: np.ndarray
+    message_consumer: np.ndarray
+    message_src: np.ndarray
+    message_dst: np.ndarray
+    message_model_stage: np.ndarray
+    message_kind: np.ndarray
+    message_stage: np.ndarray
+    message_microbatch: np.ndarray
+    message_atom: np.ndarray
+    groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[str, int], ...]], ...]
+    chunk_of: np.ndarray  # per stage, plus a trailing -1 for stage -1
+    fault: str | None
+
+
+_cache: OrderedDict[int, tuple[Schedule, ScheduleIndex]] = OrderedDict()
+
+
+def schedule_index(schedule: Schedule) -> ScheduleIndex:
+    """The index of ``schedule``, built on first use and kept for the last few schedules
+    (by identity: a Schedule is immutable, and hashing a large one would cost a walk)."""
+    hit = _cache.get(id(schedule))
+    if hit is not None and hit[0] is schedule:
+        _cache.move_to_end(id(schedule))
+        return hit[1]
+    index = _build(schedule)
+    _cache[id(schedule)] = (schedule, index)
+    while len(_cache) > _CACHE_SIZE:
+        _cache.popitem(last=False)
+    return index
+
+
+@dataclass(slots=True)
+class _Atoms:
+    """Every atom of the schedule in program order: which node runs it, and what it is."""
+
+    node: np.ndarray
+    stage: np.ndarray
+    kind: np.ndarray
+    microbatch: np.ndarray
+    actions: list
+
+
+def _atoms(schedule: Schedule, node_action: list) -> _Atoms:
+    simple = all(a.sub_actions is None for a in node_action)
+    if simple:
+        atoms = node_action
+        node = np.arange(len(atoms), dtype=np.int64)
+    else:
+        atoms, owners = [], []
+        for n, action in enumerate(node_action):
+            for atom in action.atoms:
+                atoms.append(atom)
+                owners.append(n)
+        node = np.asarray(owners, dtype=np.int64)
+    count = len(atoms)
+    stage = np.fromiter((a[0] for a in atoms), np.int64, count)
+    microbatch = np.fromiter((a[2] for a in atoms), np.int64, count)
+    kind = np.fromiter((KIND_CODE[a[1]] for a in atoms), np.int64, count)
+    return _Atoms(node, stage, kind, microbatch, atoms)
+
+
+def _build(schedule: Schedule) -> ScheduleIndex:
+    devices, stages = schedule.devices, schedule.stages
+    lengths = [len(actions) for actions in schedule.device_actions]
+    bounds = (0, *np.cumsum(lengths).tolist())
+    node_action = [a for actions in schedule.device_actions for a in actions]
+    node_device = np.repeat(np.arange(devices, dtype=np.int64), lengths)
+    atoms = _atoms(schedule, node_action)
+    fault = _fault(schedule, atoms, node_device)
+    model_stage = np.array([_model_stage(schedule, s) for s in range(stages)] + [-1])
+    chunk_of = np.array([schedule.chunk(s) for s in range(stages)] + [-1], dtype=np.int64)
+    node_object = np.empty(len(node_action), dtype=object)
+    node_object[:] = node_action
+    is_group = np.fromiter((a.sub_actions is not None for a in node_action), bool)
+    base = dict(
+        devices=devices,
+        bounds=bounds,
+        node_device=node_device,
+        node_action=node_object,
+        chunk_of=chunk_of,
+        fault=fault,
+    )
+    if fault is not None:  # the engine will say what is wrong; nothing more to lay out
+        return _empty_graph(base, len(node_action))
+    node_kind = np.full(len(node_action), 4, dtype=np.int64)
+    node_stage = np.full(len(node_action), -1, dtype=np.int64)
+    node_microbatch = np.full(len(node_action), -1, dtype=np.int64)
+    simple_atoms = ~is_group[atoms.node]
+    owners = atoms.node[simple_atoms]
+    node_kind[owners] = atoms.kind[simple_atoms]
+    node_stage[owners] = atoms.stage[simple_atoms]
+    node_microbatch[owners] = atoms.microbatch[simple_atoms]
+    graph = _messages(schedule, atoms, model_stage, is_group)
+    return ScheduleIndex(
+        **base,
+        node_kind=node_kind,
+        node_stage=node_stage,
+        node_microbatch=node_microbatch,
+        node_model_stage=model_stage[node_stage],
+        **graph,
+    )
+
+
+def _model_stage(schedule: Schedule, stage: int) -> int:
+    return schedule.model_stage(stage) if schedule._stage_chain[stage] >= 0 else -1
+
+
+def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
+    none = np.zeros(0, dtype=np.int64)
+    return ScheduleIndex(
+        **base,
+        node_kind=np.zeros(nodes, dtype=np.int64),
+        node_stage=np.zeros(nodes, dtype=np.int64),
+        node_microbatch=np.zeros(nodes, dtype=np.int64),
+        node_model_stage=np.zeros(nodes, dtype=np.int64),
+        input_of=[],
+        output_of=[],
+        message_node=none,
+        message_consumer=none,
+        message_src=none,
+        message_dst=none,
+        message_model_stage=none,
+        message_kind=none,
+        message_stage=none,
+        message_microbatch=none,
+        message_atom=np.empty(0, dtype=object),
+        groups=(),
+    )
+
+
+def _fault(schedule: Schedule, atoms: _Atoms, node_device: np.ndarray) -> str | None:
+    """What the engine would reject, checked in bulk: a stage placed elsewhere or outside
+    every chain, a microbatch out of its chain's range, a cell missing or run twice, a
+    backward before its forward, a W before its I, training and inference mixed."""
+    stages = schedule.stages
+    if not len(atoms.stage):
+        return "the schedule has no actions"
+    if (atoms.stage < 0).any() or (atoms.stage >= stages).any():
+        return "an action names a stage the schedule lacks"
+    placement = np.asarray(schedule.placement, dtype=np.int64)
+    if (placement[atoms.stage] != node_device[atoms.node]).any():
+        return "an action runs on a device its stage is not placed on"
+    owner = np.asarray(schedule._stage_chain, dtype=np.int64)
+    if (owner[atoms.stage] < 0).any():
+        return "an action names a stage outside every chain"
+    lo = np.array([c.microbatches.start for c in schedule.chains], dtype=np.int64)[owner]
+    hi = np.array([c.microbatches.stop for c in schedule.chains], dtype=np.int64)[owner]
+    if ((atoms.microbatch < lo[atoms.stage]) | (atoms.microbatch >= hi[atoms.stage])).any():
+        return "an action names a microbatch out of range"
+    width = int(hi.max())
+    cell = atoms.stage * width + atoms.microbatch
+    cells = stages * width
+    counts = np.bincount(atoms.kind * cells + cell, minlength=4 * cells).reshape(4, cells)
+    valid = np.zeros(cells, dtype=bool)
+    for chain in schedule.chains:
+        for s in chain.stages:
+            valid[s * width + chain.microbatches.start : s * width + chain.microbatches.stop] = True
+    f, b, i, w = counts[:, valid]
+    if (counts[:, ~valid] != 0).any() or (f != 1).any():
+        return "some actions are missing or run twice"
+    full, split = (b == 1) & (i == 0) & (w == 0), (b == 0) & (i == 1) & (w == 1)
+    forward_only = (b == 0) & (i == 0) & (w == 0)
+    if not (forward_only.all() or (full | split).all()):
+        return "some actions are missing or run twice"
+    position = np.full((4, cells), -1, dtype=np.int64)
+    position[atoms.kind, cell] = np.arange(len(cell))
+    f, b, i, w = position[:, valid]
+    if ((b >= 0) & (b < f)).any() or ((i >= 0) & ((i < f) | (w < i))).any():
+        return "a backward runs before its forward, or a W before its I"
+    return None
+
+
+def _messages(schedule: Schedule, atoms: _Atoms, model_stage: np.ndarray, is_group) -> dict:
+    """The messages between atoms, and each node's input and output message."""
+    stages = schedule.stages
+    owner = np.asarray(schedule._stage_chain, dtype=np.int64)
+    first = np.array([c.first_stage for c in schedule.chains], dtype=np.int64)[owner]
+    last = np.array([c.last_stage for c in schedule.chains], dtype=np.int64)[owner]
+    width = int(atoms.microbatch.max()) + 1
+    kind, stage, microbatch = atoms.kind, atoms.stage, atoms.microbatch
+    forward, backward = kind == _F, (kind == _B) | (kind == _I)
+    # the atom that consumes each cell's activation (an F) and gradient (a B or I)
+    consumer = np.full((2, stages * width), -1, dtype=np.int64)
+    everyone = np.arange(len(kind))
+    consumer[0, (stage * width + microbatch)[forward]] = everyone[forward]
+    consumer[1, (stage * width + microbatch)[backward]] = everyone[backward]
+    sends_forward = forward & (stage != last[stage])
+    sends_backward = backward & (stage != first[stage])
+    sender = np.flatnonzero(sends_forward | sends_backward)  # program order
+    ahead = sends_forward[sender]
+    other = np.where(ahead, stage[sender] + 1, stage[sender] - 1)
+    receiver = consumer[np.where(ahead, 0, 1), other * width + microbatch[sender]]
+    placement = np.asarray(schedule.placement, dtype=np.int64)
+    message_node, message_consumer = atoms.node[sender], atoms.node[receiver]
+    input_of, output_of = [-1] * len(is_group), [-1] * len(is_group)
+    groups = _wire(atoms, sender, receiver, (input_of, output_of), model_stage, is_group)
+    atom_objects = np.empty(len(atoms.actions), dtype=object)
+    atom_objects[:] = atoms.actions
+    return dict(
+        input_of=input_of,
+        output_of=output_of,
+        message_node=message_node,
+        message_consumer=message_consumer,
+        message_src=placement[stage[sender]],
+        message_dst=placement[other],
+        message_model_stage=model_stage[np.minimum(stage[sender], other)],
+        message_kind=np.where(ahead, SEND_F, SEND_B),
+        message_stage=stage[sender],
+        message_microbatch=microbatch[sender],
+        message_atom=atom_objects[sender],
+        groups=groups,
+    )
+
+
+def _wire(atoms, sender, receiver, wiring, model_stage, is_group) -> tuple:
+    """Fill each node's input and output message (``wiring``: the two lists); a group
+    points to its entry in the returned groups."""
+    input_of, output_of = wiring
+    produced, consumed = atoms.node[sender].tolist(), atoms.node[receiver].tolist()
+    message_order = np.argsort(receiver, kind="stable")  # inputs in atom order
+    group_in: dict[int, list[int]] = {}
+    group_out: dict[int, list[int]] = {}
+    for message, node in enumerate(produced):
+        group_out.setdefault(node, []).append(message)
+    for message in message_order.tolist():
+        group_in.setdefault(consumed[message], []).append(message)
+    members = np.bincount(atoms.node, minlength=len(input_of))
+    grouped = np.flatnonzero(is_group).tolist()
+    for node, messages in group_out.items():
+        output_of[node] = messages[0]
+    for node, messages in group_in.items():
+        input_of[node] = messages[0]
+    groups = []
+    starts = np.searchsorted(atoms.node, grouped)
+    for g, (node, at) in enumerate(zip(grouped, starts.tolist(), strict=True)):
+        input_of[node] = output_of[node] = -2 - g
+        count = int(members[node])
+        kinds = [Kind(KIND_CODES[k]) for k in atoms.kind[at : at + count].tolist()]
+        layer = model_stage[atoms.stage[at : at + count]].tolist()
+        groups.append(
+            (
+                node,
+                tuple(group_in.get(node, ())),
+                tuple(group_out.get(node, ())),
+                tuple(zip(kinds, layer, strict=True)),
+            )
+        )
+    return tuple(groups)
+
+
+__all__ = ["ScheduleIndex", "schedule_index"]

@@ -1,0 +1,281 @@
+"""The fast evaluator's Trace: rows, causes and their order, from the sweep's times.
+
+The sweep (``pipesim.sim.fast``) yields only what the next step needs: every node's end
+and every channel message's departure. The rest of a row follows from those in bulk:
+
+* a node starts when its device falls free or its input arrives, whichever is later; the
+  later one is its cause (the input only if strictly later, as in the engine), and the
+  first node of a device with no late input starts at 0 with no cause;
+* a message enters its channel when its producer ends, or when the message ahead of it
+  on the channel leaves (strictly later: cause ``channel``), and arrives after latency;
+* end-of-step work (``tail_ms``) starts at the flush or at its device's last end.
+
+**Row order.** The engine numbers rows as its clock reaches them: a compute row when the
+action ends, its transfers right after it, a tail row when it ends; among rows ending at
+the same instant SimPy's event order decides. The fast evaluator keeps that order by
+time and breaks ties canonically: by device, then program order (tail rows after compute
+rows). Every analysis reads the trace through rows' times and causes and each device's
+rows in program order, which both orders share; only the choice among rows that end at
+exactly the same time can differ (e.g. which of two rows ending at the makespan the
+critical path starts from).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipesim.sim.fast_index import ScheduleIndex
+from pipesim.sim.trace import (
+    ALLREDUCE,
+    CAUSE_CHANNEL,
+    CAUSE_DEVICE,
+    CAUSE_FLUSH,
+    CAUSE_INPUT,
+    CAUSE_PRODUCER,
+    CAUSE_START,
+    COMM,
+    COMPUTE,
+    SEND_F,
+    Trace,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkTimes:
+    """Per message: its channel (-1: delivered at once, same device or an ideal link),
+    its time on the channel and its latency (ms); ``channels``: how many channels."""
+
+    channel: np.ndarray
+    occupancy_ms: np.ndarray
+    latency_ms: np.ndarray
+    channels: int
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """What the sweep found: per node its duration and end (ms), per message the time it
+    entered its channel (meaningless for messages delivered at once), and the link times."""
+
+    duration: np.ndarray
+    end: np.ndarray
+    begin: np.ndarray
+    links: LinkTimes
+    overhead_ms: float
+
+
+@dataclass(slots=True)
+class _Columns:
+    """A block of rows under construction (nodes, transfers or tails)."""
+
+    device: np.ndarray
+    stage: np.ndarray
+    microbatch: np.ndarray
+    kind: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    peer: np.ndarray
+    cause: np.ndarray
+    cause_row: np.ndarray  # in the block's own terms until numbered (see build_trace)
+    actions: np.ndarray
+
+
+def build_trace(
+    index: ScheduleIndex,
+    sweep: Sweep,
+    tail_ms: Sequence[float] | None,
+    tail_after_flush: bool,
+) -> Trace:
+    """The Trace of the swept step, rows in the order the module doc describes."""
+    nodes = len(index.node_device)
+    arrival = _arrivals(index, sweep)
+    on_channel = np.flatnonzero(sweep.links.channel >= 0)
+    start, cause, cause_of = _node_starts(index, sweep, arrival)
+    last_end, last_node = _device_ends(index, sweep.end)
+    tails = _tails(index.devices, tail_ms, tail_after_flush, last_end, last_node)
+    # Number the rows: units (a node and its transfers, or a tail row) sorted by end time.
+    sent = np.bincount(index.message_node[on_channel], minlength=nodes)
+    unit_end = np.concatenate([sweep.end, tails.end])
+    unit_size = np.concatenate([1 + sent, np.ones(len(tails.end), dtype=np.int64)])
+    order = np.argsort(unit_end, kind="stable")
+    first_row = np.empty(len(unit_end), dtype=np.int64)
+    first_row[order] = np.cumsum(unit_size[order]) - unit_size[order]
+    node_row, tail_row = first_row[:nodes], first_row[nodes:]
+    ahead = np.cumsum(sent) - sent  # channel messages sent by earlier nodes
+    rank = np.arange(len(on_channel)) - ahead[index.message_node[on_channel]]
+    message_row = np.full(len(arrival), -1, dtype=np.int64)
+    message_row[on_channel] = node_row[index.message_node[on_channel]] + 1 + rank
+    # A node's cause names a node (device, -1) or a message (input): map both to rows.
+    node_cause_row = np.full(nodes, -1, dtype=np.int64)
+    by_device, by_input = cause == CAUSE_DEVICE, cause == CAUSE_INPUT
+    node_cause_row[by_device] = node_row[cause_of[by_device]]
+    node_cause_row[by_input] = _input_row(index, cause_of[by_input], node_row, message_row)
+    rows = [
+        _Columns(
+            index.node_device,
+            index.node_stage,
+            index.node_microbatch,
+            index.node_kind,
+            start,
+            sweep.end,
+            np.full(nodes, -1, dtype=np.int64),
+            cause,
+            node_cause_row,
+            index.node_action,
+        ),  # fmt: skip
+        _transfers(index, sweep, arrival, on_channel, node_row, message_row),
+        _tail_rows(tails, node_row),
+    ]
+    places = [node_row, message_row[on_channel], tail_row]
+    return _assemble(index, rows, places, int(unit_size.sum()))
+
+
+def _arrivals(index: ScheduleIndex, sweep: Sweep) -> np.ndarray:
+    """When each message is on its receiver's device: at once, or after channel and latency."""
+    links = sweep.links
+    on_link = (sweep.begin + links.occupancy_ms) + links.latency_ms
+    return np.where(links.channel < 0, sweep.end[index.message_node], on_link)
+
+
+def _node_starts(index: ScheduleIndex, sweep: Sweep, arrival: np.ndarray):
+    """Start, cause and what the cause names of every node: a node index (device order),
+    a message index (an input), or -1."""
+    nodes = len(index.node_device)
+    firsts = np.asarray(index.bounds[:-1], dtype=np.int64)
+    firsts = firsts[firsts < nodes]
+    first = np.zeros(nodes, dtype=bool)
+    first[firsts] = True
+    previous = np.arange(nodes, dtype=np.int64) - 1
+    free = np.where(first, 0.0, sweep.end[np.maximum(previous, 0)])
+    cause = np.where(first, CAUSE_START, CAUSE_DEVICE).astype(np.int8)
+    cause_of = np.where(first, -1, previous)
+    wanted = np.asarray(index.input_of, dtype=np.int64)
+    single = np.flatnonzero(wanted >= 0)
+    late = single[arrival[wanted[single]] > free[single]]
+    start = free.copy()
+    start[late] = arrival[wanted[late]]
+    cause[late] = CAUSE_INPUT
+    cause_of[late] = wanted[late]
+    for node, inputs, _, _ in index.groups:
+        for message in inputs:  # the first input strictly later than all before it
+            if arrival[message] > start[node]:
+                start[node], cause[node], cause_of[node] = arrival[message], CAUSE_INPUT, message
+    return start, cause, cause_of
+
+
+def _input_row(index, message, node_row, message_row) -> np.ndarray:
+    """The rows inputs name: the transfer that carried each, or its producer where it was
+    delivered at once."""
+    carried = message_row[message]
+    return np.where(carried >= 0, carried, node_row[index.message_node[message]])
+
+
+def _transfers(index, sweep, arrival, on_channel, node_row, message_row) -> _Columns:
+    """One row per message that crosses a channel, with its queueing cause."""
+    links = sweep.links
+    producer = index.message_node[on_channel]
+    begin = sweep.begin[on_channel]
+    channel = links.channel[on_channel]
+    # The message ahead on the same channel: channels are served in message order.
+    by_channel = np.argsort(channel, kind="stable")
+    ahead = np.full(len(on_channel), -1, dtype=np.int64)
+    same = channel[by_channel[1:]] == channel[by_channel[:-1]]
+    ahead[by_channel[1:][same]] = by_channel[:-1][same]
+    leave = begin + links.occupancy_ms[on_channel]
+    queued = (ahead >= 0) & (np.where(ahead >= 0, leave[np.maximum(ahead, 0)], 0.0) > sweep.end[producer])  # fmt: skip
+    cause = np.where(queued, CAUSE_CHANNEL, CAUSE_PRODUCER).astype(np.int8)
+    cause_row = np.where(queued, message_row[on_channel][np.maximum(ahead, 0)], node_row[producer])
+    return _Columns(
+        index.message_src[on_channel],
+        index.message_stage[on_channel],
+        index.message_microbatch[on_channel],
+        index.message_kind[on_channel],
+        begin,
+        arrival[on_channel],
+        index.message_dst[on_channel],
+        cause,
+        cause_row,
+        index.message_atom[on_channel],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Tails:
+    device: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    cause: np.ndarray
+    cause_node: np.ndarray  # the node named (-1: none)
+
+
+def _device_ends(index: ScheduleIndex, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each device's last end (0 when it has nothing to do) and its last node (-1)."""
+    stops = np.asarray(index.bounds[1:], dtype=np.int64)
+    has = stops > np.asarray(index.bounds[:-1])
+    last_node = np.where(has, stops - 1, -1)
+    return np.where(has, end[np.maximum(last_node, 0)] if len(end) else 0.0, 0.0), last_node
+
+
+def _tails(devices, tail_ms, after_flush, last_end, last_node) -> _Tails:
+    """End-of-step work on each device with a positive ``tail_ms``: after the flush (the
+    last compute end; among devices that end together, the highest device's row), or
+    right after the device's own last action."""
+    if tail_ms is None:
+        tail_ms = [0.0] * devices
+    work = np.asarray(tail_ms, dtype=np.float64)
+    device = np.flatnonzero(work > 0)
+    if after_flush:
+        flush_at = float(last_end.max()) if devices else 0.0
+        ties = np.flatnonzero((last_end == flush_at) & (last_node >= 0))
+        named = int(last_node[ties[-1]]) if len(ties) else -1
+        start = np.full(len(device), flush_at)
+        cause = np.full(len(device), CAUSE_FLUSH, dtype=np.int8)
+        cause_node = np.full(len(device), named, dtype=np.int64)
+    else:
+        start = last_end[device]
+        cause_node = last_node[device]
+        cause = np.where(cause_node >= 0, CAUSE_DEVICE, CAUSE_START).astype(np.int8)
+    return _Tails(device, start, start + work[device], cause, cause_node)
+
+
+def _tail_rows(tails: _Tails, node_row: np.ndarray) -> _Columns:
+    count = len(tails.device)
+    minus = np.full(count, -1, dtype=np.int64)
+    named = np.where(tails.cause_node >= 0, node_row[np.maximum(tails.cause_node, 0)] if len(node_row) else -1, -1)  # fmt: skip
+    return _Columns(
+        tails.device, minus, minus, np.full(count, ALLREDUCE, dtype=np.int64),
+        tails.start, tails.end, minus, tails.cause, named,
+        np.full(count, None, dtype=object),
+    )  # fmt: skip
+
+
+def _assemble(index: ScheduleIndex, blocks: list[_Columns], places: list, total: int) -> Trace:
+    """Scatter the blocks' columns to their row numbers and freeze them into a Trace."""
+
+    def column(name: str, dtype) -> np.ndarray:
+        out = np.empty(total, dtype=dtype)
+        for block, place in zip(blocks, places, strict=True):
+            out[place] = getattr(block, name)
+        return out
+
+    stage, kind = column("stage", np.int64), column("kind", np.int64)
+    return Trace(
+        devices=index.devices,
+        device=column("device", np.int64),
+        lane=np.where(kind >= SEND_F, COMM, COMPUTE),
+        stage=stage,
+        chunk=index.chunk_of[stage],
+        microbatch=column("microbatch", np.int64),
+        kind=kind,
+        peer=column("peer", np.int64),
+        start=column("start", np.float64),
+        end=column("end", np.float64),
+        actions=column("actions", object).tolist(),
+        cause=column("cause", np.int8),
+        cause_row=column("cause_row", np.int64),
+    )
+
+
+__all__ = ["LinkTimes", "Sweep", "build_trace"]

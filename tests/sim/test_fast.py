@@ -1,0 +1,272 @@
+"""The fast evaluator gives the engine's Trace: every row, time and cause, and the Report.
+
+Rows are matched by what they are (a compute action, a transfer, a tail), since the
+two evaluators may order rows that end at the same instant differently
+(``pipesim.sim.fast_rows``). Times must agree to 1e-9 relative (in practice, to the bit),
+causes exactly, and a cause's row must be the same row, except the pipeline flush, which
+may name any row ending at the flush.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from pipesim.schedules import POLICIES, get_schedule
+from pipesim.schedules.ir import (
+    Action,
+    B,
+    ConstraintError,
+    F,
+    ScheduleError,
+    from_csv,
+    schedule_from_lists,
+)
+from pipesim.schedules.torch_csv import read_torch_csv
+from pipesim.sim.closed_form import closed_form
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.engine import DeadlockError, simulate
+from pipesim.sim.evaluate import EVALUATORS, evaluate, fast_unsupported
+from pipesim.sim.fast_index import schedule_index
+from pipesim.sim.links import Link, Topology
+from pipesim.sim.memory import memory_timelines
+from pipesim.sim.metrics import build_report
+from pipesim.sim.trace import CAUSE_FLUSH
+from tests.helpers import latency_topology
+from tests.schedules.test_zero_bubble import PAPER_TABLES_9_AND_5
+from tests.sim.test_properties import QUARTERS, random_schedules
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+ANY_MS = st.floats(0.0, 10.0, allow_nan=False, allow_infinity=False)
+
+
+def row_keys(trace):
+    return [
+        (int(k), int(d), trace.name(r))
+        for r, (k, d) in enumerate(zip(trace.kind.tolist(), trace.device.tolist(), strict=True))
+    ]
+
+
+def assert_same_trace(engine, fast):
+    """Same rows (matched by identity), same times to 1e-9 relative, same causes."""
+    assert fast.devices == engine.devices
+    keys_e, keys_f = row_keys(engine), row_keys(fast)
+    assert sorted(keys_e) == sorted(keys_f)
+    at = {key: row for row, key in enumerate(keys_e)}
+    match = np.array([at[key] for key in keys_f], dtype=np.int64)  # fast row -> engine row
+    for column in ("device", "lane", "stage", "chunk", "microbatch", "kind", "peer", "cause"):
+        assert np.array_equal(getattr(fast, column), getattr(engine, column)[match]), column
+    for column in ("start", "end"):
+        assert np.allclose(getattr(fast, column), getattr(engine, column)[match], rtol=1e-9, atol=0)
+    named_e = engine.cause_row[match]
+    named_f = np.where(fast.cause_row >= 0, match[np.maximum(fast.cause_row, 0)], -1)
+    flush = fast.cause == CAUSE_FLUSH
+    assert np.array_equal(named_f[~flush], named_e[~flush])
+    assert np.array_equal(engine.end[named_f[flush]], engine.end[named_e[flush]])
+    assert [fast.actions[r] for r in range(len(match))] == [engine.actions[r] for r in match]
+
+
+def assert_same_report(engine, fast, schedule, costs, topology=None):
+    mine = build_report(fast, schedule, costs, topology=topology)
+    theirs = build_report(engine, schedule, costs, topology=topology)
+    assert np.isclose(mine.makespan_ms, theirs.makespan_ms, rtol=1e-9, atol=0)
+    for a, b in zip(mine.per_device, theirs.per_device, strict=True):
+        for field in ("busy_ms", "idle_ms", "span_ms", "peak_activation_bytes"):
+            assert np.isclose(getattr(a, field), getattr(b, field), rtol=1e-9, atol=1e-12)
+        assert a.peak_inflight == b.peak_inflight
+    for field in ("bubble_fraction", "bubble_overhead", "span_bubble_rate"):
+        assert np.isclose(getattr(mine, field), getattr(theirs, field), rtol=1e-9, atol=1e-12)
+    for a, b in zip(
+        memory_timelines(fast, schedule, costs),
+        memory_timelines(engine, schedule, costs),
+        strict=True,
+    ):
+        assert np.allclose(a.time, b.time, rtol=1e-9, atol=0)
+        assert np.allclose(a.activation_bytes, b.activation_bytes, rtol=1e-9, atol=1e-9)
+
+
+def both(schedule, costs, topology=None, **kwargs):
+    engine = simulate(schedule, costs, topology, **kwargs)
+    fast, which = evaluate(schedule, costs, topology, evaluator="fast", **kwargs)
+    assert which == "fast"
+    assert_same_trace(engine, fast)
+    assert_same_report(engine, fast, schedule, costs, topology)
+    return engine, fast
+
+
+def dedicated(topology):
+    """The same topology with every directed link on its own channel."""
+    return Topology(
+        topology.devices, default=topology.default, links=topology.links, comm_overlap=True
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_schedules(), st.booleans(), st.lists(ANY_MS, min_size=4, max_size=4))
+def test_random_schedules_match_the_engine(case, after_flush, tail):
+    schedule, costs, topology = case
+    tail_ms = tail[: schedule.devices] if tail[0] > 1 else None
+    both(schedule, costs, dedicated(topology), tail_ms=tail_ms, tail_after_flush=after_flush)
+
+
+@st.composite
+def policy_scenarios(draw):
+    """Every registered policy at sizes within its constraints, random per-stage costs
+    (any floats, the split backward's I and W drawn apart), a LogGP link with latency,
+    bandwidth and gap, and an overhead per action."""
+    name = draw(st.sampled_from(sorted(POLICIES)))
+    devices, microbatches, virtual = draw(st.integers(1, 5)), draw(st.integers(1, 10)), draw(st.integers(1, 3))  # fmt: skip
+    try:
+        schedule = get_schedule(name, devices, microbatches, virtual)
+    except ConstraintError:
+        schedule = get_schedule("1f1b", devices, microbatches)
+    stages = schedule.model_stages
+    forward = [draw(ANY_MS) for _ in range(stages)]
+    costs = uniform_costs(
+        stages,
+        forward,
+        backward_input_ms=[draw(ANY_MS) for _ in range(stages)],
+        backward_weight_ms=[draw(ANY_MS) for _ in range(stages)],
+        overlapped_fb_ms=[f + draw(ANY_MS) for f in forward],
+        activation_bytes=[draw(st.floats(0, 4e6)) for _ in range(stages)],
+        activation_memory_bytes=[draw(st.floats(0, 1e9)) for _ in range(stages)],
+        weight_grad_memory_bytes=0,
+        overhead_ms=draw(st.sampled_from([0.0, 0.0, 0.01])),
+    )
+    link = Link(
+        latency_us=draw(st.floats(0, 500)),
+        bandwidth_gbps=draw(st.sampled_from([0.5, 25.0, float("inf")])),
+        gap_us=draw(st.sampled_from([0.0, 0.0, 3.0])),
+    )
+    slow = Link(latency_us=draw(st.floats(0, 2000)), bandwidth_gbps=1.0)
+    links = {(0, 1): slow} if devices > 1 and draw(st.booleans()) else {}
+    return schedule, costs, Topology(devices, default=link, links=links)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policy_scenarios(), st.booleans(), ANY_MS)
+def test_every_policy_matches_the_engine(case, after_flush, tail):
+    schedule, costs, topology = case
+    tail_ms = [tail * (d + 1) for d in range(schedule.devices)]
+    both(schedule, costs, topology, tail_ms=tail_ms, tail_after_flush=after_flush)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policy_scenarios(), st.booleans(), ANY_MS)
+def test_every_policy_matches_the_engine_at_length(case, after_flush, tail):
+    schedule, costs, topology = case
+    both(schedule, costs, topology, tail_ms=[tail] * schedule.devices, tail_after_flush=after_flush)
+
+
+@pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.csv")), ids=lambda p: p.stem)
+def test_golden_schedules_match_the_engine(path):
+    schedule = from_csv(path.read_text(), path.stem.split("_")[0])
+    stages = schedule.model_stages
+    costs = uniform_costs(stages, [1.0 + s / 8 for s in range(stages)], 2.0, activation_bytes=1e6)
+    topology = Topology(schedule.devices, default=Link(latency_us=30, bandwidth_gbps=25.0))
+    for topo in (None, topology):
+        both(schedule, costs, topo, tail_ms=[0.5] * schedule.devices)
+
+
+# ---------------------------------------------------------------------------
+# Exact references: published tables and closed forms
+
+
+@pytest.mark.parametrize("row", PAPER_TABLES_9_AND_5, ids=lambda r: f"{r[0]}-m{r[2]}")
+def test_zero_bubble_table_5_through_the_fast_evaluator(row):
+    # Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024), Tables 9 and 5.
+    _, p, m, t_f, t_b, t_w, t_comm, *expected = row
+    costs = uniform_costs(p, t_f, backward_input_ms=t_b, backward_weight_ms=t_w)
+    topology = latency_topology(p, t_comm)
+    for name, cell in zip(["1f1b", "zb-h1", "zb-h2"], expected, strict=True):
+        schedule = get_schedule(name, p, m)
+        trace, which = evaluate(schedule, costs, topology)
+        assert which == "fast"
+        assert round(build_report(trace, schedule, costs).span_bubble_rate, 4) == cell, name
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b"]),
+    st.integers(1, 6), st.integers(1, 4), st.integers(1, 3), QUARTERS, QUARTERS, st.integers(0, 4),
+)  # fmt: skip
+def test_closed_forms_through_the_fast_evaluator(name, p, k, v, f, b, hop_quarters):
+    # Uniform costs, one latency on every hop: the policies' closed forms hold exactly.
+    v = 1 if name != "interleaved-1f1b" else v + 1
+    schedule = get_schedule(name, p, p * k, v)
+    costs = uniform_costs(schedule.model_stages, forward_ms=f, backward_ms=b)
+    topology = latency_topology(p, hop_quarters / 4)
+    analytic = closed_form(schedule, costs, topology)
+    assume(analytic is not None)  # 1F1B's formula with latency holds only where F >= B
+    trace, which = evaluate(schedule, costs, topology)
+    assert which == "fast"
+    assert trace.makespan_ms == pytest.approx(analytic.makespan_ms, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Choosing: what only the engine runs, and why
+
+
+def test_auto_takes_the_engine_for_shared_channels_and_variability():
+    schedule = get_schedule("1f1b", 4, 8)
+    costs = uniform_costs(4, 1.0, 2.0, activation_bytes=1e6)
+    link = Link(latency_us=10, bandwidth_gbps=1.0)
+    shared = Topology(4, default=link, channels={(0, 1): "switch", (2, 1): "switch"})
+    assert "shared by several senders" in fast_unsupported(schedule, costs, shared)
+    trace, which = evaluate(schedule, costs, shared)
+    assert which == "simpy"
+    assert np.array_equal(trace.end, simulate(schedule, costs, shared).end)
+    with pytest.raises(ValueError, match="channel 'switch' is shared by several senders"):
+        evaluate(schedule, costs, shared, evaluator="fast")
+    # One sender on a named channel is still a dedicated channel.
+    single = Topology(4, default=link, channels={(0, 1): "nic0", (2, 3): "nic1"})
+    assert fast_unsupported(schedule, costs, single) is None
+    both(schedule, costs, single)
+    noise = {"duration_scale": lambda d, a: 1.0, "link_scale": lambda s, d: 1.0}
+    for key, scale in noise.items():
+        assert "at random" in fast_unsupported(schedule, costs, None, **{key: scale})
+        assert evaluate(schedule, costs, None, **{key: scale})[1] == "simpy"
+        with pytest.raises(ValueError, match=f"at random \\({key}\\)"):
+            evaluate(schedule, costs, None, evaluator="fast", **{key: scale})
+    blocking = Topology(4, default=link, comm_overlap=False)
+    assert "comm_overlap is off" in fast_unsupported(schedule, costs, blocking)
+    assert evaluate(schedule, costs, blocking)[1] == "simpy"
+    assert evaluate(schedule, costs, None, evaluator="simpy")[1] == "simpy"
+    with pytest.raises(ValueError, match="unknown evaluator 'quick'; allowed: auto, fast, simpy"):
+        evaluate(schedule, costs, evaluator="quick")
+    assert EVALUATORS == ("auto", "fast", "simpy")
+
+
+def test_runtime_posts_go_to_the_engine():
+    path = GOLDEN.parent / "schedules" / "golden" / "torch-zbv_p2_m4_v2.lowered.csv"
+    schedule = read_torch_csv(path.read_text(), "zbv")
+    costs = uniform_costs(schedule.model_stages, 1.0, 2.0)
+    assert "runtime posts" in fast_unsupported(schedule, costs)
+    assert evaluate(schedule, costs)[1] == "simpy"
+
+
+def test_invalid_and_deadlocked_schedules_raise_the_engines_errors():
+    costs = uniform_costs(2)
+    backward_first = [[Action(0, F, 0), Action(0, B, 0)], [Action(1, B, 0), Action(1, F, 0)]]
+    for evaluator in EVALUATORS:
+        with pytest.raises(ScheduleError, match="1B0 comes before 1F0"):
+            evaluate(schedule_from_lists(backward_first), costs, evaluator=evaluator)
+    cycle = [
+        [Action(0, F, 0), Action(0, B, 0), Action(0, F, 1), Action(0, B, 1)],
+        [Action(1, F, 1), Action(1, F, 0), Action(1, B, 0), Action(1, B, 1)],
+    ]
+    with pytest.raises(DeadlockError, match="rank 1 step 0: 1F1 waits for the activation"):
+        evaluate(schedule_from_lists(cycle), costs, evaluator="fast")
+
+
+def test_one_schedule_under_many_costs_reuses_its_index():
+    schedule = get_schedule("zbv", 4, 8, 2)
+    assert schedule_index(schedule) is schedule_index(schedule)
+    topology = Topology(4, default=Link(latency_us=40, bandwidth_gbps=10.0))
+    for forward in (0.5, 1.0, 1.75):
+        costs = uniform_costs(8, forward, backward_input_ms=1.0, backward_weight_ms=0.25,
+                              activation_bytes=2e6)  # fmt: skip
+        both(schedule, costs, topology)
