@@ -127,7 +127,7 @@ def decode_closed_form(
     p, k = schedule.devices, schedule.microbatches
     steps = schedule.stages // p
     prefill = set(costs.forward_ms[:p])
-    decode = set(costs.forward_ms[p : steps * p]) or prefill
+    decode = set(costs.forward_ms[p : steps * p]) or set(prefill)
     if len(prefill) != 1 or len(decode) != 1 or costs.overhead_ms:
         return None
     P, D = prefill.pop(), decode.pop()  # noqa: N806 - the docstring's letters
