@@ -132,28 +132,30 @@ def _arrivals(
         wake = replica.wake[e]
         if wake is not None:
             replica.wake[e] = None
-            wake.succeed()
+            wake.succeed(request.arrival_s)
 
 
 def _engine_loop(
     env: simpy.Environment, replica: _Replica, e: int, recorder: Recorder
 ) -> Generator[simpy.Event, None, None]:
     scheduler = replica.engines[e]
+    clock_s = env.now  # kept exactly: env.now after a timeout may be off by a rounding
     while True:
         batch = scheduler.schedule()
-        recorder.state(env.now, replica.index, replica.running(), replica.kv_blocks_used())
+        recorder.state(clock_s, replica.index, replica.running(), replica.kv_blocks_used())
         if batch is None:
             wake = env.event()
             replica.wake[e] = wake
-            yield wake
+            clock_s = yield wake  # the arrival time of the request that woke it
             continue
         shape = batch.shape()
-        starts, ends = replica.pipeline.run(env.now, shape)
+        starts, ends = replica.pipeline.run(clock_s, shape)
         exit_s = ends[-1]
         scheduler.started(batch, starts[0], exit_s)
         recorder.iteration(
             replica.index, e, starts, ends, batch.size, shape.prefill_tokens, shape.decode_seqs
         )
-        yield env.timeout(exit_s - env.now)
+        yield env.timeout(max(exit_s - env.now, 0.0))
+        clock_s = exit_s
         for _ in scheduler.complete(batch, exit_s):
             recorder.on_done(replica.index)
