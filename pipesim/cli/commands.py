@@ -52,6 +52,7 @@ from pipesim.scenario.build import apply_overrides, load_scenario, read_mapping
 from pipesim.schedules import list_schedules
 from pipesim.schedules.torch_csv import to_torch_csv
 from pipesim.search import AUTO_POLICIES, SUMMARIES
+from pipesim.sim.decode import row_names
 from pipesim.sim.export import to_chrome_trace
 from pipesim.sim.export import to_csv as trace_to_csv
 
@@ -148,7 +149,8 @@ def _run_files(
         files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
     if trace_path:
         label = result.report.scenario or "pipesim"
-        chrome = to_chrome_trace(result.trace, label=label, memory=result.memory)
+        names = row_names(result.trace) if result.decode is not None else None  # t3 g1
+        chrome = to_chrome_trace(result.trace, label=label, memory=result.memory, names=names)
         files.append((trace_path, json.dumps(chrome)))
     if trace_csv:
         files.append((trace_csv, trace_to_csv(result.trace)))

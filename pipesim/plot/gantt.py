@@ -16,6 +16,12 @@ import numpy as np
 
 from pipesim.plot.boxes import chunk_count, draw_critical_path, draw_gantt_boxes, draw_labels
 from pipesim.plot.busy import draw_busy_strip
+from pipesim.plot.decode import (
+    decode_legend,
+    draw_decode_labels,
+    is_decode,
+    prefill_decode_view,
+)
 from pipesim.plot.memory import draw_memory, has_memory
 from pipesim.plot.style import (
     MAX_BOX_DEVICES,
@@ -47,7 +53,7 @@ def draw_gantt(
         draw_gantt_boxes(ax, trace, title, show_comm, labels)
 
 
-def label_after_layout(fig, charts: Sequence[tuple[object, Trace]]) -> None:
+def label_after_layout(fig, charts: Sequence[tuple[object, Trace]], draw_text=draw_labels) -> None:
     """Name the time axis once, under the lowest axes (every axes keeps its tick numbers),
     then number the boxes once the figure is laid out, so a label is kept where it fits
     its box on the final axes (labels sit inside the axes: they do not move the layout)."""
@@ -58,7 +64,7 @@ def label_after_layout(fig, charts: Sequence[tuple[object, Trace]]) -> None:
         engine.execute(fig)
     for ax, trace in charts:
         if trace.devices <= MAX_BOX_DEVICES:
-            draw_labels(ax, trace)
+            draw_text(ax, trace)
 
 
 def kinds_shown(trace: Trace, show_comm: bool = True) -> set[str]:
@@ -107,11 +113,17 @@ def gantt_figure(
     ratios = [chart_in, MEMORY_IN] if with_memory else None
     height = chart_in + DECORATION_IN + (MEMORY_IN + 0.3 if with_memory else 0.0)
     fig, axes = new_figure(height, 2 if with_memory else 1, ratios)
-    draw_gantt(axes[0], trace, report_title(report), labels=False)
+    decode = is_decode(report)  # prefill and decode steps, not hundreds of chunks
+    draw_gantt(axes[0], prefill_decode_view(trace) if decode else trace, report_title(report),
+               labels=False)  # fmt: skip
     if critical_path:
         draw_critical_path(axes[0], critical_path)
     if with_memory:
         draw_memory(axes[1], trace, memory, static, capacity_bytes)
+    if decode:
+        decode_legend(fig, kinds_shown(trace))
+        label_after_layout(fig, [(axes[0], trace)], draw_decode_labels)
+        return fig
     legend(fig, [trace], kinds_shown(trace), critical=bool(critical_path))
     label_after_layout(fig, [(axes[0], trace)])
     return fig

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipesim.schedules.decode import NAME, stage_of
-from pipesim.schedules.ir import Schedule
+from pipesim.schedules.ir import F, Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
-from pipesim.sim.trace import COMPUTE, Trace
+from pipesim.sim.trace import COMM, COMPUTE, KIND_CODE, SEND_F, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,3 +170,20 @@ def _hops_ms(
             return None
         found.append(times.pop() if times else 0.0)
     return found[0], found[1], found[2]
+
+
+def row_names(trace: Trace) -> list[str]:
+    """Readable names of a decode trace's rows: ``t3 g1`` for token step 3 of group 1 (step
+    0 is the prefill), ``t3 g1->0`` for its transfer to device 0; other rows keep
+    ``Trace.name``."""
+    p = trace.devices
+    names = []
+    columns = (trace.stage.tolist(), trace.microbatch.tolist(), trace.lane.tolist(),
+               trace.peer.tolist(), trace.kind.tolist())  # fmt: skip
+    for row, (stage, group, lane, peer, kind) in enumerate(zip(*columns, strict=True)):
+        if stage < 0 or kind not in (KIND_CODE[F], SEND_F):
+            names.append(trace.name(row))
+            continue
+        text = f"t{stage // p} g{group}"
+        names.append(f"{text}->{peer}" if lane == COMM else text)
+    return names

@@ -18,6 +18,7 @@ def to_chrome_trace(
     label: str = "pipesim",
     pid_offset: int = 0,
     memory: Sequence[MemoryTimeline] = (),
+    names: Sequence[str] | None = None,
 ) -> dict:
     """Chrome trace event format (object form) for Perfetto / chrome://tracing.
 
@@ -25,13 +26,14 @@ def to_chrome_trace(
     on thread 1, ``ph: X`` complete events in microseconds, and an activation-memory
     counter track (``ph: C``) per device when ``memory`` timelines are given.
     ``pid_offset`` lets two traces (measured and simulated) sit side by side in one file.
+    ``names`` replaces the rows' IR names (a decode pipeline's ``t3 g1``).
     """
     events = [
         event
         for d in range(trace.devices)
         for event in device_metadata(d + pid_offset, f"{label}: device {d}")
     ]
-    events += row_events(trace, pid_offset)
+    events += row_events(trace, pid_offset, names)
     events += memory_counters(memory, pid_offset)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"generator": label}}
 
@@ -51,7 +53,7 @@ def device_metadata(pid: int, name: str) -> list[dict]:
     ]
 
 
-def row_events(trace: Trace, pid_offset: int = 0) -> list[dict]:
+def row_events(trace: Trace, pid_offset: int = 0, names: Sequence[str] | None = None) -> list[dict]:
     """One complete (``X``) event per trace row; a transfer names its receiver."""
     columns = (trace.device, trace.lane, trace.stage, trace.chunk, trace.microbatch,
                trace.kind, trace.peer, trace.start, trace.end)  # fmt: skip
@@ -63,7 +65,8 @@ def row_events(trace: Trace, pid_offset: int = 0) -> list[dict]:
             args["to_device"] = peer
         events.append(
             {
-                "name": trace.name(i), "cat": KIND_CODES[kind], "ph": "X",
+                "name": trace.name(i) if names is None else names[i],
+                "cat": KIND_CODES[kind], "ph": "X",
                 "ts": start * US_PER_MS, "dur": end * US_PER_MS - start * US_PER_MS,
                 "pid": device + pid_offset, "tid": lane, "args": args,
             }
