@@ -84,6 +84,7 @@ class Report:
     step_time_ms: float = 0.0  # the makespan, end-of-step collectives included
     mfu: float | None = None
     oom: bool = False
+    evaluator: str = "simpy"  # which evaluator computed the timeline: "simpy" or "fast"
 
     def to_dict(self) -> dict:
         data = asdict(self)
