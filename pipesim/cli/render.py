@@ -51,6 +51,7 @@ def _summary_lines(report: Report) -> list[str]:
         lines.append(f"  {label:<18}{value}" + (f"   (analytic {predicted})" if predicted else ""))
 
     line("schedule", report.schedule)
+    line("evaluator", report.evaluator)
     line("devices", f"{report.devices}   stages {report.stages}")
     line("microbatches", f"{report.microbatches} x {report.microbatch_size} samples")
     line("makespan", f"{report.makespan_ms:.3f} ms",
@@ -300,6 +301,11 @@ def render_sweep_table(frame: pd.DataFrame) -> str:
                                 ("bubble", "bubble_fraction", "{:.4f}"),
                                 ("samples/s", "samples_per_second", "{:,.1f}")):  # fmt: skip
             shown[label] = [_cell(v, fmt) for v in frame[key]]
+        if "ttft_ms" in frame and frame["ttft_ms"].notna().any():  # decode mode
+            for label, key, fmt in (("TTFT ms", "ttft_ms", "{:.3f}"),
+                                    ("TPOT ms", "tpot_ms", "{:.3f}"),
+                                    ("tokens/s", "tokens_per_second", "{:,.1f}")):  # fmt: skip
+                shown[label] = [_cell(v, fmt) for v in frame[key]]
         label = "peak memory" if memory == "peak_memory_bytes_max" else "peak activations"
         shown[label] = ["-" if pd.isna(v) else format_bytes(float(v)) for v in frame[memory]]
     errors = [str(e) for e in frame["error"]]
