@@ -9,7 +9,10 @@ Three kinds of SimPy process share one clock:
   replica's stages (``pipeline``), wait until it leaves the last stage, apply the outcome
   (tokens out, requests finished, blocks freed). An engine's next iteration therefore
   waits for its previous one to leave the last stage (the next token needs the previous
-  one), while up to ``stages`` engines keep the pipeline full;
+  one), while up to ``stages`` engines keep the pipeline full. As in vLLM, an engine
+  forms its next batch as soon as its previous one is back, even when the first stage is
+  still busy with another engine's batch; requests arriving while it waits for the stage
+  join the iteration after;
 * the **router** is a plain object the arrival process asks (``router``).
 
 The simulation costs one event per arrival and one per iteration, never one per token or
