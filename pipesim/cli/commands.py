@@ -47,6 +47,7 @@ from pipesim.cli.render import (
     render_explanation,
     render_sweep_table,
 )
+from pipesim.cli.serve import serve, sweep_functions
 from pipesim.plot.figures import gantt_figure, stacked_gantt_figure, sweep_figure
 from pipesim.scenario.build import apply_overrides, load_scenario, read_mapping
 from pipesim.schedules import list_schedules
@@ -314,18 +315,19 @@ def sweep(
     axes = parse_grid(grids)
     base = apply_overrides(read_mapping(scenario), list(overrides))
     total = math.prod(len(axis.raw) for axis in axes)
+    runner, figure, table = sweep_functions(base, run_sweep, sweep_figure, render_sweep_table)
     with progress_bar(total, "point", "sweep", disabled=no_progress) as progress:
-        frame = run_sweep(
+        frame = runner(
             base, scenario, axes, jobs=jobs or os.cpu_count() or 1, executor=executor,
             scheduler=scheduler, progress=progress,
         )  # fmt: skip
     files: list[tuple[str | None, str | bytes]] = []
     if plot_path:
-        files.append((plot_path, figure_bytes(sweep_figure(frame), suffix_of(plot_path))))
+        files.append((plot_path, figure_bytes(figure(frame), suffix_of(plot_path))))
     if output:
         files.append((output, frame_bytes(frame, suffix_of(output))))
     else:
-        files.append(("-", render_sweep_table(frame)))
+        files.append(("-", table(frame)))
     write_outputs(files)
 
 
@@ -364,6 +366,7 @@ def _register_calibration() -> None:
 
 _register_calibration()
 main.add_command(plan_command)
+main.add_command(serve)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,7 +22,13 @@ may still meet the SLO over a short run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from pipesim.serving.build import ServeRun, ServingScenario, run_serving
+from pipesim.serving.workload import generate_requests
 
 MIN_RATE = 1e-6  # requests/s: below this the search gives up
 MAX_RATE = 1e9
@@ -123,3 +129,52 @@ def _bracket(run: Callable[[float], bool], rate: float) -> tuple[float, float]:
         f"no rate down to {rate:g} requests/s meets the SLO: even a lone request is too "
         "slow for serving.slo"
     )
+
+
+# ---------------------------------------------------------------------------
+# On a serving scenario
+
+
+def slo_probe(scenario: ServingScenario, rate_rps: float) -> tuple[Probe, ServeRun]:
+    """Serve the scenario's workload at ``rate_rps`` (same seed) and judge it: the SLO's
+    percentile of TTFT and of TPOT over the completed requests within their limits."""
+    workload = scenario.spec.serving.workload.model_copy(update={"rate": rate_rps})
+    requests = generate_requests(workload, Path(scenario.source).parent, scenario.source)
+    run = run_serving(replace(scenario, requests=tuple(requests)))
+    slo, records = scenario.slo, run.result.requests
+    served = ~records.rejected
+    judged = {}
+    for name, limit, values in (("ttft_ms", slo.ttft_ms, records.ttft_s[served]),
+                                ("tpot_ms", slo.tpot_ms, records.tpot_s[served])):  # fmt: skip
+        values = values[~np.isnan(values)] * 1e3
+        if limit is not None and len(values):
+            judged[name] = (float(np.percentile(values, slo.percentile)), limit)
+    meets = bool(served.any()) and all(value <= limit for value, limit in judged.values())
+    shown = {name: value for name, (value, _) in judged.items()}
+    return Probe(rate_rps, meets, shown.get("ttft_ms"), shown.get("tpot_ms")), run
+
+
+def find_max_rate(
+    scenario: ServingScenario,
+    rel_tolerance: float = REL_TOLERANCE,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[MaxRate, ServeRun]:
+    """The highest rate of the scenario's arrival process (Poisson or gamma, its seed and
+    request count) that meets ``serving.slo``, and the run at that rate."""
+    workload, slo = scenario.spec.serving.workload, scenario.slo
+    where = f"{scenario.source}: serving"
+    if workload.arrival == "trace":
+        raise MaxRateError(
+            f"{where}.workload.arrival: --max-rate needs poisson or gamma arrivals (a trace "
+            "fixes its own times)"
+        )
+    if slo.ttft_ms is None and slo.tpot_ms is None:
+        raise MaxRateError(f"{where}.slo: --max-rate needs slo.ttft_ms or slo.tpot_ms")
+    runs: dict[float, ServeRun] = {}
+
+    def probe(rate: float) -> Probe:
+        found, runs[rate] = slo_probe(scenario, rate)
+        return found
+
+    answer = bisect_rate(probe, float(workload.rate), rel_tolerance, progress)
+    return answer, runs[answer.rate_rps]

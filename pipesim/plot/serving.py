@@ -1,0 +1,137 @@
+"""Figures of serving runs: how long users wait, and how full the replicas were.
+
+``serving_figure`` draws one run. The top row holds the cumulative distributions of the
+three latencies a user feels (time to first token, time per output token, end to end),
+each with the SLO limit where one is set and the p50/p99 marked; a CDF shows the whole
+tail at once, where a mean hides it. Below them, per replica over time: the batch size of
+every iteration (continuous batching at work) and the fraction of KV blocks in use
+(what limits admission and forces preemptions).
+
+``serving_sweep_figure`` draws a ``pipesim sweep`` of a serving scenario: throughput and
+the p99 latencies against the first grid key, one line per combination of the others.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pipesim.plot.style import CRITICAL, FONT, TITLE_FONT, pyplot
+from pipesim.serving.records import ServeResult
+
+LATENCIES = (("ttft_ms", "time to first token"), ("tpot_ms", "time per output token"),
+             ("e2e_ms", "end-to-end latency"))  # fmt: skip
+
+
+def _latencies_ms(result: ServeResult) -> dict[str, np.ndarray]:
+    r = result.requests
+    served = ~r.rejected
+    found = {"ttft_ms": r.ttft_s[served], "tpot_ms": r.tpot_s[served], "e2e_ms": r.e2e_s[served]}
+    return {k: np.sort(v[~np.isnan(v)]) * 1e3 for k, v in found.items()}
+
+
+def draw_cdf(ax, values_ms: np.ndarray, title: str, limit_ms: float | None) -> None:
+    """The empirical CDF of ``values_ms``, p50 and p99 marked, the SLO limit dashed."""
+    ax.set_title(title, fontsize=TITLE_FONT)
+    ax.set_xlabel("ms", fontsize=FONT)
+    ax.set_ylim(0, 1.02)
+    ax.tick_params(labelsize=FONT)
+    if not len(values_ms):
+        ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
+        return
+    fraction = np.arange(1, len(values_ms) + 1) / len(values_ms)
+    ax.step(values_ms, fraction, where="post", color="#1F77B4")
+    for q, style in ((50, ":"), (99, "-.")):
+        at = float(np.percentile(values_ms, q))
+        ax.axvline(at, color="#7F7F7F", linestyle=style, linewidth=0.8, label=f"p{q} {at:.4g} ms")
+    if limit_ms is not None:
+        ax.axvline(limit_ms, color=CRITICAL, linestyle="--", label=f"SLO {limit_ms:g} ms")
+    ax.legend(fontsize=FONT - 1, loc="lower right")
+
+
+def draw_batch_size(ax, result: ServeResult) -> None:
+    """Each iteration's batch size at its start on the first stage (dots: with a pipeline,
+    the virtual engines' batches alternate), and the sequences running on the replica
+    (line), per replica."""
+    log, t = result.iterations, result.timeline
+    for replica in range(len(result.kv_blocks)):
+        mine = log.replica == replica
+        dots = ax.scatter(log.start_s[mine, 0], log.batch_size[mine], s=2, alpha=0.5,
+                          linewidths=0)  # fmt: skip
+        running = t.replica == replica
+        ax.plot(t.time_s[running], t.running[running], drawstyle="steps-post", linewidth=0.8,
+                color=dots.get_facecolor()[0], label=f"replica {replica}: running")  # fmt: skip
+    ax.set_ylabel("sequences (dots: per batch)", fontsize=FONT)
+    ax.set_ylim(bottom=0)
+    ax.tick_params(labelsize=FONT)
+    ax.legend(fontsize=FONT - 1, ncol=min(len(result.kv_blocks), 8), loc="upper right")
+
+
+def draw_kv_use(ax, result: ServeResult) -> None:
+    """The fraction of each replica's KV blocks in use after every scheduling step."""
+    t = result.timeline
+    for replica, blocks in enumerate(result.kv_blocks):
+        mine = t.replica == replica
+        ax.plot(t.time_s[mine], t.kv_blocks_used[mine] / blocks, drawstyle="steps-post",
+                linewidth=0.8, label=f"replica {replica}")  # fmt: skip
+    ax.set_ylabel("KV blocks in use (fraction)", fontsize=FONT)
+    ax.set_xlabel("time (s)", fontsize=FONT)
+    ax.set_ylim(bottom=0)
+    ax.tick_params(labelsize=FONT)
+
+
+def serving_figure(
+    result: ServeResult, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
+):
+    """Latency CDFs on top, batch size and KV use over time below (see the module)."""
+    plt = pyplot()
+    fig, axes = plt.subplot_mosaic(
+        [["ttft_ms", "tpot_ms", "e2e_ms"], ["batch"] * 3, ["kv"] * 3],
+        figsize=(12, 9), layout="constrained", height_ratios=[1.2, 1, 1],
+    )  # fmt: skip
+    latencies = _latencies_ms(result)
+    limits = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": None}
+    for key, title in LATENCIES:
+        draw_cdf(axes[key], latencies[key], title, limits[key])
+    axes["ttft_ms"].set_ylabel("fraction of requests", fontsize=FONT)
+    draw_batch_size(axes["batch"], result)
+    draw_kv_use(axes["kv"], result)
+    axes["batch"].sharex(axes["kv"])
+    return fig
+
+
+# ---------------------------------------------------------------------------
+# Sweeps
+
+SWEEP_PANELS = (("throughput_rps", "completed requests/s"), ("ttft_ms_p99", "p99 TTFT (ms)"),
+                ("tpot_ms_p99", "p99 TPOT (ms)"))  # fmt: skip
+
+
+def serving_sweep_figure(frame: pd.DataFrame):
+    """Throughput, p99 TTFT and p99 TPOT against the first grid key, one line per
+    combination of the other grid keys; error rows are left out."""
+    plt = pyplot()
+    ok = frame[frame["error"].fillna("") == ""] if "error" in frame else frame
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), layout="constrained")
+    keys = [c for c in frame.columns if "." in str(c)]
+    if ok.empty or not keys:
+        fig.suptitle("no point of the sweep ran (see the error column)")
+        return fig
+    x, others = keys[0], keys[1:]
+    groups = ok.groupby(others, sort=True, dropna=False) if others else [((), ok)]
+    for values, group in groups:
+        values = values if isinstance(values, tuple) else (values,)
+        label = ", ".join(
+            f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(others, values, strict=True)
+        )
+        group = group.sort_values(x, kind="stable")
+        for ax, (column, _) in zip(axes, SWEEP_PANELS, strict=True):
+            ax.plot(group[x], group[column], marker="o", markerfacecolor="none",
+                    label=label or None)  # fmt: skip
+    for ax, (_, title) in zip(axes, SWEEP_PANELS, strict=True):
+        ax.set_xlabel(x, fontsize=FONT)
+        ax.set_ylabel(title, fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
+    if others:
+        axes[0].legend(fontsize=FONT - 1)
+    return fig

@@ -1,0 +1,129 @@
+"""Sweeps of serving scenarios: one workload and deployment, many variations, one table.
+
+``pipesim sweep`` over a scenario with a ``serving:`` section runs each point of the grid
+(``--grid serving.workload.rate=2,4,8 --grid parallel.tensor=4,8``) through the serving
+simulator instead of the training engine. The grid is expanded as
+``pipesim.analysis.sweep`` expands it (every combination, the first key varying slowest),
+and the table has the same shape: the grid keys, the serving report's scalars
+(``throughput_rps``, ``ttft_ms_p99``, ``goodput_rps``, ...; see
+``pipesim.serving.export.report_scalars``), and an ``error`` column, where a point that
+cannot run (a layout that does not fit, say) is a row with its reason.
+
+Points run in a local process pool, or on an existing Dask cluster; rows come back in grid
+order whatever order the workers finish in, so the table is the same for any number of
+workers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+import pandas as pd
+
+from pipesim.analysis.sweep import GridAxis, SweepError, grid_points, sweep_frame
+from pipesim.scenario.build import apply_overrides, parse_spec
+from pipesim.serving.build import build_serving, run_serving
+from pipesim.serving.export import report_scalars
+
+Progress = Callable[[int], None]
+KNOWN_ERRORS = ("ScenarioError", "ScheduleError")
+
+
+def run_serving_point(base: dict, source: str, keys: Sequence[str], raw: Sequence[str]) -> dict:
+    """Serve one point of the grid; the report's scalars, or ``{"error": text}``."""
+    try:
+        overrides = [f"{key}={value}" for key, value in zip(keys, raw, strict=True)]
+        data = apply_overrides(base, overrides, source="--grid")
+        scenario = build_serving(parse_spec(data, source), source)
+        return report_scalars(run_serving(scenario).report)
+    except Exception as exc:  # noqa: BLE001 - one bad point is a row, never a lost sweep
+        lines = str(exc).strip().splitlines()
+        line = (lines[0] if lines else type(exc).__name__).removeprefix(f"{source}: ")
+        if type(exc).__name__ not in KNOWN_ERRORS:
+            line = f"{type(exc).__name__}: {line}"
+        return {"error": line}
+
+
+def run_serving_chunk(base: dict, source: str, keys: Sequence[str], chunk: Sequence) -> list:
+    """``[(index, row), ...]`` for a chunk of ``(index, raw values)`` points."""
+    return [(index, run_serving_point(base, source, keys, raw)) for index, raw in chunk]
+
+
+def run_serving_sweep(
+    base: dict,
+    source: str,
+    axes: Sequence[GridAxis],
+    *,
+    jobs: int = 1,
+    executor: str = "local",
+    scheduler: str | None = None,
+    progress: Progress | None = None,
+) -> pd.DataFrame:
+    """Serve every point of the grid over ``base`` (a scenario mapping read from
+    ``source``) on ``jobs`` local processes or the Dask cluster at ``scheduler``;
+    ``progress(n)`` as ``n`` more points finish."""
+    keys = [axis.key for axis in axes]
+    points = list(enumerate(grid_points(axes)))
+    size = max(1, math.ceil(len(points) / (max(1, jobs) * 4)))  # about four chunks a worker
+    chunks = [points[i : i + size] for i in range(0, len(points), size)]
+    if executor == "dask":
+        results = _run_dask(base, source, keys, chunks, scheduler, progress)
+    elif executor != "local":
+        raise SweepError(f"--executor {executor!r}: allowed: local, dask")
+    elif jobs <= 1 or len(chunks) <= 1:
+        results = []
+        for chunk in chunks:
+            results += run_serving_chunk(base, source, keys, chunk)
+            if progress:
+                progress(len(chunk))
+    else:
+        results = _run_local(base, source, keys, chunks, jobs, progress)
+    rows = [row for _, row in sorted(results, key=lambda item: item[0])]
+    return sweep_frame(axes, [raw for _, raw in points], rows)
+
+
+def _run_local(base, source, keys, chunks, jobs, progress) -> list:
+    results = []
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(run_serving_chunk, base, source, keys, c) for c in chunks]
+        for future in as_completed(futures):
+            done = future.result()
+            results += done
+            if progress:
+                progress(len(done))
+    return results
+
+
+def _run_dask(base, source, keys, chunks, scheduler, progress) -> list:
+    if not scheduler:
+        raise SweepError("--executor dask needs --scheduler tcp://HOST:PORT")
+    try:
+        from distributed import Client
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise SweepError(
+            "--executor dask needs dask.distributed: pip install 'pipesim[dask]'"
+        ) from None
+    try:
+        client = Client(scheduler, timeout="10s", set_as_default=False)
+    except OSError as exc:
+        raise SweepError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+    results = []
+    with client:
+        futures = [
+            client.submit(run_serving_chunk, base, source, keys, chunk, pure=False)
+            for chunk in chunks
+        ]
+        for future in dask_completed(futures, loop=client.loop):
+            done = future.result()
+            results += done
+            if progress:
+                progress(len(done))
+    return results
+
+
+def is_serving(base: dict) -> bool:
+    """Whether a scenario mapping describes a serving run (has a ``serving`` section)."""
+    return isinstance(base, dict) and base.get("serving") is not None
