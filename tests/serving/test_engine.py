@@ -62,3 +62,50 @@ def test_pipeline_keeps_one_batch_per_stage_in_flight():
     np.testing.assert_allclose(r.finish_s * 1e3, [8.0, 9.0])
     busy = result.iterations.busy_s(1)[0]
     np.testing.assert_allclose(busy * 1e3, [8.0, 8.0])
+
+
+def test_chunked_prefill_decodes_first_and_fills_the_budget_with_chunks():
+    # one stage, 1 ms per prompt token, 1 ms a decode step, 8 tokens an iteration.
+    # t=0: request 0's 4-token prompt (4 ms). Request 1 (20 tokens) arrives at 0.5 ms.
+    # t=4: request 0 decodes (1 token), request 1 takes the other 7: 8 ms, out at 12;
+    # t=12: the same, out at 20; t=20: decode + the last 6 prompt tokens, out at 27
+    # (request 1's first token); t=27: both decode, out at 28, both done.
+    costs = HandTypedCosts((4.0,), (1.0,), 4)
+    replica = ReplicaConfig(costs, max_num_seqs=4, max_num_batched_tokens=8, chunked_prefill=True)
+    result = simulate_serving(
+        ServeConfig(replica), [Request(0, 0.0, 4, 5), Request(1, 0.0005, 20, 2)]
+    )
+    log = result.iterations
+    assert log.prefill_tokens.tolist() == [4, 7, 7, 6, 0]
+    assert log.decode_seqs.tolist() == [0, 1, 1, 1, 2]
+    np.testing.assert_allclose(log.end_s[:, 0] * 1e3, [4, 12, 20, 27, 28])
+    r = result.requests
+    np.testing.assert_allclose(r.first_scheduled_s * 1e3, [0, 4])
+    np.testing.assert_allclose(r.first_token_s * 1e3, [4, 27])
+    np.testing.assert_allclose(r.finish_s * 1e3, [28, 28])
+    gaps = np.repeat(result.token_gaps.gap_s, result.token_gaps.count) * 1e3
+    np.testing.assert_allclose(np.sort(gaps), [1, 1, 7, 8, 8])  # 8, 8, 7, 1 and 1
+
+
+def test_preemption_by_recomputation_hand_derived():
+    # one stage, 1 ms per prompt token, 1 ms a decode step; blocks of one token, 5 blocks.
+    # t=0: both 2-token prompts (4 blocks), out at 4: first tokens.
+    # step 0 needs a block for each (contexts of 3); one is free: request 0 (older) takes
+    # it, request 1 (the newest) is preempted, its 2 blocks back. Request 0 decodes alone
+    # (exits 5, 6, 7; a block each time), finishes at 7 and frees its 5 blocks. Request 1
+    # prefills again, prompt and its one token (3 tokens, 3 ms, out at 10: its second
+    # token, 6 ms after its first), then decodes (11, 12).
+    costs = HandTypedCosts((2.0,), (1.0,), 2)
+    replica = ReplicaConfig(costs, max_num_seqs=2, block_size=1, kv_blocks=5)
+    result = simulate_serving(ServeConfig(replica), [Request(0, 0.0, 2, 4), Request(1, 0.0, 2, 4)])
+    log = result.iterations
+    assert log.prefill_tokens.tolist() == [4, 0, 0, 0, 3, 0, 0]
+    assert log.decode_seqs.tolist() == [0, 1, 1, 1, 0, 1, 1]
+    r = result.requests
+    assert r.preemptions.tolist() == [0, 1]
+    np.testing.assert_allclose(r.first_token_s * 1e3, [4, 4])
+    np.testing.assert_allclose(r.finish_s * 1e3, [7, 12])
+    gaps = np.repeat(result.token_gaps.gap_s, result.token_gaps.count) * 1e3
+    np.testing.assert_allclose(np.sort(gaps), [1, 1, 1, 1, 1, 6])
+    assert result.timeline.kv_blocks_used.max() == 5
+    assert summarize(result).preemptions == 1
