@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.serving.max_rate import MaxRateError, Probe, bisect_rate
+from pipesim.serving.build import load_serving
+from pipesim.serving.max_rate import MaxRateError, Probe, bisect_rate, find_max_rate
 
 
 def threshold_probe(limit: float, seen: list[float] | None = None):
@@ -65,3 +67,60 @@ def test_a_slo_that_always_holds_or_never_holds_is_one_clear_error():
         bisect_rate(lambda rate: Probe(rate, True), 1.0)
     with pytest.raises(MaxRateError, match="no rate down to .* meets the SLO"):
         bisect_rate(lambda rate: Probe(rate, False), 1.0)
+
+
+# ---------------------------------------------------------------------------
+# On the engine: a deterministic queue
+
+
+def test_a_deterministic_queue_serves_up_to_one_request_per_service_time(tmp_path):
+    """One stage, one sequence at a time, one-token answers: each request occupies the
+    replica for its prefill, S = 20 ms. Arrivals are evenly spaced (gamma with a tiny cv).
+    Below 1/S = 50 requests/s nobody waits (TTFT = S); above it request n waits
+    n (S - 1/rate), so with N = 200 requests the last one's TTFT passes 1.5 S once
+    rate > 1 / (S (1 - 0.5 / 199)). That is the highest rate meeting the SLO."""
+    path = tmp_path / "dd1.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "schema_version": 1,
+                "name": "dd1",
+                "pipeline": {"devices": 1},
+                "costs": {"prefill_ms": 20.0, "decode_ms": 1.0},
+                "serving": {
+                    "workload": {
+                        "arrival": "gamma",
+                        "rate": 10.0,
+                        "cv": 1e-6,
+                        "requests": 200,
+                        "prompt_tokens": 16,
+                        "output_tokens": 1,
+                    },
+                    "max_num_seqs": 1,
+                    "slo": {"ttft_ms": 30.0, "percentile": 100},
+                },
+            }
+        )  # fmt: skip
+    )
+    answer, run = find_max_rate(load_serving(str(path)), rel_tolerance=0.005)
+    limit = 1 / (0.020 * (1 - 0.5 / 199))
+    assert answer.low_rps <= limit < answer.high_rps
+    assert answer.high_rps - answer.low_rps <= 0.005 * answer.high_rps
+    assert run.report.ttft_ms.p99 <= 30.0 and run.report.completed == 200
+    again, _ = find_max_rate(load_serving(str(path)), rel_tolerance=0.005)
+    assert again == answer
+
+
+def test_max_rate_refuses_a_trace_or_a_missing_slo(tmp_path):
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,4,4\n")
+    base = {"schema_version": 1, "name": "x", "pipeline": {"devices": 1},
+            "costs": {"prefill_ms": 1.0, "decode_ms": 1.0}, "decode": {"tokens": 1, "prompt_tokens": 4}}  # fmt: skip
+    path = tmp_path / "trace.yaml"
+    path.write_text(yaml.safe_dump({**base, "serving": {"workload": {
+        "arrival": "trace", "trace_file": "t.csv"}, "slo": {"ttft_ms": 5.0}}}))  # fmt: skip
+    with pytest.raises(MaxRateError, match=r"serving\.workload\.arrival: --max-rate needs poisson"):
+        find_max_rate(load_serving(str(path)))
+    path = tmp_path / "noslo.yaml"
+    path.write_text(yaml.safe_dump({**base, "serving": {"workload": {"rate": 1.0, "requests": 5}}}))
+    with pytest.raises(MaxRateError, match=r"serving\.slo: --max-rate needs slo\.ttft_ms or"):
+        find_max_rate(load_serving(str(path)))
