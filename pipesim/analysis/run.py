@@ -10,7 +10,7 @@ all for JSON, keeping the keys reports always had (``makespan_ms_p50``, ``critic
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from pipesim.analysis.critical import Explanation, explain
 from pipesim.analysis.monte_carlo import MonteCarlo, MonteCarloSummary, Progress, monte_carlo
@@ -18,7 +18,8 @@ from pipesim.scenario.build import Scenario
 from pipesim.scenario.schema import ScenarioError
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, decode_metrics
-from pipesim.sim.engine import DurationScale, simulate
+from pipesim.sim.engine import DurationScale
+from pipesim.sim.evaluate import EVALUATORS, evaluate, fast_unsupported
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
 from pipesim.sim.metrics import Report, build_report
 from pipesim.sim.trace import Trace
@@ -79,16 +80,19 @@ def run_scenario(
     seed: int = 0,
     critical_path: bool = False,
     progress: Progress | None = None,
+    evaluator: str = "auto",
 ) -> Result:
     """Simulate one step of ``scenario`` and measure it.
 
     ``runs``: also run a Monte Carlo study of that many random steps under the scenario's
-    variability (``seed`` makes it reproducible; ``progress(1)`` after each step).
-    ``critical_path``: also walk the critical path and the cause of every idle gap.
+    variability (``seed`` makes it reproducible; ``progress(1)`` after each step; always
+    on the SimPy engine). ``critical_path``: also walk the critical path and the cause of
+    every idle gap. ``evaluator``: ``auto``, ``fast`` or ``simpy`` for the step
+    (``pipesim.sim.evaluate``; ScenarioError where ``fast`` cannot run it).
     """
     if runs is not None:
         check_study_size(scenario, runs)
-    result = simulate_step(scenario)
+    result = simulate_step(scenario, evaluator=evaluator)
     summary = study(scenario, runs, seed, progress).summary() if runs is not None else None
     return Result(
         scenario,
@@ -124,13 +128,16 @@ def simulate_step(
     scenario: Scenario,
     duration_scale: DurationScale | None = None,
     link_scale: Callable[[int, int], float] | None = None,
+    evaluator: str = "auto",
 ) -> Result:
     """Simulate one step, bare (``duration_scale`` and ``link_scale``: one random step of a
-    Monte Carlo study, see ``pipesim.sim.variability``)."""
-    trace = simulate(
+    Monte Carlo study, see ``pipesim.sim.variability``), with the ``evaluator`` asked for
+    (``report.evaluator`` says which ran)."""
+    trace, evaluator = evaluate(
         scenario.schedule,
         scenario.costs,
         scenario.topology,
+        evaluator=choose_evaluator(scenario, evaluator, duration_scale or link_scale),
         duration_scale=duration_scale,
         link_scale=link_scale,
         tail_ms=scenario.tail_ms,
@@ -148,6 +155,7 @@ def simulate_step(
         accounting=scenario.accounting,
         memory=memory,
     )
+    report = replace(report, evaluator=evaluator)
     decode = None
     if scenario.mode == "decode":
         decode = decode_metrics(trace, scenario.schedule, scenario.costs,
@@ -160,11 +168,29 @@ def study(scenario: Scenario, runs: int, seed: int, progress: Progress | None = 
     deterministic step)."""
 
     def run_step(duration_scale, link_scale):
-        report = simulate_step(scenario, duration_scale, link_scale).report
+        report = simulate_step(scenario, duration_scale, link_scale, evaluator="simpy").report
         return report.makespan_ms, report.bubble_fraction
 
     variability = scenario.variability or Variability()
     return monte_carlo(variability, scenario.schedule, run_step, runs, seed, progress)
+
+
+def choose_evaluator(scenario: Scenario, evaluator: str, random_step: object = None) -> str:
+    """The evaluator to run a step of ``scenario`` with: ``auto`` keeps the engine for a
+    scenario with ``variability:`` (its steps are random); ScenarioError, one line, where
+    ``fast`` is asked for and cannot run the scenario exactly."""
+    if evaluator not in EVALUATORS:
+        raise ScenarioError(f"--evaluator {evaluator!r}: allowed: {', '.join(EVALUATORS)}")
+    if evaluator == "simpy" or random_step:
+        return evaluator
+    reason = fast_unsupported(scenario.schedule, scenario.costs, scenario.topology)
+    if reason is None and scenario.variability is not None:
+        reason = "the scenario has a variability: section (random steps), run by the engine"
+    if reason is None:
+        return evaluator
+    if evaluator == "fast":
+        raise ScenarioError(f"{scenario.name}: --evaluator fast cannot run it: {reason}")
+    return "simpy"
 
 
 def _explain(result: Result) -> Explanation:

@@ -25,7 +25,7 @@ from pipesim.analysis.compare import (
 from pipesim.analysis.run import Result, explain_scenario, run_scenario
 from pipesim.analysis.sweep import parse_grid, run_sweep
 from pipesim.cli.calibrate import COMMANDS
-from pipesim.cli.options import no_progress_option, set_option
+from pipesim.cli.options import evaluator_option, no_progress_option, set_option
 from pipesim.cli.output import (
     FIGURE_SUFFIXES,
     Output,
@@ -104,11 +104,12 @@ seed_option = click.option(
     is_flag=True,
     help="Add the critical path and idle time per cause to the report; outline it on --gantt.",
 )
+@evaluator_option
 @no_progress_option
 @user_errors
 def run(
     scenario, overrides, fmt, output, gantt, trace_path, trace_csv, schedule_csv, runs, seed,
-    critical_path, no_progress,
+    critical_path, evaluator, no_progress,
 ) -> None:  # fmt: skip
     """Simulate SCENARIO and print its report.
 
@@ -127,8 +128,9 @@ def run(
         loaded = load_scenario(scenario, overrides, searching)
     with progress_bar(runs or 0, "run", "Monte Carlo", disabled=no_progress) as progress:
         result = run_scenario(
-            loaded, runs=runs, seed=seed, critical_path=critical_path, progress=progress
-        )
+            loaded, runs=runs, seed=seed, critical_path=critical_path, progress=progress,
+            evaluator=evaluator,
+        )  # fmt: skip
     for text in result.notes:
         note(text)
     files = _run_files(result, gantt, trace_path, trace_csv, schedule_csv)

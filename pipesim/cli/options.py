@@ -14,3 +14,11 @@ set_option = click.option(
 no_progress_option = click.option(
     "--no-progress", is_flag=True, help="No progress bar on stderr (drawn only on a terminal)."
 )
+evaluator_option = click.option(
+    "--evaluator",
+    type=click.Choice(["auto", "fast", "simpy"]),
+    default="auto",
+    show_default=True,
+    help="fast: the NumPy sweep (deterministic scenarios); simpy: the event engine; "
+    "auto: fast wherever it is exact. The report says which ran.",
+)

@@ -77,10 +77,9 @@ def evaluate(
         )
         if trace is not None:
             return trace, "fast"
-        reason = "the schedule deadlocks or is invalid; the engine says where"
-    if evaluator == "fast" and "invalid" not in reason and "deadlock" not in reason:
+        # an invalid schedule or a deadlock: the engine raises its own error, with the grid
+    elif evaluator == "fast":
         raise ValueError(f"the fast evaluator cannot run this scenario: {reason}")
-    # the engine runs it, or raises the validator's or the deadlock's own error
     return simulate(schedule, costs, topology, **engine_kwargs), "simpy"
 
 

@@ -37,21 +37,22 @@ from pipesim.sim.trace import Trace
 
 
 def unsupported(schedule: Schedule, topology: Topology | None) -> str | None:
-    """Why the sweep cannot reproduce the engine here (one line), or None."""
+    """Why the sweep cannot reproduce the engine here (one line), or None.
+
+    An invalid schedule is not a reason: the sweep hands it to the engine, whose
+    validator raises the same error either way."""
     if schedule.posts:
         return "the schedule carries torch's runtime posts (a lowered CSV), run by the engine"
-    index = schedule_index(schedule)
-    if index.fault is not None:
-        return f"the schedule is invalid ({index.fault}); the engine's validator says where"
     if topology is None:
         return None
     if not topology.comm_overlap:
         return "comm_overlap is off: a send holds its device, run by the engine"
+    index = schedule_index(schedule)
     shared = _shared_channels(topology)
     if not shared:
         return None
     src, dst = index.message_src.tolist(), index.message_dst.tolist()
-    for pair in set(zip(src, dst, strict=True)):
+    for pair in sorted(set(zip(src, dst, strict=True))):
         if pair[0] != pair[1] and topology.channel(*pair) in shared:
             name = topology.channel(*pair)
             return f"channel {name!r} is shared by several senders (queueing across senders)"

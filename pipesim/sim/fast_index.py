@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from pipesim.sim.trace import KIND_CODE, KIND_CODES, SEND_B, SEND_F
 
 _F, _B, _I, _W = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I], KIND_CODE[W]
 _CACHE_SIZE = 8
+_STAGE, _KIND, _MICROBATCH, _SUB = (itemgetter(k) for k in range(4))  # an Action's fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,25 +105,30 @@ class _Atoms:
     kind: np.ndarray
     microbatch: np.ndarray
     actions: list
+    is_group: np.ndarray  # per node: a group of atoms run as one
 
 
-def _atoms(schedule: Schedule, node_action: list) -> _Atoms:
-    simple = all(a.sub_actions is None for a in node_action)
-    if simple:
+def _atoms(node_action: list) -> _Atoms:
+    if not node_action:
+        none = np.zeros(0, dtype=np.int64)
+        return _Atoms(none, none, none, none, [], np.zeros(0, dtype=bool))
+    subs = list(map(_SUB, node_action))
+    is_group = np.zeros(len(node_action), dtype=bool)
+    if subs.count(None) == len(subs):  # no group: one atom per node
         atoms = node_action
         node = np.arange(len(atoms), dtype=np.int64)
     else:
+        is_group[:] = [sub is not None for sub in subs]
         atoms, owners = [], []
         for n, action in enumerate(node_action):
             for atom in action.atoms:
                 atoms.append(atom)
                 owners.append(n)
         node = np.asarray(owners, dtype=np.int64)
-    count = len(atoms)
-    stage = np.fromiter((a[0] for a in atoms), np.int64, count)
-    microbatch = np.fromiter((a[2] for a in atoms), np.int64, count)
-    kind = np.fromiter((KIND_CODE[a[1]] for a in atoms), np.int64, count)
-    return _Atoms(node, stage, kind, microbatch, atoms)
+    stage = np.fromiter(map(_STAGE, atoms), np.int64, len(atoms))
+    microbatch = np.fromiter(map(_MICROBATCH, atoms), np.int64, len(atoms))
+    kind = np.fromiter(map(KIND_CODE.__getitem__, map(_KIND, atoms)), np.int64, len(atoms))
+    return _Atoms(node, stage, kind, microbatch, atoms, is_group)
 
 
 def _build(schedule: Schedule) -> ScheduleIndex:
@@ -130,13 +137,13 @@ def _build(schedule: Schedule) -> ScheduleIndex:
     bounds = (0, *np.cumsum(lengths).tolist())
     node_action = [a for actions in schedule.device_actions for a in actions]
     node_device = np.repeat(np.arange(devices, dtype=np.int64), lengths)
-    atoms = _atoms(schedule, node_action)
+    atoms = _atoms(node_action)
     fault = _fault(schedule, atoms, node_device)
     model_stage = np.array([_model_stage(schedule, s) for s in range(stages)] + [-1])
     chunk_of = np.array([schedule.chunk(s) for s in range(stages)] + [-1], dtype=np.int64)
     node_object = np.empty(len(node_action), dtype=object)
     node_object[:] = node_action
-    is_group = np.fromiter((a.sub_actions is not None for a in node_action), bool)
+    is_group = atoms.is_group
     base = dict(
         devices=devices,
         bounds=bounds,
@@ -278,27 +285,30 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage: np.ndarray, is_gro
 
 
 def _wire(atoms, sender, receiver, wiring, model_stage, is_group) -> tuple:
-    """Fill each node's input and output message (``wiring``: the two lists); a group
+    """Each node's input and output message (``wiring``: two lists, filled in); a group
     points to its entry in the returned groups."""
     input_of, output_of = wiring
-    produced, consumed = atoms.node[sender].tolist(), atoms.node[receiver].tolist()
-    message_order = np.argsort(receiver, kind="stable")  # inputs in atom order
+    produced, consumed = atoms.node[sender], atoms.node[receiver]
+    nodes = len(input_of)
+    outputs, inputs = np.full(nodes, -1, dtype=np.int64), np.full(nodes, -1, dtype=np.int64)
+    message = np.arange(len(sender), dtype=np.int64)
+    outputs[produced], inputs[consumed] = message, message
+    grouped = np.flatnonzero(is_group)
+    outputs[grouped] = inputs[grouped] = -2 - np.arange(len(grouped))
+    input_of[:], output_of[:] = inputs.tolist(), outputs.tolist()
+    if not len(grouped):
+        return ()
     group_in: dict[int, list[int]] = {}
     group_out: dict[int, list[int]] = {}
-    for message, node in enumerate(produced):
-        group_out.setdefault(node, []).append(message)
-    for message in message_order.tolist():
-        group_in.setdefault(consumed[message], []).append(message)
-    members = np.bincount(atoms.node, minlength=len(input_of))
-    grouped = np.flatnonzero(is_group).tolist()
-    for node, messages in group_out.items():
-        output_of[node] = messages[0]
-    for node, messages in group_in.items():
-        input_of[node] = messages[0]
+    for k in np.flatnonzero(is_group[produced]).tolist():  # program order
+        group_out.setdefault(int(produced[k]), []).append(k)
+    for k in np.argsort(receiver, kind="stable").tolist():  # inputs in atom order
+        if is_group[consumed[k]]:
+            group_in.setdefault(int(consumed[k]), []).append(k)
+    members = np.bincount(atoms.node, minlength=nodes)
     groups = []
     starts = np.searchsorted(atoms.node, grouped)
-    for g, (node, at) in enumerate(zip(grouped, starts.tolist(), strict=True)):
-        input_of[node] = output_of[node] = -2 - g
+    for node, at in zip(grouped.tolist(), starts.tolist(), strict=True):
         count = int(members[node])
         kinds = [Kind(KIND_CODES[k]) for k in atoms.kind[at : at + count].tolist()]
         layer = model_stage[atoms.stage[at : at + count]].tolist()

@@ -28,6 +28,7 @@ def test_run_prints_the_table():
         "pipesim - seed-pipelined",
         "",
         "  schedule          gpipe",
+        "  evaluator         fast",
         "  devices           4   stages 4",
         "  microbatches      4 x 1 samples",
         "  makespan          7.000 ms   (analytic 7.000 ms)",
