@@ -88,7 +88,7 @@ def simulate_serving(
         for e in range(replica_config.stages):
             env.process(_engine_loop(env, replica, e, recorder))
     env.run()
-    kv_blocks = (replica_config.kv_blocks,) * config.replicas
+    kv_blocks = (replica_config.engine_kv_blocks * replica_config.stages,) * config.replicas
     return recorder.result(kv_blocks, replica_config.stages)
 
 

@@ -262,7 +262,8 @@ class TokenGaps:
 @dataclass(frozen=True, slots=True)
 class ServeResult:
     """Everything a serving run recorded. ``duration_s``: from 0 to the last finish (or
-    the last arrival, if later); ``kv_blocks[r]``: replica r's KV capacity in blocks."""
+    the last arrival, if later); ``kv_blocks[r]``: the KV blocks replica r can use (its
+    ``kv_blocks`` rounded down to a multiple of its virtual engines)."""
 
     requests: RequestRecords
     iterations: IterationLog
