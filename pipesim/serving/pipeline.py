@@ -12,6 +12,11 @@ and ``free[s] = end[s]`` afterwards. This is exact bookkeeping of a first-come-f
 stage for batches that arrive in pipeline order, and it costs no simulation event per
 stage: the engine waits once per iteration, for ``end[-1]``, when the batch's tokens leave
 the last stage.
+
+A hop is a delay (``costs.hop_ms``: the link's bandwidth time and latency for the batch's
+activations). Two batches' messages could contend for one link only if a message took
+longer than the next batch's compute on the stage before it; activations of a batch are
+far smaller than that compute, so link contention is not modelled here.
 """
 
 from __future__ import annotations
