@@ -160,8 +160,16 @@ class Schedule:
     name: str = "custom"
     posts: tuple[tuple[Placed, ...], ...] = ()  # per device; () for a compute-only schedule
     _stage_chain: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    _chunks: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not self._chunks:  # each stage's index among its device's stages, in one pass
+            chunks: list[int] = []
+            seen: dict[int, int] = {}
+            for device in self.placement:
+                chunks.append(seen.get(device, 0))
+                seen[device] = chunks[-1] + 1
+            object.__setattr__(self, "_chunks", tuple(chunks))
         if not self._stage_chain:
             owner = [-1] * len(self.placement)
             for index, chain in enumerate(self.chains):
@@ -210,8 +218,7 @@ class Schedule:
 
     def chunk(self, stage: int) -> int:
         """Index of ``stage`` among the stages its device holds (the virtual-stage index)."""
-        device = self.placement[stage]
-        return sum(1 for s in range(stage) if self.placement[s] == device)
+        return self._chunks[stage]
 
     def program(self, device: int) -> list[Action | Post]:
         """The device's compute actions and posts in the order its runtime meets them."""
