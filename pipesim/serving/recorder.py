@@ -36,6 +36,7 @@ class Recorder:
         self.first_token_s = np.full(n, np.nan)
         self.finish_s = np.full(n, np.nan)
         self.preemptions = np.zeros(n, dtype=np.int64)
+        self.max_itl_s = np.full(n, np.nan)
         self.gap_s: list[float] = []
         self.gap_count: list[int] = []
         self._iterations: tuple[list, ...] = tuple([] for _ in range(7))
@@ -65,6 +66,11 @@ class Recorder:
         self.gap_s.append(gap_s)
         self.gap_count.append(count)
 
+    def longest_gap(self, request: int, gap_s: float) -> None:
+        """Note a gap between two tokens of ``request``; its longest is kept."""
+        if not self.max_itl_s[request] >= gap_s:  # NaN until its first gap
+            self.max_itl_s[request] = gap_s
+
     def result(self, kv_blocks: tuple[int, ...], stages: int) -> ServeResult:
         """The records of the run; its duration runs to the last finish or arrival."""
         reqs = self.requests
@@ -81,6 +87,7 @@ class Recorder:
             first_token_s=self.first_token_s,
             finish_s=self.finish_s,
             preemptions=self.preemptions,
+            max_itl_s=self.max_itl_s,
         )
         times = np.concatenate([arrival, self.finish_s[~self.rejected], [0.0]])
         return ServeResult(

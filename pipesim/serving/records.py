@@ -166,7 +166,8 @@ class RequestRecords:
     ``replica`` and ``engine`` (its virtual engine) are -1 for a rejected request.
     ``first_scheduled_s``: start on the first stage of the first iteration holding it;
     ``first_token_s``: its first token left the last stage; ``finish_s``: its last did.
-    ``preemptions``: how often it was preempted (and its KV recomputed).
+    ``preemptions``: how often it was preempted (and its KV recomputed). ``max_itl_s``: its
+    longest gap between two consecutive tokens (NaN for a one-token output).
     """
 
     id: np.ndarray
@@ -180,6 +181,7 @@ class RequestRecords:
     first_token_s: np.ndarray
     finish_s: np.ndarray
     preemptions: np.ndarray
+    max_itl_s: np.ndarray
 
     def __len__(self) -> int:
         return len(self.id)

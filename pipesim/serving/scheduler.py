@@ -134,6 +134,7 @@ class EngineScheduler:
         self.finish_due: dict[int, list[tuple[SeqState, int]]] = {}
         self.fresh: dict[SeqState, None] = {}  # decoding, no decode step since their prefill
         self.last_decode_exit_s = math.nan
+        self.step_gaps: list[float] = []  # [k]: decode step k's exit minus step k-1's
         self.admitted = 0
 
     @property
@@ -226,6 +227,11 @@ class EngineScheduler:
         self.waiting.appendleft(seq)
 
     def _stop_decoding(self, seq: SeqState) -> None:
+        """Take ``seq`` out of decoding; the steps it continued through (after its first)
+        give its longest inter-token gap."""
+        gaps = self.step_gaps[seq.entry_step + 1 : self.step]
+        if gaps:
+            self.recorder.longest_gap(seq.rid, max(gaps))
         seq.decoding = False
         self.decoders -= 1
         self.context_base_sum -= seq.context_base
@@ -246,10 +252,13 @@ class EngineScheduler:
                 rec.first_scheduled_s[seq.rid] = start_s
         if batch.decode_seqs:
             continuing = batch.decode_seqs - len(self.fresh)
+            step_gap = exit_s - self.last_decode_exit_s
+            self.step_gaps.append(0.0 if math.isnan(step_gap) else step_gap)
             if continuing:
-                rec.gap(exit_s - self.last_decode_exit_s, continuing)
+                rec.gap(step_gap, continuing)
             for seq in self.fresh:
                 rec.gap(exit_s - seq.emitted_s, 1)
+                rec.longest_gap(seq.rid, exit_s - seq.emitted_s)
             self.fresh.clear()
             self.last_decode_exit_s = exit_s
 
@@ -279,6 +288,7 @@ class EngineScheduler:
             rec.first_token_s[seq.rid] = exit_s
         else:
             rec.gap(exit_s - seq.emitted_s, 1)
+            rec.longest_gap(seq.rid, exit_s - seq.emitted_s)
         seq.generated += 1
         seq.emitted_s = exit_s
         if seq.generated >= seq.output:

@@ -107,5 +107,6 @@ def test_preemption_by_recomputation_hand_derived():
     np.testing.assert_allclose(r.finish_s * 1e3, [7, 12])
     gaps = np.repeat(result.token_gaps.gap_s, result.token_gaps.count) * 1e3
     np.testing.assert_allclose(np.sort(gaps), [1, 1, 1, 1, 1, 6])
+    np.testing.assert_allclose(r.max_itl_s * 1e3, [1, 6])
     assert result.timeline.kv_blocks_used.max() == 5
     assert summarize(result).preemptions == 1

@@ -98,6 +98,8 @@ def test_engine_matches_the_token_by_token_oracle(
     np.testing.assert_allclose(r.first_scheduled_s[done], [w["first_scheduled"] for w in served])
     np.testing.assert_allclose(r.first_token_s[done], [w["tokens"][0] for w in served])
     np.testing.assert_allclose(r.finish_s[done], [w["tokens"][-1] for w in served])
+    longest = [np.diff(w["tokens"]).max() if len(w["tokens"]) > 1 else np.nan for w in served]
+    np.testing.assert_allclose(r.max_itl_s[done], longest, atol=1e-12)
     gaps = np.sort(np.concatenate([np.diff(w["tokens"]) for w in served] + [np.zeros(0)]))
     engine_gaps = np.sort(np.repeat(got.token_gaps.gap_s, got.token_gaps.count))
     np.testing.assert_allclose(engine_gaps, gaps, atol=1e-12)
