@@ -13,20 +13,23 @@ group:
 and for the run, ``tokens_per_second``: every token of every request over the makespan.
 
 The closed form (``DecodeAnalytic``) holds when every stage costs the same: prefill ``P``,
-decode ``D``, one hop ``c`` between neighbouring devices and ``c0`` for the sampled token's
-way back (none on one device), messages never queueing. Group ``i`` (from 0) then ends its
-prefill at ``(i + 1) P + (p - 1)(P + c)``, so the mean TTFT over ``k`` groups is
+decode ``D``, one hop time between neighbouring devices (``cP`` for a prefill's message,
+``cD`` for a decode step's) and ``c0`` for the sampled token's way back (none on one
+device), messages never queueing. Group ``i`` (from 0) then ends its prefill at
+``(i + 1) P + (p - 1)(P + cP)``, so the mean TTFT over ``k`` groups is
 
-    ((k + 1) / 2) P + (p - 1)(P + c),
+    ((k + 1) / 2) P + (p - 1)(P + cP),
 
 and in steady state each group emits a token every
 
-    R = max(k D, p D + (p - 1) c + c0)
+    R = max(k D, p D + (p - 1) cD + c0)
 
 (the device cycles through ``k`` groups, or one group's token goes round the pipeline),
 that is ``max(p, k) D`` on ideal links. The steady state is what ``tpot_ms`` and
 ``tokens_per_second`` (``k b / R``) predict; the simulated TPOT equals it exactly when
-``P = D`` and the links are ideal, otherwise the first gaps after the prefill differ.
+``P = D`` and the links are ideal. Otherwise the first gaps after the prefill differ:
+every device runs all ``k`` prefills before any decode step, so with a long prefill the
+early groups' first decode steps wait for the later groups' prefills.
 """
 
 from __future__ import annotations

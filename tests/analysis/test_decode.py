@@ -251,3 +251,26 @@ def test_train_mode_still_requires_a_schedule():
     data = {"schema_version": 1, "name": "x", "pipeline": {"devices": 2, "microbatches": 2}}
     with pytest.raises(ScenarioError, match="pipeline.schedule: required key is missing"):
         build_scenario(parse_spec(data, "t.yaml"), "t.yaml")
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    p=st.integers(1, 4),
+    k=st.integers(1, 6),
+    tokens=st.integers(1, 6),
+    prefill=st.lists(st.floats(0.1, 5.0), min_size=4, max_size=4),
+    step=st.lists(st.floats(0.1, 2.0), min_size=4, max_size=4),
+    latency_us=st.sampled_from([0.0, 30.0]),
+)
+def test_both_evaluators_give_the_same_decode_metrics(p, k, tokens, prefill, step, latency_us):
+    built = scenario(
+        devices=p, groups=k, tokens=tokens,
+        costs={"prefill_ms": prefill[:p], "decode_ms": step[:p], "activation_bytes": 1e6},
+        hardware={"link": {"latency_us": latency_us, "bandwidth_gbps": 100.0}},
+    )  # fmt: skip
+    fast = run_scenario(built, evaluator="fast").decode
+    engine = run_scenario(built, evaluator="simpy").decode
+    assert fast.group_ttft_ms == pytest.approx(engine.group_ttft_ms, rel=1e-9)
+    assert fast.tokens_per_second == pytest.approx(engine.tokens_per_second, rel=1e-9)
+    if tokens > 1:
+        assert fast.group_tpot_ms == pytest.approx(engine.group_tpot_ms, rel=1e-9)
