@@ -55,7 +55,7 @@ class Plan:
     wall_s: float
     results: list[dict[str, Any]]
     pareto: list[dict[str, Any]]
-    timelines: int  # distinct timelines scored (candidates differing in ZeRO share one)
+    timelines: int  # distinct timelines scored (candidates with equal inputs share one)
     base: dict[str, Any] = field(repr=False, default_factory=dict)
     source: str = ""
     # (step_time_ms, peak_memory_bytes) of every scored candidate, in space order
@@ -123,7 +123,7 @@ def plan(
             pruned[outcome.reason] = pruned.get(outcome.reason, 0) + 1
         else:
             rows.append((index, outcome.row))
-            shared.add(_timeline_key(points[index][0]))
+            shared.add(outcome.timeline)
     timelines = len(shared)
     ranked = rank(rows)
     shown = ranked[: max(top, confirm, 1)]
@@ -139,7 +139,7 @@ def confirm_top(result: Plan, count: int, ranked: Sequence[dict[str, Any]]) -> i
     them on the SimPy engine; PlanMismatch where a number differs."""
     done = 0
     for rank_index, row in enumerate(ranked[:count]):
-        engine = run_emitted(emit_mapping(result.base, row), result.source)
+        engine = run_emitted(emit_mapping(result.base, row), result.source, "simpy")
         for key, found in (("step_time_ms", engine.report.step_time_ms),
                            ("peak_memory_bytes", _peak(engine))):  # fmt: skip
             expected = row[key]
@@ -153,9 +153,9 @@ def confirm_top(result: Plan, count: int, ranked: Sequence[dict[str, Any]]) -> i
     return done
 
 
-def run_emitted(mapping: dict[str, Any], source: str) -> Result:
-    """What ``pipesim run`` does with an emitted scenario."""
-    return run_scenario(build_scenario(parse_spec(mapping, source), source))
+def run_emitted(mapping: dict[str, Any], source: str, evaluator: str = "auto") -> Result:
+    """What ``pipesim run --evaluator EVALUATOR`` does with an emitted scenario."""
+    return run_scenario(build_scenario(parse_spec(mapping, source), source), evaluator=evaluator)
 
 
 def _peak(result: Result) -> float:
@@ -172,11 +172,6 @@ def _chunks(work: list[tuple[int, Candidate]], parts: int) -> list[list[tuple[in
     ordered = sorted(work, key=lambda item: (_share_key(item[1]), item[0]))
     size = max(1, -(-len(ordered) // (parts * 8)))
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
-
-
-def _timeline_key(c: Candidate) -> tuple:
-    """What a candidate's timeline depends on: all but the ZeRO stage."""
-    return (_share_key(c), c.data, c.sequence_parallel, c.dp_overlap)
 
 
 def _share_key(c: Candidate) -> tuple:

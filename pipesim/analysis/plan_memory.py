@@ -53,20 +53,26 @@ def memory_program(schedule: Schedule) -> MemoryProgram:
     overlapped group takes its forwards' activations before giving back its backwards')."""
     if not schedule.is_training:
         raise ValueError("the memory walk is for training schedules (forward-only keeps none)")
+    group_of = [schedule.model_stage(s) for s in range(schedule.stages)]
     group, kept, grad, starts = [], [], [], [0]
     for actions in schedule.device_actions:
         for action in actions:
-            atoms = action.atoms
-            ordered = [a for a in atoms if a.kind == Kind.F] + [
+            if action.sub_actions is None:  # the common case: one atom
+                change = _CHANGE.get(action.kind)
+                if change is not None:
+                    group.append(group_of[action.stage])
+                    kept.append(change[0])
+                    grad.append(change[1])
+                continue
+            atoms = action.sub_actions
+            for atom in [a for a in atoms if a.kind == Kind.F] + [
                 a for a in atoms if a.kind != Kind.F
-            ]
-            for atom in ordered:
+            ]:
                 change = _CHANGE.get(atom.kind)
-                if change is None:
-                    continue
-                group.append(schedule.model_stage(atom.stage))
-                kept.append(change[0])
-                grad.append(change[1])
+                if change is not None:
+                    group.append(group_of[atom.stage])
+                    kept.append(change[0])
+                    grad.append(change[1])
         starts.append(len(group))
     return MemoryProgram(
         np.asarray(group, dtype=np.int64),

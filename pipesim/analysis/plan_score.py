@@ -5,7 +5,8 @@ stage costs from the model and simulates. For one scenario that costs nothing wo
 noticing; for ten thousand candidates the repeated parts dominate. Most of them repeat
 exactly: a schedule depends only on (policy, pipeline size, microbatches, chunks); stage
 costs only on (tensor size, partition, microbatch size, recompute) and where the stages
-sit; the timeline not at all on the ZeRO stage, which changes static memory only. So the
+sit; the timeline on those and the end-of-step tail only (the ZeRO stage changes static
+memory, and the optimizer step only where the optimizer is sharded). So the
 ``Scorer`` validates the base scenario once, derives each candidate's pieces with the same
 functions ``pipesim.scenario.build`` calls (``derive.model_costs``, ``derive.topology``,
 ``get_schedule``), keeps each piece in a cache under the key it depends on, and simulates
@@ -21,8 +22,9 @@ through ``build_scenario`` whole: slow, so they are in the space only on request
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pipesim.analysis.plan_memory import (
@@ -42,7 +44,7 @@ from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
 from pipesim.sim.costs import Costs
-from pipesim.sim.engine import simulate
+from pipesim.sim.evaluate import evaluate
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import Accounting, Report, build_report
@@ -59,6 +61,7 @@ class Outcome:
 
     reason: str | None = None
     row: dict[str, Any] | None = None
+    timeline: str = ""  # a digest of the timeline's inputs: equal digests, one timeline
 
 
 def timeline(
@@ -69,8 +72,7 @@ def timeline(
     tail_after_flush: bool,
 ) -> tuple[Trace, str]:
     """One step's exact timeline, and the name of the evaluator that computed it."""
-    trace = simulate(schedule, costs, topology, tail_ms=tail_ms, tail_after_flush=tail_after_flush)
-    return trace, "simpy"
+    return evaluate(schedule, costs, topology, tail_ms=tail_ms, tail_after_flush=tail_after_flush)
 
 
 def candidate_spec(spec: ScenarioSpec, c: Candidate) -> ScenarioSpec:
@@ -101,7 +103,7 @@ class Scorer:
         self._programs: dict[tuple, MemoryProgram] = {}
         self._derived: dict[tuple, derive.ModelCosts] = {}
         self._topologies: dict[tuple, Topology] = {}
-        self._timelines: dict[tuple, tuple[Trace, str, Any]] = {}
+        self._timelines: dict[tuple, tuple[Report, str]] = {}
         self.timelines_simulated = 0
 
     def score(self, c: Candidate) -> Outcome:
@@ -117,22 +119,24 @@ class Scorer:
         peaks = peak_activation_bytes(self._programs[key], derived.costs)
         if exceeds(peaks, derived.accounting.static_memory_bytes, self.capacity):
             return Outcome(reason=capacity_reason(self.capacity))
-        topology = self._topology(spec, schedule, c)
-        shared = (key, c.tensor, c.data, c.microbatch_size, c.recompute, c.partition,
-                  c.sequence_parallel, c.dp_overlap)  # fmt: skip
+        topology, where = self._topology(spec, schedule, c)
+        # the timeline's inputs, by value: candidates that differ only in what leaves them
+        # alone (the ZeRO stage where the optimizer step does not change) share one
+        shared = (key, derived.costs, derived.tail_ms, where, not c.dp_overlap)
         if shared not in self._timelines:
             trace, evaluator = timeline(schedule, derived.costs, topology, derived.tail_ms,
                                         not c.dp_overlap)  # fmt: skip
             memory = memory_timelines(trace, schedule, derived.costs)
-            self._timelines[shared] = (trace, evaluator, memory)
+            report = build_report(
+                trace, schedule, derived.costs, c.microbatch_size, scenario=self.spec.name,
+                seq_len=self.spec.model.seq_len, topology=topology,
+                accounting=derived.accounting, memory=memory,
+            )  # fmt: skip
+            self._timelines[shared] = (report, evaluator)
             self.timelines_simulated += 1
-        trace, evaluator, memory = self._timelines[shared]
-        report = build_report(
-            trace, schedule, derived.costs, c.microbatch_size, scenario=self.spec.name,
-            seq_len=self.spec.model.seq_len, topology=topology,
-            accounting=derived.accounting, memory=memory,
-        )  # fmt: skip
-        return self._outcome(c, report, evaluator)
+        report, evaluator = self._timelines[shared]
+        report = restated(report, derived.accounting)
+        return self._outcome(c, report, evaluator, _digest(shared))
 
     def _schedule(self, key: tuple) -> Schedule | str:
         """The schedule of (policy, devices, microbatches, chunks), or why it cannot be."""
@@ -155,12 +159,13 @@ class Scorer:
             self._derived[key] = derive.model_costs(spec, schedule, c.microbatch_size, self.source)
         return self._derived[key]
 
-    def _topology(self, spec: ScenarioSpec, schedule: Schedule, c: Candidate) -> Topology:
+    def _topology(self, spec: ScenarioSpec, schedule: Schedule, c: Candidate):
+        """The topology and the key it is cached under."""
         pairs = frozenset(derive.communicating_pairs(schedule))
         key = (schedule.devices, pairs, c.tensor, c.data)
         if key not in self._topologies:
             self._topologies[key] = derive.topology(spec, schedule, self.source)
-        return self._topologies[key]
+        return self._topologies[key], key
 
     def _score_searched(self, c: Candidate) -> Outcome:
         """zb-auto / v-auto: the whole build, search included, then the step."""
@@ -171,9 +176,10 @@ class Scorer:
         if _exceeds_before(scenario, self.capacity):
             return Outcome(reason=capacity_reason(self.capacity))
         self.timelines_simulated += 1
-        return self._outcome(c, simulate_step(scenario).report, "simpy")
+        report = simulate_step(scenario).report
+        return self._outcome(c, report, report.evaluator, f"search:{c}")
 
-    def _outcome(self, c: Candidate, report: Report, evaluator: str) -> Outcome:
+    def _outcome(self, c: Candidate, report: Report, evaluator: str, timeline: str) -> Outcome:
         if report.oom:  # the walk is a lower bound: a tie the other way round found it
             return Outcome(reason=capacity_reason(self.capacity) + " (found by simulation)")
         peaks = [d.peak_memory_bytes for d in report.per_device]
@@ -186,7 +192,24 @@ class Scorer:
             "evaluator": evaluator,
             "peak_memory_bytes_per_device": peaks,
         }
-        return Outcome(row=row)
+        return Outcome(row=row, timeline=timeline)
+
+
+def _digest(inputs: tuple) -> str:
+    return hashlib.blake2b(repr(inputs).encode(), digest_size=12).hexdigest()
+
+
+def restated(report: Report, accounting: Accounting) -> Report:
+    """The Report of the same timeline under another static memory (another ZeRO stage):
+    each device's static and peak memory and its OOM flag, as ``build_report`` sets them."""
+    capacity = accounting.memory_capacity_bytes
+    per_device = []
+    for d in report.per_device:
+        static = float(accounting.static_memory_bytes[d.device])
+        total = static + d.peak_activation_bytes
+        per_device.append(replace(d, static_memory_bytes=static, peak_memory_bytes=total,
+                                  oom=bool(capacity) and total > capacity))  # fmt: skip
+    return replace(report, per_device=tuple(per_device), oom=any(d.oom for d in per_device))
 
 
 def _exceeds_before(scenario: Scenario, capacity: float) -> bool:

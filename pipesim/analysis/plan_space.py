@@ -90,6 +90,10 @@ COUNT_KEYS = (
     "pipeline.microbatches",
 )
 BOOL_KEYS = ("model.recompute", "parallel.sequence_parallel", "parallel.dp_overlap")
+# V-Half and V-Min are built by a placement search whose cost grows quickly with the
+# microbatches (seconds per schedule at a few hundred), so they join the space on request
+# (--space pipeline.schedule=...), as do the searched policies zb-auto and v-auto.
+ON_REQUEST = ("v-half", "v-min")
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
 DEFAULT_VIRTUAL_STAGES = (1, 2, 4)
 # ZeRO-1 (Megatron-LM's distributed optimizer) is what pipeline-parallel runs use; DeepSpeed's
@@ -129,7 +133,7 @@ def default_axes(spec: ScenarioSpec, gpus: int) -> dict[str, tuple[Any, ...]]:
     return {
         "parallel.tensor": tuple(tensors),
         "pipeline.devices": (),  # empty: every divisor of gpus / tensor, up to the layers
-        "pipeline.schedule": tuple(POLICIES),
+        "pipeline.schedule": tuple(n for n in POLICIES if n not in ON_REQUEST),
         "pipeline.virtual_stages": DEFAULT_VIRTUAL_STAGES,
         "pipeline.microbatch_size": DEFAULT_MICROBATCH_SIZES,
         "model.recompute": (False, True),

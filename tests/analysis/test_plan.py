@@ -1,0 +1,187 @@
+"""The planner against brute force: every candidate built as ``pipesim run`` builds it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from pipesim.analysis.plan import Plan, PlanMismatch, confirm_top, plan, run_emitted
+from pipesim.analysis.plan_rank import emit_mapping, pareto, rank
+from pipesim.analysis.plan_space import (
+    PlanError,
+    build_space,
+    enumerate_space,
+)
+from pipesim.scenario.build import parse_spec
+from pipesim.scenario.schema import ScenarioError
+from pipesim.schedules.ir import ScheduleError
+
+SOURCE = "small.yaml"
+CAPACITY_BYTES = 40 * 2**30  # the A100 40GB
+
+
+def small_base() -> dict:
+    """A 4.7B-parameter gated-MLP, grouped-query model (16 of Llama-2-13B's layers) on 8
+    A100 40GB in nodes of 4: big enough that many layouts do not fit, small enough to
+    simulate quickly."""
+    return {
+        "schema_version": 1,
+        "name": "small",
+        "pipeline": {"schedule": "1f1b", "devices": 2},
+        "model": {
+            "layers": 16, "hidden": 5120, "heads": 40, "kv_heads": 8, "mlp": "gated",
+            "ffn_hidden": 13824, "seq_len": 4096, "vocab": 32000, "global_batch": 32,
+            "flash_attention": True,
+        },
+        "parallel": {"tensor": 1},
+        "hardware": {"gpu": "a100-sxm-40gb", "gpus_per_node": 4, "intra_node_link": "nvlink4",
+                     "inter_node_link": "ib-ndr"},
+    }  # fmt: skip
+
+
+SMALL_SPACE = (
+    "pipeline.schedule=1f1b,interleaved-1f1b,zb-h1,zbv,dualpipe",
+    "pipeline.virtual_stages=1,2",
+    "pipeline.microbatch_size=1,4",
+    "model.recompute=false,true",
+    "parallel.zero_stage=0,1",
+)
+
+
+def brute_force(base: dict, space: tuple[str, ...], gpus: int) -> list[tuple[int, dict, object]]:
+    """Every candidate of the space built from its emitted scenario and run on the SimPy
+    engine: ``(index, keys, Report or None when it cannot be built)``."""
+    found = []
+    points = enumerate_space(build_space(parse_spec(base, SOURCE), SOURCE, gpus, space))
+    for index, (candidate, _) in enumerate(points):
+        if candidate is None:
+            continue
+        try:
+            mapping = emit_mapping(base, candidate.keys())
+            report = run_emitted(mapping, SOURCE, evaluator="simpy").report
+        except (ScenarioError, ScheduleError):
+            report = None
+        found.append((index, candidate.keys(), report))
+    return found
+
+
+@pytest.mark.slow
+def test_the_planner_agrees_with_brute_force_on_the_simpy_engine():
+    base = small_base()
+    result = plan(base, SOURCE, 8, SMALL_SPACE, top=10_000, confirm=3)
+    assert 200 <= result.space_size <= 1000
+    truth = brute_force(base, SMALL_SPACE, 8)
+    fitting = [(i, keys, r) for i, keys, r in truth if r is not None and not r.oom]
+    # every scored candidate equals its own engine run; every other one cannot run or fit
+    assert result.scored == len(fitting) > 50
+    memory = sum(n for reason, n in result.pruned.items() if "GiB on some device" in reason)
+    too_big = [r for _, _, r in truth if r is not None and r.oom]
+    assert memory == len(too_big) > 50  # pruned for memory exactly where the engine says OOM
+    by_keys = {tuple(sorted(keys.items())): r for _, keys, r in fitting}
+    for row in result.results:
+        report = by_keys[tuple(sorted((k, row[k]) for k in keys_of(row)))]
+        assert row["step_time_ms"] == pytest.approx(report.step_time_ms, rel=1e-9)
+        assert row["peak_memory_bytes"] == pytest.approx(
+            max(d.peak_memory_bytes for d in report.per_device), rel=1e-9
+        )
+        assert row["peak_memory_bytes"] <= CAPACITY_BYTES
+    # the winner of brute force, with the same tie rule (less memory, then space order)
+    best = min(fitting, key=lambda t: (t[2].step_time_ms,
+                                       max(d.peak_memory_bytes for d in t[2].per_device), t[0]))  # fmt: skip
+    assert {k: result.results[0][k] for k in keys_of(best[1])} == best[1]
+    assert result.space_size == sum(result.pruned.values()) + result.scored
+
+
+def keys_of(row: dict) -> list[str]:
+    return [k for k in row if "." in k]
+
+
+def test_counts_add_up_and_memory_pruning_is_counted():
+    base = small_base()
+    space = ("pipeline.schedule=1f1b,zbv", "parallel.tensor=1,2",
+             "pipeline.microbatch_size=1,4")  # fmt: skip
+    result = plan(base, SOURCE, 8, space, top=1000, confirm=2)
+    assert result.space_size == sum(result.pruned.values()) + result.scored
+    memory = [n for reason, n in result.pruned.items() if "GiB on some device" in reason]
+    assert memory and memory[0] > 0
+    assert result.confirmed == 2
+    assert all(row["peak_memory_bytes"] <= CAPACITY_BYTES for row in result.results)
+    assert [r["step_time_ms"] for r in result.results] == sorted(
+        r["step_time_ms"] for r in result.results
+    )
+
+
+def test_emitted_scenario_reproduces_the_step_time_exactly():
+    base = small_base()
+    result = plan(base, SOURCE, 8, ("pipeline.schedule=zbv,1f1b",), top=3, confirm=0)
+    for evaluator in ("auto", "simpy"):
+        engine = run_emitted(result.winner_mapping(0), SOURCE, evaluator)
+        assert engine.report.step_time_ms == pytest.approx(
+            result.results[0]["step_time_ms"], rel=1e-9, abs=0
+        )
+    assert (
+        run_emitted(result.winner_mapping(0), SOURCE).report.step_time_ms
+        == (result.results[0]["step_time_ms"])
+    )  # pipesim run's default: the same evaluator, the same number to the last bit
+    assert result.results[0]["evaluator"] in ("fast", "simpy")
+
+
+def test_a_disagreement_with_the_engine_is_raised():
+    base = small_base()
+    result = plan(base, SOURCE, 8, ("pipeline.schedule=1f1b",), top=2, confirm=0)
+    wrong = copy.deepcopy(result.results)
+    wrong[0]["step_time_ms"] *= 1 + 1e-6
+    with pytest.raises(PlanMismatch, match="rank 1: step_time_ms"):
+        confirm_top(result, 1, wrong)
+
+
+def test_same_plan_with_one_and_two_jobs():
+    base = small_base()
+    space = ("pipeline.schedule=1f1b,zb-h1,interleaved-1f1b", "model.recompute=false")
+    one = plan(base, SOURCE, 8, space, jobs=1, confirm=0, top=50).to_dict()
+    two = plan(base, SOURCE, 8, space, jobs=2, confirm=0, top=50).to_dict()
+    one.pop("wall_s"), two.pop("wall_s")
+    assert one == two
+
+
+def test_pareto_front_is_the_non_dominated_rows():
+    rows = [(0, {"step_time_ms": 1.0, "peak_memory_bytes": 9.0}),
+            (1, {"step_time_ms": 2.0, "peak_memory_bytes": 5.0}),
+            (2, {"step_time_ms": 2.0, "peak_memory_bytes": 7.0}),
+            (3, {"step_time_ms": 3.0, "peak_memory_bytes": 5.0}),
+            (4, {"step_time_ms": 4.0, "peak_memory_bytes": 1.0})]  # fmt: skip
+    ranked = rank(rows)
+    assert [r["peak_memory_bytes"] for r in ranked] == [9.0, 5.0, 7.0, 5.0, 1.0]
+    assert [(r["step_time_ms"], r["peak_memory_bytes"]) for r in pareto(ranked)] == [
+        (1.0, 9.0), (2.0, 5.0), (4.0, 1.0)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("items", "gpus", "message"),
+    [
+        (("pipeline.layers=2",), 8, "--space pipeline.layers: not an axis"),
+        (("parallel.tensor=0",), 8, "--space parallel.tensor: '0' is not allowed"),
+        (("pipeline.schedule=nope",), 8, "--space pipeline.schedule: 'nope' is not allowed"),
+        (("model.recompute=maybe",), 8, "allowed: true, false"),
+        (("parallel.zero_stage=4",), 8, "allowed: 0, 1, 2, 3"),
+        (("parallel.tensor",), 8, "expected key.path=v1,v2"),
+        ((), 0, "--gpus 0"),
+    ],
+)
+def test_bad_space_is_one_plan_error(items, gpus, message):
+    with pytest.raises(PlanError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        build_space(parse_spec(small_base(), SOURCE), SOURCE, gpus, items)
+
+
+def test_plan_needs_a_model_and_a_global_batch():
+    base = small_base()
+    del base["model"]["global_batch"]
+    base["pipeline"]["microbatches"] = 4
+    with pytest.raises(PlanError, match="model.global_batch: required"):
+        plan(base, SOURCE, 8)
+
+
+def test_plan_is_a_frozen_record():
+    assert Plan.__dataclass_params__.frozen
