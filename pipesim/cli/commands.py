@@ -238,6 +238,11 @@ def compare(scenario, overrides, names, fmt, output, gantt, runs, seed, no_progr
         raise UserError(f"--schedules {names!r}: names no schedule; e.g. --schedules gpipe,1f1b")
     check_outputs(Output("-o", output, stdout=True), Output("--gantt", gantt, FIGURE_SUFFIXES))
     base = apply_overrides(read_mapping(scenario), list(overrides))
+    if isinstance(base.get("pipeline"), dict) and base["pipeline"].get("mode") == "decode":
+        raise UserError(
+            f"{scenario}: pipeline.mode: decode runs one fixed schedule, nothing to compare; "
+            "sweep it instead (pipesim sweep SCENARIO --grid pipeline.microbatches=1,2,4)"
+        )
     total = len(wanted or default_schedules(base)) * (runs or 0)
     with progress_bar(total, "run", "Monte Carlo", disabled=no_progress) as progress:
         try:

@@ -144,3 +144,12 @@ def test_sweep_over_groups_in_flight(tmp_path):
     assert rate[0] < rate[1] < rate[2]
     assert rate[1] > 3 * rate[0]  # filling the pipeline nearly multiplies by p = 4
     assert tpot[2] > 1.8 * tpot[1]  # past k = p each group waits its turn
+
+
+def test_compare_refuses_decode_mode_in_one_line():
+    result = invoke("compare", FILL)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"pipesim: error: {FILL}: pipeline.mode: decode runs one fixed schedule, nothing to "
+        "compare; sweep it instead (pipesim sweep SCENARIO --grid pipeline.microbatches=1,2,4)"
+    ]
