@@ -110,3 +110,42 @@ def test_preemption_by_recomputation_hand_derived():
     np.testing.assert_allclose(r.max_itl_s * 1e3, [1, 6])
     assert result.timeline.kv_blocks_used.max() == 5
     assert summarize(result).preemptions == 1
+
+
+def test_progress_counts_every_request_once():
+    costs = HandTypedCosts((1.0,), (1.0,), 4)
+    config = ServeConfig(ReplicaConfig(costs, max_num_seqs=2, max_num_batched_tokens=8))
+    requests = [Request(0, 0.0, 4, 3), Request(1, 0.0, 9, 1), Request(2, 0.001, 4, 1)]
+    ticks: list[int] = []
+    simulate_serving(config, requests, progress=ticks.append)
+    assert ticks == [1, 1, 1]  # one finished, one rejected (9 > 8 tokens), one finished
+
+
+@pytest.mark.parametrize(
+    "build, field",
+    [
+        (
+            lambda c: ReplicaConfig(c, max_num_seqs=8, max_num_batched_tokens=4),
+            "max_num_batched_tokens",
+        ),
+        (lambda c: ReplicaConfig(c, block_size=0), "block_size"),
+        (lambda c: ReplicaConfig(c, kv_blocks=1), "kv_blocks"),
+        (lambda c: ServeConfig(ReplicaConfig(c), replicas=0), "replicas"),
+        (lambda c: ServeConfig(ReplicaConfig(c), router="random"), "router"),
+        (lambda c: HandTypedCosts((1.0, 1.0), (1.0,), 4), "decode_ms"),
+        (lambda c: HandTypedCosts((1.0, -1.0), (1.0, 1.0), 4), "prefill_ms"),
+        (lambda c: HandTypedCosts((1.0, 1.0), (1.0, 1.0), 4, (1.0, 2.0)), "hop_ms"),
+    ],
+)
+def test_bad_configurations_name_their_field(build, field):
+    costs = HandTypedCosts((1.0, 1.0), (1.0, 1.0), 4)
+    with pytest.raises(ValueError, match=f"^{field}"):
+        build(costs)
+
+
+def test_requests_out_of_order_are_refused():
+    costs = HandTypedCosts((1.0,), (1.0,), 4)
+    with pytest.raises(ValueError, match="request 1: arrival_s"):
+        simulate_serving(
+            ServeConfig(ReplicaConfig(costs)), [Request(0, 1.0, 4, 2), Request(1, 0.5, 4, 2)]
+        )
