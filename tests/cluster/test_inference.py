@@ -28,6 +28,7 @@ LLAMA2_70B = TransformerModel(
     seq_len=4096, vocab=32000,
 )  # fmt: skip
 H100 = gpu_profile("h100-sxm")  # 989.4 TFLOP/s bf16, 3,350 GB/s, 80 GiB
+GEMM = Efficiency().max_fraction  # the calibrated GEMM fraction (docs/validation.md)
 
 
 def test_llama2_70b_kv_bytes_per_token():
@@ -56,7 +57,7 @@ def test_batch1_decode_is_bandwidth_bound_on_weights_and_kv():
     got = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=False, last=False)
     assert got == pytest.approx(expected_ms, rel=1e-12)
     flops_ms = (
-        layers * (2 * layer_parameters(LLAMA2_70B) + 4 * 8192 * context) / (989.4e12 * 0.78) * 1e3
+        layers * (2 * layer_parameters(LLAMA2_70B) + 4 * 8192 * context) / (989.4e12 * GEMM) * 1e3
     )
     assert got > 100 * flops_ms
 
@@ -68,17 +69,17 @@ def test_large_batch_decode_becomes_compute_bound():
     shape = BatchShape(decode_seqs=seqs, decode_context=seqs)
     flops = layers * (2 * layer_parameters(LLAMA2_70B) * seqs + 4 * 8192 * seqs)
     got = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=False, last=False)
-    assert got == pytest.approx(flops / (989.4e12 * 0.78) * 1e3, rel=1e-12)
+    assert got == pytest.approx(flops / (989.4e12 * GEMM) * 1e3, rel=1e-12)
 
 
 def test_prefill_is_compute_bound_at_the_efficiency_curve():
     """A 2048-token prompt on 20 layers and the LM head (last stage, one prompt emits):
-    FLOPs = 20 (2P * 2048 + 4h * 2048 * 2048) + 2hV, at 0.78 * 2048 / (2048 + 512)."""
+    FLOPs = 20 (2P * 2048 + 4h * 2048 * 2048) + 2hV, at max_fraction * 2048 / (2048 + 512)."""
     layers, tokens = 20, 2048
     shape = BatchShape(prefill_tokens=tokens, prefill_attention=tokens * tokens)
     flops = layers * (2 * layer_parameters(LLAMA2_70B) * tokens + 4 * 8192 * tokens * tokens)
     flops += 2 * 8192 * 32000
-    rate = 989.4e12 * 0.78 * tokens / (tokens + 512)
+    rate = 989.4e12 * GEMM * tokens / (tokens + 512)
     got = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=False, last=True, emitting=1)
     assert got == pytest.approx(flops / rate * 1e3, rel=1e-12)
 
@@ -174,3 +175,24 @@ def test_kv_capacity_is_limited_by_the_most_loaded_stage():
 def test_kv_capacity_refuses_weights_that_do_not_fit():
     with pytest.raises(ValueError, match="stage 0 .* leave no room"):
         kv_capacity_tokens(LLAMA2_70B, H100, tensor=1, pipeline=1, gpu_memory_utilization=0.9)
+
+
+def test_llama2_70b_tp8_batch1_decode_written_out():
+    """One token of Llama-2-70B on 8 H100s (TP 8, one stage holding all 80 layers and the
+    LM head), context 1. A layer holds 855,754,752 weights (attention 2h^2 + 2 h 1024 =
+    150,994,944, SwiGLU 3 h 28672 = 704,643,072, biases and norms 116,736); with the
+    32000 x 8192 head each GPU reads (80 x 855,754,752 + 262,144,000) x 2 / 8 =
+    17,180,631,040 bytes of weights and 80 x 512 bytes of KV: 5.129 ms at 3.35 TB/s.
+    Then two all-reduces per layer of one 16,384-byte hidden vector over NVLink 4
+    (achievable: 3.4 us per step, 380 GB/s): 14 steps x 3.4 us + 14/8 x 16,384 B / 380 GB/s
+    each."""
+    assert layer_parameters(LLAMA2_70B) == 855_754_752
+    nvlink = Link(latency_us=3.4, bandwidth_gbps=380.0)
+    got = stage_iteration_ms(
+        LLAMA2_70B, 80, H100, BatchShape(decode_seqs=1, decode_context=1),
+        first=True, last=True, tensor=8, tensor_link=nvlink,
+    )  # fmt: skip
+    memory_ms = (17_180_631_040 + 80 * 512) / 3350e9 * 1e3
+    allreduce_ms = 14 * 3.4e-3 + 14 / 8 * 16_384 / 380e6
+    assert got == pytest.approx(memory_ms + 160 * allreduce_ms, rel=1e-12)
+    assert memory_ms == pytest.approx(5.1286, abs=1e-4)
