@@ -65,6 +65,7 @@ class ScheduleIndex:
     node_action: np.ndarray
     input_of: list[int]
     output_of: list[int]
+    input_array: np.ndarray  # input_of as an array
     message_node: np.ndarray
     message_consumer: np.ndarray
     message_src: np.ndarray
@@ -141,8 +142,7 @@ def _build(schedule: Schedule) -> ScheduleIndex:
     fault = _fault(schedule, atoms, node_device)
     model_stage = np.array([_model_stage(schedule, s) for s in range(stages)] + [-1])
     chunk_of = np.array([schedule.chunk(s) for s in range(stages)] + [-1], dtype=np.int64)
-    node_object = np.empty(len(node_action), dtype=object)
-    node_object[:] = node_action
+    node_object = np.fromiter(node_action, dtype=object, count=len(node_action))
     is_group = atoms.is_group
     base = dict(
         devices=devices,
@@ -162,7 +162,7 @@ def _build(schedule: Schedule) -> ScheduleIndex:
     node_kind[owners] = atoms.kind[simple_atoms]
     node_stage[owners] = atoms.stage[simple_atoms]
     node_microbatch[owners] = atoms.microbatch[simple_atoms]
-    graph = _messages(schedule, atoms, model_stage, is_group)
+    graph = _messages(schedule, atoms, model_stage, is_group, node_object)
     return ScheduleIndex(
         **base,
         node_kind=node_kind,
@@ -187,6 +187,7 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
         node_model_stage=np.zeros(nodes, dtype=np.int64),
         input_of=[],
         output_of=[],
+        input_array=none,
         message_node=none,
         message_consumer=none,
         message_src=none,
@@ -242,7 +243,7 @@ def _fault(schedule: Schedule, atoms: _Atoms, node_device: np.ndarray) -> str | 
     return None
 
 
-def _messages(schedule: Schedule, atoms: _Atoms, model_stage: np.ndarray, is_group) -> dict:
+def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_object) -> dict:
     """The messages between atoms, and each node's input and output message."""
     stages = schedule.stages
     owner = np.asarray(schedule._stage_chain, dtype=np.int64)
@@ -266,11 +267,15 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage: np.ndarray, is_gro
     message_node, message_consumer = atoms.node[sender], atoms.node[receiver]
     input_of, output_of = [-1] * len(is_group), [-1] * len(is_group)
     groups = _wire(atoms, sender, receiver, (input_of, output_of), model_stage, is_group)
-    atom_objects = np.empty(len(atoms.actions), dtype=object)
-    atom_objects[:] = atoms.actions
+    atom_objects = (
+        node_object
+        if len(atoms.actions) == len(node_object)
+        else np.fromiter(atoms.actions, dtype=object, count=len(atoms.actions))
+    )
     return dict(
         input_of=input_of,
         output_of=output_of,
+        input_array=np.asarray(input_of, dtype=np.int64),
         message_node=message_node,
         message_consumer=message_consumer,
         message_src=placement[stage[sender]],

@@ -151,7 +151,7 @@ def _node_starts(index: ScheduleIndex, sweep: Sweep, arrival: np.ndarray):
     free = np.where(first, 0.0, sweep.end[np.maximum(previous, 0)])
     cause = np.where(first, CAUSE_START, CAUSE_DEVICE).astype(np.int8)
     cause_of = np.where(first, -1, previous)
-    wanted = np.asarray(index.input_of, dtype=np.int64)
+    wanted = index.input_array
     single = np.flatnonzero(wanted >= 0)
     late = single[arrival[wanted[single]] > free[single]]
     start = free.copy()
