@@ -57,8 +57,8 @@ def scenario_fields(spec: ScenarioSpec, source: str) -> dict[str, Any]:
     actions = pipe.devices * sizes.microbatches * tokens
     if actions > pipe.max_actions:
         raise ScenarioError(
-            f"{source}: decode.tokens: {pipe.devices} devices x {sizes.microbatches} groups x "
-            f"{tokens} token steps = {actions:,} actions, over the limit of "
+            f"{source}: pipeline: {pipe.devices} devices x {sizes.microbatches} groups x "
+            f"{tokens} token steps (decode.tokens) = {actions:,} actions, over the limit of "
             f"{pipe.max_actions:,}; raise pipeline.max_actions to run it anyway"
         )
     schedule = decode_policy.build(pipe.devices, sizes.microbatches, tokens)

@@ -232,7 +232,8 @@ def test_profile_without_decode_timings_is_refused(tmp_path):
         (lambda d: d.update(model=SMALL_MODEL, hardware={"gpu": "h100-sxm"}),
          r"costs.decode_ms: not allowed with a model section"),
         (lambda d: d.update(model=SMALL_MODEL, costs={}), r"hardware.gpu: required"),
-        (lambda d: d["pipeline"].update(max_actions=10), r"decode.tokens: 2 devices x 1 groups"),
+        (lambda d: d["pipeline"].update(max_actions=10), r"pipeline: 2 devices x 1 groups x 8 token steps \(decode.tokens\) = 16 actions, "
+         r"over the limit of 10; raise pipeline.max_actions"),
         (lambda d: d["pipeline"].pop("microbatches"), r"pipeline.microbatches: required"),
     ],
 )  # fmt: skip
