@@ -18,6 +18,7 @@ from pipesim.plot.style import (
     CHUNK_HATCHES,
     COLOURS,
     LABEL_FONT,
+    critical_handle,
     figure_legend,
     kind_handles,
     set_hatch,
@@ -38,13 +39,15 @@ def prefill_decode_view(trace: Trace) -> Trace:
     return dataclasses.replace(trace, chunk=np.minimum(trace.chunk, 1))
 
 
-def decode_legend(fig, kinds: set[str]) -> None:
+def decode_legend(fig, kinds: set[str], critical: bool = False) -> None:
     from matplotlib.patches import Patch
 
     decode = Patch(facecolor="#7F7F7F", edgecolor="white", label="decode steps")
     set_hatch(decode, CHUNK_HATCHES[1])
     handles = kind_handles(kinds)
     handles += [Patch(facecolor="#7F7F7F", edgecolor="white", label="prefill (step 0)"), decode]
+    if critical:
+        handles.append(critical_handle())
     figure_legend(fig, handles, "box labels: t = token step (t0: the prefill), g = group")
 
 

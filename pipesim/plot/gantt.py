@@ -121,7 +121,7 @@ def gantt_figure(
     if with_memory:
         draw_memory(axes[1], trace, memory, static, capacity_bytes)
     if decode:
-        decode_legend(fig, kinds_shown(trace))
+        decode_legend(fig, kinds_shown(trace), critical=bool(critical_path))
         label_after_layout(fig, [(axes[0], trace)], draw_decode_labels)
         return fig
     legend(fig, [trace], kinds_shown(trace), critical=bool(critical_path))
