@@ -40,6 +40,7 @@ from pipesim.serving.request import Request
 
 MAX_REQUESTS = 10_000_000  # the size guard: a workload of more requests is refused
 MAX_TRACE_BYTES = 512 << 20
+MAX_ARRIVAL_S = 1e12  # as a trace's arrival_s: beyond it, times lose their precision
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 _BLOCK = 4096  # arrival gaps drawn at a time when only a duration bounds the workload
 
@@ -86,8 +87,14 @@ def arrival_times(spec: WorkloadSpec, rng: np.random.Generator, source: str) -> 
         times = np.cumsum(_gaps(spec, rng, spec.requests)) / rate
         if spec.duration_s is not None:
             times = times[times <= spec.duration_s]
-        return times
-    return _until(spec, rng, float(spec.duration_s))  # type: ignore[arg-type]
+    else:
+        times = _until(spec, rng, float(spec.duration_s))  # type: ignore[arg-type]
+    if len(times) and not times[-1] <= MAX_ARRIVAL_S:
+        raise ScenarioError(
+            f"{source}: serving.workload.rate: {rate:g} requests/s puts arrivals past "
+            f"{MAX_ARRIVAL_S:g} s; allowed: a rate that ends the workload sooner"
+        )
+    return times
 
 
 def _until(spec: WorkloadSpec, rng: np.random.Generator, duration_s: float) -> np.ndarray:
