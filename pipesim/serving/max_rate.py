@@ -126,8 +126,8 @@ def _bracket(run: Callable[[float], bool], rate: float) -> tuple[float, float]:
         if run(rate):
             return rate, rate * 2
     raise MaxRateError(
-        f"no rate down to {rate:g} requests/s meets the SLO: even a lone request is too "
-        "slow for serving.slo"
+        f"no rate down to {rate:g} requests/s meets serving.slo: even an idle replica "
+        "is too slow for it, or no request completes"
     )
 
 

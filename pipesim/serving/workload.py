@@ -59,6 +59,11 @@ def generate_requests(
     streams = [np.random.default_rng(s) for s in np.random.SeedSequence(spec.seed).spawn(3)]
     arrivals = arrival_times(spec, streams[0], source)
     count = len(arrivals)
+    if count == 0:
+        raise ScenarioError(
+            f"{source}: serving.workload.duration_s: no request arrives within "
+            f"{spec.duration_s:g} s at {spec.rate:g} requests/s; allowed: a longer duration"
+        )
     prompts = draw_lengths(spec.prompt_tokens, count, streams[1])
     outputs = draw_lengths(spec.output_tokens, count, streams[2])
     return [

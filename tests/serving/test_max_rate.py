@@ -65,7 +65,7 @@ def test_the_search_is_deterministic():
 def test_a_slo_that_always_holds_or_never_holds_is_one_clear_error():
     with pytest.raises(MaxRateError, match="the SLO holds at every rate"):
         bisect_rate(lambda rate: Probe(rate, True), 1.0)
-    with pytest.raises(MaxRateError, match="no rate down to .* meets the SLO"):
+    with pytest.raises(MaxRateError, match=r"no rate down to .* meets serving\.slo"):
         bisect_rate(lambda rate: Probe(rate, False), 1.0)
 
 

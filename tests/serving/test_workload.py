@@ -119,6 +119,8 @@ def test_the_size_guard_refuses_a_workload_past_the_limit():
         generate_requests(workload(rate=1e6, duration_s=1e6), source="s.yaml")
     with pytest.raises(ScenarioError, match="lower workload.requests"):
         generate_requests(workload(rate=1.0, requests=MAX_REQUESTS + 1))
+    with pytest.raises(ScenarioError, match=r"duration_s: no request arrives within 1e-06 s"):
+        generate_requests(workload(rate=1.0, duration_s=1e-6))
     with pytest.raises(ScenarioError, match=r"serving\.workload\.rate: 1e-300 requests/s puts"):
         generate_requests(workload(rate=1e-300, requests=3))
 
