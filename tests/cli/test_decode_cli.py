@@ -153,3 +153,16 @@ def test_compare_refuses_decode_mode_in_one_line():
         f"pipesim: error: {FILL}: pipeline.mode: decode runs one fixed schedule, nothing to "
         "compare; sweep it instead (pipesim sweep SCENARIO --grid pipeline.microbatches=1,2,4)"
     ]
+
+
+def test_gantt_names_the_boxes_by_token_step_and_group(tmp_path):
+    from pipesim.analysis.run import run_scenario
+    from pipesim.plot.figures import gantt_figure
+    from pipesim.scenario.build import load_scenario
+
+    result = run_scenario(load_scenario(write(tmp_path, BASE)))
+    figure = gantt_figure(result.trace, result.report)
+    texts = {t.get_text() for t in figure.axes[0].texts}
+    assert texts == {f"t{step} g{group}" for step in range(3) for group in range(2)}
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert legend == ["F", "prefill (step 0)", "decode steps"]
