@@ -3,14 +3,17 @@ same seed, and one line with exit code 2 for bad input (nothing written)."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
 
+from pipesim.cli import progress
 from pipesim.cli.commands import main
 
 LLAMA_70B = {
@@ -239,3 +242,23 @@ def test_sweep_over_serving_keys(tmp_path):
     rows = table.stdout.splitlines()
     assert "requests/s" in rows[0] and "TTFT p99 ms" in rows[0]
     assert "serving.workload.rate: Input should be greater than 0" in rows[2]
+
+
+# ---------------------------------------------------------------------------
+# Progress
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bar_counts_the_requests_on_a_terminal_unless_silenced(tmp_path, monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr(progress, "sys", SimpleNamespace(stderr=terminal))
+    scenario = poisson(tmp_path)
+    assert invoke("serve", scenario, "--no-progress", "-o", tmp_path / "a.txt").exit_code == 0
+    assert terminal.getvalue() == ""
+    assert invoke("serve", scenario, "-o", tmp_path / "b.txt").exit_code == 0
+    assert terminal.getvalue().startswith("\rserving: ")
+    assert "60/60" in terminal.getvalue()
