@@ -24,6 +24,7 @@ token, and reads the ``V h`` head matrix once per iteration.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
@@ -185,6 +186,7 @@ def kv_capacity_tokens(
     pipeline: int,
     gpu_memory_utilization: float,
     workspace_bytes: float | None = None,
+    partition: Sequence[int] | None = None,
 ) -> int:
     """Tokens of KV cache one replica (``tensor x pipeline`` GPUs) can hold.
 
@@ -192,15 +194,16 @@ def kv_capacity_tokens(
     the weights (its stage's weights over ``tensor``) and ``workspace_bytes`` (activations of
     the largest batch, CUDA graphs; 0 when not given) come off first, and the rest holds KV
     entries of its stage's layers. Every stage keeps the KV of every token in flight for its
-    own layers, so the stage with the least room per token (stages split evenly, the first
-    and last heavier by the embedding and the LM head) limits the replica.
+    own layers, so the stage with the least room per token (stages split as ``partition``
+    says, evenly by default; the first and last heavier by the embedding and the LM head)
+    limits the replica.
 
     Raises ValueError, naming the stage and the sizes, when a stage's weights do not fit.
     """
     gpu = gpu_profile(gpu) if isinstance(gpu, str) else gpu
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    partition = partition_layers(model, pipeline, "even")
+    partition = partition_layers(model, pipeline, "even" if partition is None else partition)
     budget = gpu.memory_bytes * gpu_memory_utilization - (workspace_bytes or 0.0)
     per_layer = _kv_bytes_per_token_per_layer(model, tensor)
     capacity = None

@@ -196,3 +196,14 @@ def test_llama2_70b_tp8_batch1_decode_written_out():
     allreduce_ms = 14 * 3.4e-3 + 14 / 8 * 16_384 / 380e6
     assert got == pytest.approx(memory_ms + 160 * allreduce_ms, rel=1e-12)
     assert memory_ms == pytest.approx(5.1286, abs=1e-4)
+
+
+def test_kv_capacity_follows_an_uneven_partition():
+    """Stages of 60 and 20 layers: the 60-layer stage holds the most weights and the most
+    KV per token, so it sets the capacity."""
+    params = stage_parameters(LLAMA2_70B, [60, 20])
+    expected = math.floor((80 * 2**30 * 0.9 - params[0] * 2 / 8) / (60 * 512))
+    got = kv_capacity_tokens(
+        LLAMA2_70B, H100, tensor=8, pipeline=2, gpu_memory_utilization=0.9, partition=[60, 20]
+    )
+    assert got == expected
