@@ -41,7 +41,7 @@ def fast_unsupported(
         return "durations vary at random (duration_scale): only the engine draws them"
     if simulate_kwargs.get("link_scale") is not None:
         return "link times vary at random (link_scale): only the engine draws them"
-    return unsupported(schedule, topology)
+    return unsupported(schedule, costs, topology)
 
 
 def evaluate(

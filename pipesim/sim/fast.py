@@ -24,29 +24,30 @@ what is wrong, with the grid.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 import numpy as np
 
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
-from pipesim.sim.fast_index import ScheduleIndex, schedule_index
+from pipesim.sim.fast_index import ScheduleIndex, as_array, schedule_index
 from pipesim.sim.fast_rows import LinkTimes, Sweep, build_trace
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import Trace
 
 
-def unsupported(schedule: Schedule, topology: Topology | None) -> str | None:
+def unsupported(schedule: Schedule, costs: Costs, topology: Topology | None) -> str | None:
     """Why the sweep cannot reproduce the engine here (one line), or None.
 
     An invalid schedule is not a reason: the sweep hands it to the engine, whose
     validator raises the same error either way."""
     if schedule.posts:
         return "the schedule carries torch's runtime posts (a lowered CSV), run by the engine"
+    if _negative(costs, topology):
+        return "a duration or link time is negative, which only the engine runs"
     if topology is None:
         return None
-    if not topology.comm_overlap:
-        return "comm_overlap is off: a send holds its device, run by the engine"
     index = schedule_index(schedule)
     shared = _shared_channels(topology)
     if not shared:
@@ -79,16 +80,18 @@ def fast_simulate(
         return None
     duration = node_durations(index, costs)
     links = link_times(index, costs, topology)
-    solved = sweep(index, duration.tolist(), links, costs.overhead_ms)
+    hold = not topology.comm_overlap
+    solved = sweep(index, as_array("d", duration), links, costs.overhead_ms, hold)
     if solved is None:
         return None
     end, begin = solved
     result = Sweep(
         duration=duration,
-        end=np.asarray(end, dtype=np.float64),
-        begin=np.asarray(begin, dtype=np.float64),
+        end=np.frombuffer(end, dtype=np.float64),
+        begin=np.frombuffer(begin, dtype=np.float64),
         links=links,
         overhead_ms=costs.overhead_ms,
+        hold=hold,
     )
     return build_trace(index, result, tail_ms, tail_after_flush)
 
@@ -134,6 +137,16 @@ def link_times(index: ScheduleIndex, costs: Costs, topology: Topology) -> LinkTi
     return LinkTimes(channel, table[inverse, 1], table[inverse, 2], len(names))
 
 
+def _negative(costs: Costs, topology: Topology | None) -> bool:
+    """Whether any time the sweep adds up is below zero (it marks "not yet sent" by -1)."""
+    times = (costs.forward_ms, costs.backward_ms, costs.backward_input_ms,
+             costs.backward_weight_ms, costs.overlapped_fb_ms or (), costs.activation_bytes)  # fmt: skip
+    if costs.overhead_ms < 0 or any(min(values, default=0.0) < 0 for values in times):
+        return True
+    links = () if topology is None else (topology.default, *topology.links.values())
+    return any(min(k.latency_us, k.gap_us, k.bandwidth_gbps) < 0 for k in links)
+
+
 def _shared_channels(topology: Topology) -> set[str]:
     senders: dict[str, set[int]] = {}
     for (src, _), name in topology.channels.items():
@@ -141,20 +154,19 @@ def _shared_channels(topology: Topology) -> set[str]:
     return {name for name, found in senders.items() if len(found) > 1}
 
 
-def sweep(index: ScheduleIndex, duration: list[float], links: LinkTimes, overhead_ms: float):
-    """Every node's end and every channel message's departure, in one pass; None on a
-    deadlock (no device can move while some still have work).
+def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: float, hold: bool):
+    """Every node's end and every channel message's departure (``array('d')`` each), in
+    one pass; None on a deadlock (no device can move while some still have work).
 
-    Devices are visited in turn; each runs on while its next node's input is known.
-    Floating-point operations are the engine's, in the engine's order, so the times are
-    the engine's to the bit.
-    """
+    Devices are visited in turn; each runs on while its next node's input is known (an
+    arrival of -1: not yet sent). ``hold``: a send keeps its device busy until it arrives
+    (``comm_overlap`` off). The float operations are the engine's, in its order: the
+    times are the engine's to the bit."""
     input_of, output_of, groups = index.input_of, index.output_of, index.groups
-    channel = links.channel.tolist()
-    occupancy, latency = links.occupancy_ms.tolist(), links.latency_ms.tolist()
-    arrival: list[float | None] = [None] * len(channel)
-    begin = [0.0] * len(channel)
-    end = [0.0] * len(input_of)
+    channel, occupancy, latency = as_array("q", links.channel), as_array("d", links.occupancy_ms), as_array("d", links.latency_ms)  # fmt: skip
+    arrival = array("d", [-1.0]) * len(channel)
+    begin = array("d", bytes(8 * len(channel)))
+    end = array("d", bytes(8 * len(input_of)))
     channel_free = [0.0] * links.channels
     bounds = index.bounds
     at, stop = list(bounds[:-1]), bounds[1:]
@@ -169,15 +181,15 @@ def sweep(index: ScheduleIndex, duration: list[float], links: LinkTimes, overhea
                 k = input_of[i]
                 if k >= 0:
                     a = arrival[k]
-                    if a is None:
+                    if a < 0.0:
                         break
                     if a > t:
                         t = a
                 elif k != -1:
-                    ready = _group_ready(groups[-2 - k][1], arrival, t)
-                    if ready is None:
+                    a = _group_ready(groups[-2 - k][1], arrival, t)
+                    if a < 0.0:
                         break
-                    t = ready
+                    t = a
                 t = t + duration[i] + overhead_ms
                 end[i] = t
                 k = output_of[i]
@@ -189,9 +201,11 @@ def sweep(index: ScheduleIndex, duration: list[float], links: LinkTimes, overhea
                         f = channel_free[c]
                         b = begin[k] = f if f > t else t
                         f = channel_free[c] = b + occupancy[k]
-                        arrival[k] = f + latency[k]
+                        a = arrival[k] = f + latency[k]
+                        if hold and a > t:
+                            t = a
                 elif k != -1:
-                    _ship_group(groups[-2 - k][2], t, arrival, begin, channel_free, links)
+                    t = _ship_group(groups[-2 - k][2], t, (arrival, begin, channel_free), links, hold)  # fmt: skip
                 i += 1
             if i != first:
                 moved += i - first
@@ -202,19 +216,23 @@ def sweep(index: ScheduleIndex, duration: list[float], links: LinkTimes, overhea
     return end, begin
 
 
-def _group_ready(inputs: tuple[int, ...], arrival: list, free: float) -> float | None:
-    """When a group may start: after its device is free and every member's input is in."""
+def _group_ready(inputs: tuple[int, ...], arrival: array, free: float) -> float:
+    """When a group may start: after its device is free and every member's input is in
+    (-1 if one is not yet sent)."""
     for k in inputs:
         a = arrival[k]
-        if a is None:
-            return None
+        if a < 0.0:
+            return -1.0
         if a > free:
             free = a
     return free
 
 
-def _ship_group(outputs, end: float, arrival, begin, channel_free, links: LinkTimes) -> None:
-    """Send a group's messages, member by member, as the engine does."""
+def _ship_group(outputs, end: float, state, links: LinkTimes, hold: bool) -> float:
+    """Send a group's messages, member by member, as the engine does; return when its
+    device falls free (later than ``end`` if a send holds it)."""
+    arrival, begin, channel_free = state
+    free = end
     for k in outputs:
         c = int(links.channel[k])
         if c < 0:
@@ -223,7 +241,10 @@ def _ship_group(outputs, end: float, arrival, begin, channel_free, links: LinkTi
         f = channel_free[c]
         b = begin[k] = f if f > end else end
         f = channel_free[c] = b + float(links.occupancy_ms[k])
-        arrival[k] = f + float(links.latency_ms[k])
+        a = arrival[k] = f + float(links.latency_ms[k])
+        if hold and a > free:
+            free = a
+    return free
 
 
 __all__ = ["LinkTimes", "fast_simulate", "link_times", "node_durations", "sweep", "unsupported"]

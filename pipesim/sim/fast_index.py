@@ -25,6 +25,7 @@ evaluator hands the schedule to the engine, whose validator names the fault.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from operator import itemgetter
@@ -63,9 +64,9 @@ class ScheduleIndex:
     node_microbatch: np.ndarray
     node_model_stage: np.ndarray
     node_action: np.ndarray
-    input_of: list[int]
-    output_of: list[int]
-    input_array: np.ndarray  # input_of as an array
+    input_of: array
+    output_of: array
+    input_array: np.ndarray  # input_of as a NumPy array
     message_node: np.ndarray
     message_consumer: np.ndarray
     message_src: np.ndarray
@@ -185,8 +186,8 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
         node_stage=np.zeros(nodes, dtype=np.int64),
         node_microbatch=np.zeros(nodes, dtype=np.int64),
         node_model_stage=np.zeros(nodes, dtype=np.int64),
-        input_of=[],
-        output_of=[],
+        input_of=array("q"),
+        output_of=array("q"),
         input_array=none,
         message_node=none,
         message_consumer=none,
@@ -265,17 +266,16 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_obj
     receiver = consumer[np.where(ahead, 0, 1), other * width + microbatch[sender]]
     placement = np.asarray(schedule.placement, dtype=np.int64)
     message_node, message_consumer = atoms.node[sender], atoms.node[receiver]
-    input_of, output_of = [-1] * len(is_group), [-1] * len(is_group)
-    groups = _wire(atoms, sender, receiver, (input_of, output_of), model_stage, is_group)
+    inputs, outputs, groups = _wire(atoms, sender, receiver, model_stage, is_group)
     atom_objects = (
         node_object
         if len(atoms.actions) == len(node_object)
         else np.fromiter(atoms.actions, dtype=object, count=len(atoms.actions))
     )
     return dict(
-        input_of=input_of,
-        output_of=output_of,
-        input_array=np.asarray(input_of, dtype=np.int64),
+        input_of=as_array("q", inputs),
+        output_of=as_array("q", outputs),
+        input_array=inputs,
         message_node=message_node,
         message_consumer=message_consumer,
         message_src=placement[stage[sender]],
@@ -289,20 +289,18 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_obj
     )
 
 
-def _wire(atoms, sender, receiver, wiring, model_stage, is_group) -> tuple:
-    """Each node's input and output message (``wiring``: two lists, filled in); a group
-    points to its entry in the returned groups."""
-    input_of, output_of = wiring
+def _wire(atoms, sender, receiver, model_stage, is_group) -> tuple:
+    """Each node's input and output message, and the groups; a group's node points to
+    its entry in the groups."""
     produced, consumed = atoms.node[sender], atoms.node[receiver]
-    nodes = len(input_of)
+    nodes = len(is_group)
     outputs, inputs = np.full(nodes, -1, dtype=np.int64), np.full(nodes, -1, dtype=np.int64)
     message = np.arange(len(sender), dtype=np.int64)
     outputs[produced], inputs[consumed] = message, message
     grouped = np.flatnonzero(is_group)
     outputs[grouped] = inputs[grouped] = -2 - np.arange(len(grouped))
-    input_of[:], output_of[:] = inputs.tolist(), outputs.tolist()
     if not len(grouped):
-        return ()
+        return inputs, outputs, ()
     group_in: dict[int, list[int]] = {}
     group_out: dict[int, list[int]] = {}
     for k in np.flatnonzero(is_group[produced]).tolist():  # program order
@@ -325,7 +323,16 @@ def _wire(atoms, sender, receiver, wiring, model_stage, is_group) -> tuple:
                 tuple(zip(kinds, layer, strict=True)),
             )
         )
-    return tuple(groups)
+    return inputs, outputs, tuple(groups)
 
 
-__all__ = ["ScheduleIndex", "schedule_index"]
+def as_array(code: str, values: np.ndarray) -> array:
+    """A NumPy vector as a compact ``array.array`` of int64 (``"q"``) or float64 (``"d"``):
+    quick to index one element at a time from Python, and without a boxed object per
+    element, so a million-node sweep stays in cache."""
+    out = array(code)
+    out.frombytes(np.asarray(values, dtype=np.int64 if code == "q" else np.float64).tobytes())
+    return out
+
+
+__all__ = ["ScheduleIndex", "as_array", "schedule_index"]

@@ -35,6 +35,7 @@ from pipesim.sim.trace import (
     CAUSE_FLUSH,
     CAUSE_INPUT,
     CAUSE_PRODUCER,
+    CAUSE_SENDING,
     CAUSE_START,
     COMM,
     COMPUTE,
@@ -64,6 +65,7 @@ class Sweep:
     begin: np.ndarray
     links: LinkTimes
     overhead_ms: float
+    hold: bool = False  # a send keeps its device busy until it arrives
 
 
 @dataclass(slots=True)
@@ -88,13 +90,17 @@ def build_trace(
     tail_ms: Sequence[float] | None,
     tail_after_flush: bool,
 ) -> Trace:
-    """The Trace of the swept step, rows in the order the module doc describes."""
+    """The Trace of the swept step, rows in the order the module doc describes.
+
+    A cause names a *reference*: a node ``n`` (``n < nodes``) or a message ``k``
+    (``nodes + k``); rows are numbered last, and each reference then becomes a row.
+    """
     nodes = len(index.node_device)
     arrival = _arrivals(index, sweep)
     on_channel = np.flatnonzero(sweep.links.channel >= 0)
-    start, cause, cause_of = _node_starts(index, sweep, arrival)
-    last_end, last_node = _device_ends(index, sweep.end)
-    tails = _tails(index.devices, tail_ms, tail_after_flush, last_end, last_node)
+    release, release_ref = _releases(index, sweep, arrival, on_channel)
+    start, cause, cause_ref = _node_starts(index, release, release_ref, arrival)
+    tails = _tails(index, tail_ms, tail_after_flush, release, release_ref)
     # Number the rows: units (a node and its transfers, or a tail row) sorted by end time.
     sent = np.bincount(index.message_node[on_channel], minlength=nodes)
     unit_end = np.concatenate([sweep.end, tails.end])
@@ -105,29 +111,23 @@ def build_trace(
     node_row, tail_row = first_row[:nodes], first_row[nodes:]
     ahead = np.cumsum(sent) - sent  # channel messages sent by earlier nodes
     rank = np.arange(len(on_channel)) - ahead[index.message_node[on_channel]]
-    message_row = np.full(len(arrival), -1, dtype=np.int64)
-    message_row[on_channel] = node_row[index.message_node[on_channel]] + 1 + rank
-    # A node's cause names a node (device, -1) or a message (input): map both to rows.
-    node_cause_row = np.full(nodes, -1, dtype=np.int64)
-    by_device, by_input = cause == CAUSE_DEVICE, cause == CAUSE_INPUT
-    node_cause_row[by_device] = node_row[cause_of[by_device]]
-    node_cause_row[by_input] = _input_row(index, cause_of[by_input], node_row, message_row)
+    message_row = node_row[index.message_node]  # delivered at once: its producer's row
+    message_row[on_channel] += 1 + rank
+    ref_row = np.concatenate([node_row, message_row, [-1]])  # reference -1: no row
     rows = [
         _Columns(
-            index.node_device,
-            index.node_stage,
-            index.node_microbatch,
-            index.node_kind,
-            start,
-            sweep.end,
-            np.full(nodes, -1, dtype=np.int64),
-            cause,
-            node_cause_row,
+            index.node_device, index.node_stage, index.node_microbatch, index.node_kind,
+            start, sweep.end, np.full(nodes, -1, dtype=np.int64), cause, ref_row[cause_ref],
             index.node_action,
-        ),  # fmt: skip
+        ),
         _transfers(index, sweep, arrival, on_channel, node_row, message_row),
-        _tail_rows(tails, node_row),
-    ]
+        _Columns(
+            tails.device, *[np.full(len(tails.device), -1, dtype=np.int64)] * 2,
+            np.full(len(tails.device), ALLREDUCE, dtype=np.int64), tails.start, tails.end,
+            np.full(len(tails.device), -1, dtype=np.int64), tails.cause, ref_row[tails.ref],
+            np.full(len(tails.device), None, dtype=object),
+        ),
+    ]  # fmt: skip
     places = [node_row, message_row[on_channel], tail_row]
     return _assemble(index, rows, places, int(unit_size.sum()))
 
@@ -139,37 +139,51 @@ def _arrivals(index: ScheduleIndex, sweep: Sweep) -> np.ndarray:
     return np.where(links.channel < 0, sweep.end[index.message_node], on_link)
 
 
-def _node_starts(index: ScheduleIndex, sweep: Sweep, arrival: np.ndarray):
-    """Start, cause and what the cause names of every node: a node index (device order),
-    a message index (an input), or -1."""
+def _releases(index: ScheduleIndex, sweep: Sweep, arrival, on_channel):
+    """When each node's device falls free, and the reference that frees it: the node's end
+    (the node), or with ``hold`` the arrival of its latest send if later (that message;
+    among sends arriving together the last sent, as the engine picks)."""
+    nodes = len(index.node_device)
+    release, ref = sweep.end, np.arange(nodes, dtype=np.int64)
+    if not sweep.hold or not len(on_channel):
+        return release, ref
+    producer = index.message_node[on_channel]
+    order = np.lexsort((on_channel, arrival[on_channel], producer))
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = producer[order][1:] != producer[order][:-1]
+    latest = on_channel[order[last]]  # per sending node, its latest message
+    held = latest[arrival[latest] > sweep.end[index.message_node[latest]]]
+    release, ref = release.copy(), ref.copy()
+    release[index.message_node[held]] = arrival[held]
+    ref[index.message_node[held]] = nodes + held
+    return release, ref
+
+
+def _node_starts(index: ScheduleIndex, release, release_ref, arrival: np.ndarray):
+    """Start, cause and the reference the cause names, for every node."""
     nodes = len(index.node_device)
     firsts = np.asarray(index.bounds[:-1], dtype=np.int64)
     firsts = firsts[firsts < nodes]
     first = np.zeros(nodes, dtype=bool)
     first[firsts] = True
-    previous = np.arange(nodes, dtype=np.int64) - 1
-    free = np.where(first, 0.0, sweep.end[np.maximum(previous, 0)])
-    cause = np.where(first, CAUSE_START, CAUSE_DEVICE).astype(np.int8)
-    cause_of = np.where(first, -1, previous)
+    previous = np.maximum(np.arange(nodes, dtype=np.int64) - 1, 0)
+    free = np.where(first, 0.0, release[previous])
+    cause_ref = np.where(first, -1, release_ref[previous])
+    cause = np.where(cause_ref >= nodes, CAUSE_SENDING, CAUSE_DEVICE).astype(np.int8)
+    cause[first] = CAUSE_START
     wanted = index.input_array
     single = np.flatnonzero(wanted >= 0)
     late = single[arrival[wanted[single]] > free[single]]
     start = free.copy()
     start[late] = arrival[wanted[late]]
     cause[late] = CAUSE_INPUT
-    cause_of[late] = wanted[late]
+    cause_ref[late] = nodes + wanted[late]
     for node, inputs, _, _ in index.groups:
         for message in inputs:  # the first input strictly later than all before it
             if arrival[message] > start[node]:
-                start[node], cause[node], cause_of[node] = arrival[message], CAUSE_INPUT, message
-    return start, cause, cause_of
-
-
-def _input_row(index, message, node_row, message_row) -> np.ndarray:
-    """The rows inputs name: the transfer that carried each, or its producer where it was
-    delivered at once."""
-    carried = message_row[message]
-    return np.where(carried >= 0, carried, node_row[index.message_node[message]])
+                start[node], cause[node] = arrival[message], CAUSE_INPUT
+                cause_ref[node] = nodes + message
+    return start, cause, cause_ref
 
 
 def _transfers(index, sweep, arrival, on_channel, node_row, message_row) -> _Columns:
@@ -207,48 +221,34 @@ class _Tails:
     start: np.ndarray
     end: np.ndarray
     cause: np.ndarray
-    cause_node: np.ndarray  # the node named (-1: none)
+    ref: np.ndarray  # the reference the cause names (-1: none)
 
 
-def _device_ends(index: ScheduleIndex, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each device's last end (0 when it has nothing to do) and its last node (-1)."""
+def _tails(index: ScheduleIndex, tail_ms, after_flush: bool, release, release_ref) -> _Tails:
+    """End-of-step work on each device with a positive ``tail_ms``: after the flush (when
+    the last device fell free; among devices freed together, the highest one's), or as
+    soon as its own device falls free."""
+    devices = index.devices
     stops = np.asarray(index.bounds[1:], dtype=np.int64)
-    has = stops > np.asarray(index.bounds[:-1])
-    last_node = np.where(has, stops - 1, -1)
-    return np.where(has, end[np.maximum(last_node, 0)] if len(end) else 0.0, 0.0), last_node
-
-
-def _tails(devices, tail_ms, after_flush, last_end, last_node) -> _Tails:
-    """End-of-step work on each device with a positive ``tail_ms``: after the flush (the
-    last compute end; among devices that end together, the highest device's row), or
-    right after the device's own last action."""
-    if tail_ms is None:
-        tail_ms = [0.0] * devices
-    work = np.asarray(tail_ms, dtype=np.float64)
+    busy = stops > np.asarray(index.bounds[:-1], dtype=np.int64)  # has any node
+    last = np.maximum(stops - 1, 0)
+    free = np.where(busy, release[last] if len(release) else 0.0, 0.0)
+    ref = np.where(busy, release_ref[last] if len(release) else -1, -1)
+    work = np.asarray(tail_ms if tail_ms is not None else [0.0] * devices, dtype=np.float64)
     device = np.flatnonzero(work > 0)
     if after_flush:
-        flush_at = float(last_end.max()) if devices else 0.0
-        ties = np.flatnonzero((last_end == flush_at) & (last_node >= 0))
-        named = int(last_node[ties[-1]]) if len(ties) else -1
+        flush_at = float(free.max()) if devices else 0.0
+        ties = np.flatnonzero((free == flush_at) & busy)
+        named = int(ref[ties[-1]]) if len(ties) else -1
         start = np.full(len(device), flush_at)
         cause = np.full(len(device), CAUSE_FLUSH, dtype=np.int8)
-        cause_node = np.full(len(device), named, dtype=np.int64)
+        refs = np.full(len(device), named, dtype=np.int64)
     else:
-        start = last_end[device]
-        cause_node = last_node[device]
-        cause = np.where(cause_node >= 0, CAUSE_DEVICE, CAUSE_START).astype(np.int8)
-    return _Tails(device, start, start + work[device], cause, cause_node)
-
-
-def _tail_rows(tails: _Tails, node_row: np.ndarray) -> _Columns:
-    count = len(tails.device)
-    minus = np.full(count, -1, dtype=np.int64)
-    named = np.where(tails.cause_node >= 0, node_row[np.maximum(tails.cause_node, 0)] if len(node_row) else -1, -1)  # fmt: skip
-    return _Columns(
-        tails.device, minus, minus, np.full(count, ALLREDUCE, dtype=np.int64),
-        tails.start, tails.end, minus, tails.cause, named,
-        np.full(count, None, dtype=object),
-    )  # fmt: skip
+        start, refs = free[device], ref[device]
+        nodes = len(index.node_device)
+        cause = np.where(refs >= nodes, CAUSE_SENDING, CAUSE_DEVICE).astype(np.int8)
+        cause[refs < 0] = CAUSE_START
+    return _Tails(device, start, start + work[device], cause, refs)
 
 
 def _assemble(index: ScheduleIndex, blocks: list[_Columns], places: list, total: int) -> Trace:

@@ -99,7 +99,10 @@ def both(schedule, costs, topology=None, **kwargs):
 def dedicated(topology):
     """The same topology with every directed link on its own channel."""
     return Topology(
-        topology.devices, default=topology.default, links=topology.links, comm_overlap=True
+        topology.devices,
+        default=topology.default,
+        links=topology.links,
+        comm_overlap=topology.comm_overlap,
     )
 
 
@@ -115,7 +118,7 @@ def test_random_schedules_match_the_engine(case, after_flush, tail):
 def policy_scenarios(draw):
     """Every registered policy at sizes within its constraints, random per-stage costs
     (any floats, the split backward's I and W drawn apart), a LogGP link with latency,
-    bandwidth and gap, and an overhead per action."""
+    bandwidth and gap, an overhead per action, sends that may hold their device."""
     name = draw(st.sampled_from(sorted(POLICIES)))
     devices, microbatches, virtual = draw(st.integers(1, 5)), draw(st.integers(1, 10)), draw(st.integers(1, 3))  # fmt: skip
     try:
@@ -142,7 +145,8 @@ def policy_scenarios(draw):
     )
     slow = Link(latency_us=draw(st.floats(0, 2000)), bandwidth_gbps=1.0)
     links = {(0, 1): slow} if devices > 1 and draw(st.booleans()) else {}
-    return schedule, costs, Topology(devices, default=link, links=links)
+    overlap = draw(st.sampled_from([True, True, False]))  # off: a send holds its device
+    return schedule, costs, Topology(devices, default=link, links=links, comm_overlap=overlap)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -231,9 +235,8 @@ def test_auto_takes_the_engine_for_shared_channels_and_variability():
         assert evaluate(schedule, costs, None, **{key: scale})[1] == "simpy"
         with pytest.raises(ValueError, match=f"at random \\({key}\\)"):
             evaluate(schedule, costs, None, evaluator="fast", **{key: scale})
-    blocking = Topology(4, default=link, comm_overlap=False)
-    assert "comm_overlap is off" in fast_unsupported(schedule, costs, blocking)
-    assert evaluate(schedule, costs, blocking)[1] == "simpy"
+    negative = uniform_costs(4, 1.0, -2.0)
+    assert "negative" in fast_unsupported(schedule, negative)
     assert evaluate(schedule, costs, None, evaluator="simpy")[1] == "simpy"
     with pytest.raises(ValueError, match="unknown evaluator 'quick'; allowed: auto, fast, simpy"):
         evaluate(schedule, costs, evaluator="quick")
