@@ -3,6 +3,7 @@ capacity from the GPU's memory, and one clear line for each thing that cannot ru
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -292,3 +293,39 @@ def test_same_seed_same_requests_through_the_scenario(tmp_path):
     )
     assert load_serving(path).requests == load_serving(path).requests
     assert load_serving(path).requests != load_serving(path, ["serving.workload.seed=5"]).requests
+
+
+def spread(median_ms: float) -> dict:
+    return {"median_ms": median_ms, "p10_ms": median_ms, "p90_ms": median_ms, "samples": 5}
+
+
+def test_profiled_prefill_and_decode_timings_are_the_stage_costs(tmp_path):
+    profile = {
+        "format": "pipesim-profile",
+        "version": 1,
+        "stages": [
+            {"stage": 0, "prefill": spread(12.0), "decode": spread(1.5)},
+            {"stage": 1, "prefill": spread(8.0), "decode": spread(2.5)},
+        ],
+    }
+    (tmp_path / "p.json").write_text(json.dumps(profile))
+    serving, trace = one_request(100, 3)
+    (tmp_path / "one.csv").write_text(trace)
+    path = scenario(
+        tmp_path,
+        pipeline={"devices": 2},
+        costs={"profile": "p.json"},
+        decode={"tokens": 1, "prompt_tokens": 100},
+        hardware={"link": {"latency_us": 250}},
+        serving=serving,
+    )
+    run = run_serving(load_serving(path))
+    assert run.scenario.costs_from == "profile"
+    assert run.report.ttft_ms.mean == pytest.approx(12.0 + 0.25 + 8.0)
+    assert run.report.tpot_ms.mean == pytest.approx(1.5 + 0.25 + 2.5)
+    profile["stages"][1].pop("decode")
+    (tmp_path / "p.json").write_text(json.dumps(profile))
+    with pytest.raises(
+        ScenarioError, match=r"costs\.profile: every stage needs prefill and decode"
+    ):
+        load_serving(path)
