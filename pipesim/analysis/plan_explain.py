@@ -145,11 +145,11 @@ def _memory_forced(base: dict[str, Any], source: str, row: dict[str, Any]) -> tu
         flips.append(("recompute on", "without it", replace(candidate, recompute=False)))
     if candidate.zero_stage > 0:
         lower = candidate.zero_stage - 1
-        flips.append((f"ZeRO stage {candidate.zero_stage}", f"at stage {lower}",
+        flips.append((f"ZeRO stage {candidate.zero_stage}", f"at ZeRO stage {lower}",
                       replace(candidate, zero_stage=lower)))  # fmt: skip
     double = candidate.microbatch_size * 2
     if candidate.microbatches % 2 == 0:
-        flips.append((f"microbatch size {candidate.microbatch_size}", f"size {double} would",
+        flips.append((f"microbatch size {candidate.microbatch_size}", f"with microbatch size {double}",
                       replace(candidate, microbatch_size=double,
                               microbatches=candidate.microbatches // 2)))  # fmt: skip
     scorer = Scorer(base, source)
@@ -157,5 +157,5 @@ def _memory_forced(base: dict[str, Any], source: str, row: dict[str, Any]) -> tu
     for choice, how, other in flips:
         outcome = scorer.score(other)
         if outcome.reason is not None and "GiB" in outcome.reason:
-            forced.append(f"{choice} is forced by memory ({how} {outcome.reason})")
+            forced.append(f"{choice} is forced by memory: {how} the peak would {outcome.reason}")
     return tuple(forced)

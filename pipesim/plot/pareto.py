@@ -10,11 +10,17 @@ everything right of it was pruned before scoring.
 from __future__ import annotations
 
 from pipesim.analysis.plan import Plan
-from pipesim.analysis.plan_rank import describe
 from pipesim.plot.style import CRITICAL, FONT, LABEL_FONT, pyplot
 
 GIB = 2**30
-MAX_LABELS = 12  # front points labelled at most (the fastest ones)
+MAX_LABELS = 6  # front points labelled at most, spread along it from the fastest
+
+
+def _label(row: dict) -> str:
+    """``TP4 PP8 DP2 zbv b2``: the layout, the schedule and the microbatch size."""
+    return (f"TP{row['parallel.tensor']} PP{row['pipeline.devices']} DP{row['parallel.data']} "
+            f"{row['pipeline.schedule']} b{row['pipeline.microbatch_size']}"
+            + (" rc" if row["model.recompute"] else ""))  # fmt: skip
 
 
 def pareto_figure(plan: Plan, capacity_bytes: float = 0.0, title: str = ""):
@@ -31,9 +37,10 @@ def pareto_figure(plan: Plan, capacity_bytes: float = 0.0, title: str = ""):
         ys = [row["step_time_ms"] for row in front]
         ax.step(xs, ys, where="post", color="C0", linewidth=1.2)
         ax.plot(xs, ys, "o", color="C0", label="Pareto front")
-        for row in sorted(front, key=lambda r: r["step_time_ms"])[:MAX_LABELS]:
-            ax.annotate(describe(row), (row["peak_memory_bytes"] / GIB, row["step_time_ms"]),
-                        fontsize=LABEL_FONT - 1, xytext=(4, 3), textcoords="offset points")  # fmt: skip
+        stride = max(1, -(-len(front) // MAX_LABELS))
+        for row in front[::-1][::stride]:  # the fastest first, evenly along the front
+            ax.annotate(_label(row), (row["peak_memory_bytes"] / GIB, row["step_time_ms"]),
+                        fontsize=LABEL_FONT, xytext=(5, 4), textcoords="offset points")  # fmt: skip
     if plan.results:
         best = plan.results[0]
         ax.plot([best["peak_memory_bytes"] / GIB], [best["step_time_ms"]], "*", markersize=14,
