@@ -323,7 +323,7 @@ def test_profiled_prefill_and_decode_timings_are_the_stage_costs(tmp_path):
     assert run.scenario.costs_from == "profile"
     assert run.report.ttft_ms.mean == pytest.approx(12.0 + 0.25 + 8.0)
     assert run.report.tpot_ms.mean == pytest.approx(1.5 + 0.25 + 2.5)
-    profile["stages"][1].pop("decode")
+    profile["stages"][1] = {"stage": 1, "F": spread(8.0)}  # a training profile's stage
     (tmp_path / "p.json").write_text(json.dumps(profile))
     with pytest.raises(
         ScenarioError, match=r"costs\.profile: every stage needs prefill and decode"
