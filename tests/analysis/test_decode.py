@@ -275,3 +275,19 @@ def test_both_evaluators_give_the_same_decode_metrics(p, k, tokens, prefill, ste
     assert fast.tokens_per_second == pytest.approx(engine.tokens_per_second, rel=1e-9)
     if tokens > 1:
         assert fast.group_tpot_ms == pytest.approx(engine.group_tpot_ms, rel=1e-9)
+
+
+def test_an_inference_profile_round_trips_and_is_refused_for_training(tmp_path):
+    from pipesim.scenario.profile import load_profile, profile_from_dict, profile_to_dict
+
+    source = _profile(tmp_path, lambda s: [
+        {"stage": 0, "activation_bytes": 64, "prefill": s(3.0), "decode": s(0.5)}
+    ])  # fmt: skip
+    profile = load_profile(tmp_path / "p.json")
+    assert profile_from_dict(profile_to_dict(profile)) == profile
+    assert profile.stages[0].median_ms("prefill") == 3.0
+    data = {"schema_version": 1, "name": "t", "costs": {"profile": "p.json"},
+            "pipeline": {"schedule": "1f1b", "devices": 2, "microbatches": 2}}  # fmt: skip
+    with pytest.raises(ScenarioError, match="costs.profile: stage 0: the profile has no "
+                       "forward time F"):  # fmt: skip
+        build_scenario(parse_spec(data, source), source)
