@@ -16,10 +16,11 @@ import bisect
 import heapq
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from pipesim.cluster.efficiency import FLOPS_ONLY, Efficiency, compute_ms
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
 from pipesim.cluster.parallel import ring_allreduce_ms, tensor_parallel_comm_ms
+from pipesim.cluster.pass_time import TensorParallel, stage_pass_times
 from pipesim.cluster.transformer import (
     PassFlops,
     StaticMemory,
@@ -39,6 +40,7 @@ from pipesim.sim.costs import Costs
 from pipesim.sim.links import Link
 
 __all__ = [
+    "FLOPS_ONLY",
     "Efficiency",
     "PassFlops",
     "StaticMemory",
@@ -69,48 +71,6 @@ def mfu(
     """Model FLOPs utilisation: useful FLOP/s over the peak of all ``gpus`` GPUs."""
     achieved = model_flops_per_step(model, global_batch) / (step_ms / 1e3)
     return achieved / (gpu.peak_tflops * 1e12 * gpus)
-
-
-# -- time ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Efficiency:
-    """How much of the GPU's peak a pass achieves, as a function of the tokens it processes.
-
-    A small microbatch gives thin matrix multiplications that cannot fill the GPU, so the
-    achieved fraction grows with the tokens per microbatch ``b * s`` and saturates:
-
-        fraction(tokens) = max_fraction * tokens / (tokens + half_tokens)
-
-    ``max_fraction`` is what large GEMMs reach (0.78 on H100, measured by torchao's roofline
-    utilities); ``half_tokens`` is the microbatch size, in tokens, at which half of it is
-    reached. The default 512 is an assumption, not a measurement: calibrate it against your
-    own runs. ``half_tokens = 0`` gives a constant efficiency. ``launch_overhead_ms`` is a
-    fixed cost added to every action (kernel launches, framework bookkeeping); it goes into
-    ``Costs.overhead_ms``.
-
-    Together they make splitting a fixed global batch into ever more microbatches slower past
-    some point: the pipeline bubble shrinks, but each microbatch runs less efficiently.
-    """
-
-    max_fraction: float = 0.78
-    half_tokens: float = 512.0
-    launch_overhead_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.max_fraction <= 1:
-            raise ValueError(f"max_fraction must be in (0, 1], got {self.max_fraction}")
-        if self.half_tokens < 0 or self.launch_overhead_ms < 0:
-            raise ValueError(f"half_tokens and launch_overhead_ms must be >= 0, got {self}")
-
-    def fraction(self, tokens: float) -> float:
-        return self.max_fraction * tokens / (tokens + self.half_tokens)
-
-
-def compute_ms(flops: float, gpu: GpuProfile, efficiency: Efficiency, tokens: float) -> float:
-    """``flops / (peak * efficiency(tokens))`` in milliseconds."""
-    return flops / (gpu.peak_tflops * 1e12 * efficiency.fraction(tokens)) * 1e3
 
 
 # -- partitioning --------------------------------------------------------------------------
@@ -227,52 +187,73 @@ def stage_costs(
     tensor: int = 1,
     tensor_link: Link | None = None,
     sequence_parallel: bool = False,
+    *,
+    tensor_overlap: bool = False,
 ) -> Costs:
     """Per-stage durations and sizes of ``model`` split as ``partition``, one microbatch of
     ``microbatch_size`` sequences, on ``gpu``.
 
-    Compute time is the stage's FLOPs divided by ``tensor`` over the achieved rate
-    (``compute_ms``). With ``tensor > 1`` each layer adds two ring all-reduces of its
-    activation per pass over ``tensor_link`` (required then): to F, and to I (with
-    recomputation, twice to I: the recomputed forward has its own). W has no communication.
-    ``efficiency`` defaults to ``Efficiency()``.
+    Each pass is its GEMM FLOPs divided by ``tensor`` over the achieved rate, the attention
+    scores over the attention kernel's rate, the memory-bound operators' bytes over the
+    achieved bandwidth, and the embedding, LM head and loss on the first and last stages
+    (``pipesim.cluster.pass_time``). With ``tensor > 1`` each layer adds two ring
+    all-reduces of its activation per pass over ``tensor_link`` (required then): to F, and
+    to I (with recomputation, twice to I: the recomputed forward has its own); with
+    ``tensor_overlap`` only what the layer's GEMMs do not hide
+    (``Efficiency.tensor_overlap_fraction``). W has no communication.
+    ``efficiency`` defaults to ``Efficiency()``, the calibrated model; ``FLOPS_ONLY`` counts
+    matrix multiplications alone.
     """
     gpu = gpu_profile(gpu) if isinstance(gpu, str) else gpu
     efficiency = Efficiency() if efficiency is None else efficiency
-    if tensor < 1 or microbatch_size < 1:
-        raise ValueError(
-            f"tensor and microbatch_size must be >= 1, got {tensor=}, {microbatch_size=}"
-        )
-    if tensor > 1 and tensor_link is None:
-        raise ValueError(f"tensor parallelism ({tensor=}) needs tensor_link, the intra-node link")
     partition = partition_layers(model, len(partition), partition)
     message = activation_message_bytes(model, microbatch_size)
-    tp_pass_ms = 0.0 if tensor == 1 else tensor_parallel_comm_ms(message, tensor, tensor_link)
-    tokens = microbatch_size * model.seq_len
-    input_passes = 2 if model.recompute else 1  # the recomputed forward communicates too
-
-    def pass_ms(flops: int) -> float:
-        return compute_ms(flops / tensor, gpu, efficiency, tokens)
-
+    tp = _tensor_parallel(
+        message, microbatch_size, tensor, tensor_link, sequence_parallel, tensor_overlap, efficiency
+    )
     last = len(partition) - 1
-    fwd, inp, wgt = [], [], []
-    for k, layers in enumerate(partition):
-        flops = stage_flops(model, layers, microbatch_size, first=k == 0, last=k == last)
-        fwd.append(pass_ms(flops.forward) + layers * tp_pass_ms)
-        inp.append(pass_ms(flops.backward_input) + input_passes * layers * tp_pass_ms)
-        wgt.append(pass_ms(flops.backward_weight))
+    passes = [
+        stage_pass_times(
+            model, layers, microbatch_size, gpu, efficiency, tp, first=k == 0, last=k == last
+        )
+        for k, layers in enumerate(partition)
+    ]
     act, wgrad = stage_activation_memory_bytes(
         model, partition, microbatch_size, tensor, sequence_parallel
     )
     return Costs(
-        forward_ms=tuple(fwd),
-        backward_ms=tuple(i + w for i, w in zip(inp, wgt, strict=True)),
-        backward_input_ms=tuple(inp),
-        backward_weight_ms=tuple(wgt),
+        forward_ms=tuple(p.forward_ms for p in passes),
+        backward_ms=tuple(p.backward_input_ms + p.backward_weight_ms for p in passes),
+        backward_input_ms=tuple(p.backward_input_ms for p in passes),
+        backward_weight_ms=tuple(p.backward_weight_ms for p in passes),
         activation_bytes=(float(message),) * len(partition),
         activation_memory_bytes=tuple(act),
         weight_grad_memory_bytes=tuple(wgrad),
         overhead_ms=efficiency.launch_overhead_ms,
+    )
+
+
+def _tensor_parallel(
+    message_bytes: int,
+    microbatch_size: int,
+    tensor: int,
+    link: Link | None,
+    sequence_parallel: bool,
+    overlap: bool,
+    efficiency: Efficiency,
+) -> TensorParallel:
+    if tensor < 1 or microbatch_size < 1:
+        raise ValueError(
+            f"tensor and microbatch_size must be >= 1, got {tensor=}, {microbatch_size=}"
+        )
+    if tensor > 1 and link is None:
+        raise ValueError(f"tensor parallelism ({tensor=}) needs tensor_link, the intra-node link")
+    return TensorParallel(
+        degree=tensor,
+        comm_ms=0.0 if tensor == 1 else tensor_parallel_comm_ms(message_bytes, tensor, link),
+        sequence_parallel=sequence_parallel,
+        overlap=overlap,
+        hidden_fraction=efficiency.tensor_overlap_fraction,
     )
 
 

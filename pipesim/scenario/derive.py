@@ -26,6 +26,7 @@ from pipesim.cluster.model import (
     stage_costs,
 )
 from pipesim.cluster.parallel import data_parallel_link
+from pipesim.cluster.pass_time import exposed_data_parallel_ms, optimizer_step_ms
 from pipesim.cluster.transformer import model_flops_per_step, static_memory
 from pipesim.scenario.schema import LinkSpec, ScenarioError, ScenarioSpec
 from pipesim.schedules.ir import Schedule
@@ -200,28 +201,31 @@ def _divisors(number: int) -> str:
 def model_costs(
     spec: ScenarioSpec, schedule: Schedule, microbatch_size: int, source: str
 ) -> ModelCosts:
-    """Costs, all-reduce tail and accounting for a scenario with a ``model`` section.
+    """Costs, end-of-step tail and accounting for a scenario with a ``model`` section.
 
-    Forward-only (``pipeline.mode: forward``, inference) counts forward FLOPs for MFU, keeps
-    the weights only in static memory (no gradients, no optimizer states) and has no
-    gradient all-reduce at the end of the step.
+    The tail of each device is its optimizer step plus the data-parallel gradient
+    reduction it waits for (all of it, or with ``parallel.dp_overlap`` what outlasts its
+    last backward and first forward). Forward-only (``pipeline.mode: forward``, inference)
+    counts forward FLOPs for MFU, keeps the weights only in static memory (no gradients, no
+    optimizer states) and has no tail.
     """
     hw, par = spec.hardware, spec.parallel
     if hw.gpu is None:
         raise ScenarioError(f"{source}: hardware.gpu: required with a model section")
     gpu = gpu_profile(hw.gpu)
     model, partition = _model_and_partition(spec, schedule.model_stages, source)
-    intra, inter = _node_links(spec, source)
-    eff = spec.model.efficiency
+    intra, _ = _node_links(spec, source)
+    efficiency = _efficiency(spec)
     costs = stage_costs(
         model,
         partition,
         microbatch_size,
         gpu,
-        Efficiency(eff.max_fraction, eff.half_tokens, eff.launch_overhead_ms),
+        efficiency,
         tensor=par.tensor,
         tensor_link=intra if par.tensor > 1 else None,
         sequence_parallel=par.sequence_parallel,
+        tensor_overlap=par.tp_overlap,
     )
     training = spec.pipeline.mode == "train"
     stages_on: list[list[int]] = [[] for _ in range(schedule.devices)]
@@ -229,14 +233,8 @@ def model_costs(
         stages_on[device].append(schedule.model_stage(stage))
     static = static_memory(model, partition, par.data, par.zero_stage, par.tensor, training)
     tail = None
-    if par.data > 1 and training:
-        link = data_parallel_link(
-            par.tensor, par.data, gpus_per_node(spec, schedule.devices), intra, inter
-        )
-        per_stage = data_parallel_allreduce_ms(model, partition, par.data, link, par.tensor)
-        tail = tuple(sum(per_stage[k] for k in stages) for stages in stages_on)
-        if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
-            costs, tail = replace(costs, reduce_grad_ms=tuple(per_stage)), None  # by stage
+    if training:
+        costs, tail = _step_tail(spec, schedule, (model, partition), costs, stages_on, source)
     global_batch = schedule.microbatches * microbatch_size * par.data
     accounting = Accounting(
         static_memory_bytes=tuple(sum(static[k].total_bytes for k in s) for s in stages_on),
@@ -246,6 +244,55 @@ def model_costs(
         peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * par.data,
     )
     return ModelCosts(costs, accounting, tail)
+
+
+def _efficiency(spec: ScenarioSpec) -> Efficiency:
+    eff = spec.model.efficiency
+    return Efficiency(
+        eff.max_fraction,
+        eff.half_tokens,
+        eff.launch_overhead_ms,
+        attention_fraction=eff.attention_fraction,
+        memory_fraction=eff.memory_fraction,
+        tensor_overlap_fraction=eff.tensor_overlap_fraction,
+    )
+
+
+def _step_tail(
+    spec: ScenarioSpec,
+    schedule: Schedule,
+    split: tuple[TransformerModel, tuple[int, ...]],
+    costs: Costs,
+    stages_on: list[list[int]],
+    source: str,
+) -> tuple[Costs, tuple[float, ...] | None]:
+    """Each device's end-of-step work: optimizer step and exposed gradient reduction. With
+    torch's REDUCE_GRAD posts in the schedule, the reduction goes to them, stage by stage,
+    and only the optimizer step stays in the tail."""
+    par, (model, partition) = spec.parallel, split
+    gpu = gpu_profile(spec.hardware.gpu)
+    optimizer = optimizer_step_ms(
+        model, partition, gpu, _efficiency(spec), par.data, par.zero_stage, par.tensor
+    )
+    reduction = (0.0,) * len(partition)
+    if par.data > 1:
+        intra, inter = _node_links(spec, source)
+        link = data_parallel_link(
+            par.tensor, par.data, gpus_per_node(spec, schedule.devices), intra, inter
+        )
+        reduction = data_parallel_allreduce_ms(model, partition, par.data, link, par.tensor)
+        if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
+            costs, reduction = replace(costs, reduce_grad_ms=reduction), (0.0,) * len(reduction)
+    tail = []
+    for stages in stages_on:
+        exposed = exposed_data_parallel_ms(
+            sum(reduction[k] for k in stages),
+            sum(costs.forward_ms[k] for k in stages),
+            sum(costs.backward_ms[k] for k in stages),
+            par.dp_overlap,
+        )
+        tail.append(sum(optimizer[k] for k in stages) + exposed)
+    return costs, (tuple(tail) if any(tail) else None)
 
 
 def _model_and_partition(

@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from pipesim.cluster.hardware import GPU_PROFILES, LINK_PROFILES
+from pipesim.cluster.model import Efficiency
 from pipesim.scenario.fields import (
     DEFAULT_MAX_ACTIONS,
     SMALLEST,
@@ -38,6 +39,7 @@ from pipesim.schedules import POLICIES
 from pipesim.search import AUTO_POLICIES
 
 MAX_ERROR_CHARS = 300
+_CALIBRATED = Efficiency()
 
 
 class ScenarioError(ValueError):
@@ -153,9 +155,18 @@ class HardwareSpec(_Strict):
 
 
 class EfficiencySpec(_Strict):
-    max_fraction: float = Field(default=0.78, ge=SMALLEST, le=1)
-    half_tokens: float = Field(default=512.0, ge=0, le=1e18)
-    launch_overhead_ms: Milliseconds = 0.0
+    """Defaults: pipesim's calibrated cost model (docs/validation.md). ``attention_fraction``
+    and ``memory_fraction`` take ``null`` too: attention at the GEMM rate, memory-bound
+    operators and the optimizer step not counted (the FLOPs-only model)."""
+
+    max_fraction: float = Field(default=_CALIBRATED.max_fraction, ge=SMALLEST, le=1)
+    half_tokens: float = Field(default=_CALIBRATED.half_tokens, ge=0, le=1e18)
+    launch_overhead_ms: Milliseconds = _CALIBRATED.launch_overhead_ms
+    attention_fraction: float | None = Field(
+        default=_CALIBRATED.attention_fraction, ge=SMALLEST, le=1
+    )
+    memory_fraction: float | None = Field(default=_CALIBRATED.memory_fraction, ge=SMALLEST, le=1)
+    tensor_overlap_fraction: float = Field(default=_CALIBRATED.tensor_overlap_fraction, ge=0, le=1)
 
 
 class ModelSpec(_Strict):
@@ -183,6 +194,7 @@ class ParallelSpec(_Strict):
     zero_stage: Literal[0, 1, 2, 3] = 0
     dp_overlap: bool = False
     sequence_parallel: bool = False
+    tp_overlap: bool = False  # tensor-parallel communication hidden behind the layer's GEMMs
 
 
 class NoiseSpec(_Strict):

@@ -4,6 +4,7 @@ checked against hand-computed values for one small model."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from pipesim.cluster.hardware import GpuProfile
 from pipesim.cluster.model import (
+    FLOPS_ONLY,
     Efficiency,
     PassFlops,
     TransformerModel,
@@ -38,8 +40,10 @@ from pipesim.sim.links import Link
 # s = 4, b = 1, h = 8: sbh = 32.
 TINY = TransformerModel(layers=4, hidden=8, heads=2, seq_len=4, vocab=16)
 # 1e6 FLOP/s peak; with a flat 50 % efficiency a pass runs at 5e5 FLOP/s = 500 FLOPs per ms.
+# FLAT counts FLOPs only (no memory-bound operators, attention at the GEMM rate):
+# tests/cluster/test_pass_time.py checks the rest of the cost model.
 TOY_GPU = GpuProfile("toy", peak_tflops=1e-6, memory_bandwidth_gbps=1.0, memory_bytes=2**30)
-FLAT = Efficiency(max_fraction=0.5, half_tokens=0.0)
+FLAT = Efficiency(max_fraction=0.5, half_tokens=0.0, attention_fraction=None, memory_fraction=None)
 
 
 # -- FLOPs -----------------------------------------------------------------------------------
@@ -345,7 +349,7 @@ def test_stage_costs_checks_the_partition():
 
 
 def test_launch_overhead_goes_to_costs():
-    costs = stage_costs(TINY, (4,), 1, TOY_GPU, Efficiency(0.5, 0.0, launch_overhead_ms=0.25))
+    costs = stage_costs(TINY, (4,), 1, TOY_GPU, replace(FLAT, launch_overhead_ms=0.25))
     assert costs.overhead_ms == 0.25
 
 
@@ -353,7 +357,7 @@ def test_fixed_global_batch_has_an_interior_best_microbatch_count():
     """1F1B's step time (m + p - 1)(F + B) with a fixed global batch G = m * b.
 
     FLOPs grow linearly in b and the efficiency is tokens / (tokens + half), so a
-    microbatch's time is c * (b + half / s). With G = 64, p = 4, half / s = 512 / 256 = 2:
+    microbatch's time is c * (b + half / s) when only FLOPs are counted. With G = 64, p = 4, half / s = 512 / 256 = 2:
     step(m) = c (m + 3)(64 / m + 2), smallest at m = 8 (110 c) among the divisors of 64.
     """
     model = TransformerModel(layers=8, hidden=64, heads=4, seq_len=256, vocab=1000)
@@ -361,7 +365,7 @@ def test_fixed_global_batch_has_an_interior_best_microbatch_count():
     global_batch, stages = 64, 4
 
     def step_ms(microbatches: int) -> float:
-        costs = stage_costs(model, partition, global_batch // microbatches, "h100-sxm")
+        costs = stage_costs(model, partition, global_batch // microbatches, "h100-sxm", FLOPS_ONLY)
         slowest = max(f + b for f, b in zip(costs.forward_ms, costs.backward_ms, strict=True))
         return (microbatches + stages - 1) * slowest
 

@@ -1,0 +1,163 @@
+"""How long each pass of a pipeline stage takes, and the work at the end of a step.
+
+A stage's forward ``F`` is, per layer, its matrix multiplications (FLOPs over the achieved
+GEMM rate), its attention scores (over the attention kernel's rate), its memory-bound
+operators (bytes over the achieved memory bandwidth) and, with tensor parallelism, the
+all-reduces of its activation (or what of them a GEMM does not hide). The input-gradient
+pass ``I`` has the same parts, with the scores twice and the memory-bound bytes doubled;
+with full recomputation it runs the layer's forward again first. The weight-gradient pass
+``W`` is matrix multiplications only. The first stage adds the embedding lookup, the last
+the LM head and the cross-entropy.
+
+At the end of the step every GPU runs the optimizer on the parameters it owns (bytes per
+parameter over the memory bandwidth) after the data-parallel gradient reduction. Megatron-
+LM's distributed optimizer reduce-scatters the gradients and all-gathers the updated
+weights, the same bytes as a ring all-reduce; with ``overlap`` it starts the reduce-scatter
+while the last backward still runs and gathers the weights while the next step's first
+forward runs, so only what outlasts those passes is exposed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipesim.cluster.efficiency import Efficiency, attention_ms, compute_ms, memory_ms
+from pipesim.cluster.hardware import GpuProfile
+from pipesim.cluster.memory_bound import (
+    OPTIMIZER_STEP_BYTES_PER_PARAM,
+    embedding_memory_bound_bytes,
+    layer_memory_bound_bytes,
+    lm_head_memory_bound_bytes,
+)
+from pipesim.cluster.transformer import (
+    TransformerModel,
+    layer_flops,
+    lm_head_flops,
+    stage_parameters,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PassTimes:
+    """Durations of one microbatch's three passes on one stage, in milliseconds."""
+
+    forward_ms: float
+    backward_input_ms: float
+    backward_weight_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class TensorParallel:
+    """A stage's tensor parallelism: the degree, the communication of one layer in one pass
+    (``pipesim.cluster.parallel.tensor_parallel_comm_ms``), whether activations are split
+    along the sequence, and whether the communication overlaps the layer's GEMMs
+    (Megatron-LM's ``--tp-comm-overlap``: then ``hidden_fraction`` of the part the GEMMs
+    could cover is hidden, and the rest exposed)."""
+
+    degree: int = 1
+    comm_ms: float = 0.0
+    sequence_parallel: bool = False
+    overlap: bool = False
+    hidden_fraction: float = 1.0  # of min(comm, gemm), when overlapped
+
+    def exposed_ms(self, gemm_ms: float) -> float:
+        if not self.overlap:
+            return self.comm_ms
+        return self.comm_ms - self.hidden_fraction * min(self.comm_ms, gemm_ms)
+
+
+def layer_pass_times(
+    model: TransformerModel,
+    microbatch_size: int,
+    gpu: GpuProfile,
+    efficiency: Efficiency,
+    tp: TensorParallel,
+) -> PassTimes:
+    """One layer's three passes for one microbatch on one GPU (no recomputation)."""
+    tokens = microbatch_size * model.seq_len
+    flops = layer_flops(model, microbatch_size)
+    linear = flops.backward_weight / tp.degree
+    scores = (flops.forward - flops.backward_weight) / tp.degree
+    gemm_ms = compute_ms(linear, gpu, efficiency, tokens)
+    time_scores = attention_ms if model.flash_attention else compute_ms
+    moved = layer_memory_bound_bytes(model, microbatch_size, tp.degree, tp.sequence_parallel)
+    exposed = tp.exposed_ms(gemm_ms)
+    return PassTimes(
+        forward_ms=gemm_ms
+        + time_scores(scores, gpu, efficiency, tokens)
+        + memory_ms(moved.forward, gpu, efficiency)
+        + exposed,
+        backward_input_ms=gemm_ms
+        + time_scores(2 * scores, gpu, efficiency, tokens)
+        + memory_ms(moved.backward, gpu, efficiency)
+        + exposed,
+        backward_weight_ms=gemm_ms,
+    )
+
+
+def stage_pass_times(
+    model: TransformerModel,
+    layers: int,
+    microbatch_size: int,
+    gpu: GpuProfile,
+    efficiency: Efficiency,
+    tp: TensorParallel,
+    *,
+    first: bool,
+    last: bool,
+) -> PassTimes:
+    """A stage's three passes: ``layers`` layers, with recomputation one more forward of
+    them inside ``I``, the embedding if ``first``, the LM head and loss if ``last``."""
+    layer = layer_pass_times(model, microbatch_size, gpu, efficiency, tp)
+    forward = layers * layer.forward_ms
+    backward_input = layers * layer.backward_input_ms
+    backward_weight = layers * layer.backward_weight_ms
+    if model.recompute:
+        backward_input += forward
+    if first:
+        moved = embedding_memory_bound_bytes(model, microbatch_size)
+        forward += memory_ms(moved.forward, gpu, efficiency)
+        backward_input += memory_ms(moved.backward, gpu, efficiency)
+    if last:
+        tokens = microbatch_size * model.seq_len
+        head = compute_ms(
+            lm_head_flops(model, microbatch_size).forward / tp.degree, gpu, efficiency, tokens
+        )
+        moved = lm_head_memory_bound_bytes(model, microbatch_size, tp.degree, tp.sequence_parallel)
+        forward += head + memory_ms(moved.forward, gpu, efficiency)
+        backward_input += head + memory_ms(moved.backward, gpu, efficiency)
+        backward_weight += head
+    return PassTimes(forward, backward_input, backward_weight)
+
+
+def optimizer_step_ms(
+    model: TransformerModel,
+    partition: Sequence[int],
+    gpu: GpuProfile,
+    efficiency: Efficiency,
+    data_parallel: int = 1,
+    zero_stage: int = 0,
+    tensor: int = 1,
+) -> tuple[float, ...]:
+    """The optimizer step per stage: ``OPTIMIZER_STEP_BYTES_PER_PARAM`` bytes for each
+    parameter one GPU updates (its ``1/tensor`` share, and of that ``1/data_parallel`` once
+    ZeRO shards the optimizer states) over the memory bandwidth."""
+    shards = tensor * (data_parallel if zero_stage >= 1 else 1)
+    return tuple(
+        memory_ms(OPTIMIZER_STEP_BYTES_PER_PARAM * params / shards, gpu, efficiency)
+        for params in stage_parameters(model, partition)
+    )
+
+
+def exposed_data_parallel_ms(
+    reduction_ms: float, forward_ms: float, backward_ms: float, overlap: bool
+) -> float:
+    """What a device waits for the gradient reduction of ``reduction_ms``: all of it without
+    ``overlap``; with it, the reduce-scatter half beyond the last microbatch's backward
+    (``backward_ms``, where its buckets are produced) and the all-gather half beyond the
+    first microbatch's forward (``forward_ms``, which the gathered weights feed)."""
+    if not overlap:
+        return reduction_ms
+    half = reduction_ms / 2
+    return max(half - backward_ms, 0.0) + max(half - forward_ms, 0.0)
