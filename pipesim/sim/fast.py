@@ -117,12 +117,13 @@ def link_times(index: ScheduleIndex, costs: Costs, topology: Topology) -> LinkTi
     occupancy, latency = np.zeros(count), np.zeros(count)
     if not count:
         return LinkTimes(channel, occupancy, latency, 0)
-    route = (src * (topology.devices + 1) + dst) * (int(layer.max()) + 1) + layer
+    layers = int(layer.max()) + 1
+    route = (src * (topology.devices + 1) + dst) * layers + layer
     routes, inverse = np.unique(route, return_inverse=True)
     names: dict[str, int] = {}
     per_route = []
     for code in routes.tolist():
-        pair, stage = divmod(code, int(layer.max()) + 1)
+        pair, stage = divmod(code, layers)
         a, b = divmod(pair, topology.devices + 1)
         link = topology.link(a, b)
         if a == b or link.is_ideal:
