@@ -7,7 +7,13 @@ import pytest
 
 from pipesim import load_scenario, run_scenario
 from pipesim.cluster.hardware import gpu_profile, link_profile
-from pipesim.cluster.model import TransformerModel, partition_layers
+from pipesim.cluster.model import (
+    Efficiency,
+    TransformerModel,
+    data_parallel_allreduce_ms,
+    partition_layers,
+)
+from pipesim.cluster.pass_time import optimizer_step_ms
 from pipesim.cluster.transformer import model_flops_per_step, static_memory
 from pipesim.scenario.build import ScenarioError
 
@@ -266,3 +272,27 @@ def test_parallel_needs_a_model(tmp_path):
 def test_model_costs_are_re_cut_not_per_chunk():
     assert load_scenario(LLAMA).costs_per_chunk is False
     assert load_scenario(SCENARIOS / "interleaved.yaml").costs_per_chunk is True
+
+
+def test_the_step_ends_with_the_optimizer_and_the_gradient_reduction():
+    model = TransformerModel(layers=24, hidden=4096, heads=32, seq_len=2048, vocab=128256)
+    partition = partition_layers(model, 4, "balanced")
+    h100 = gpu_profile("h100-sxm")
+    # One replica: the optimizer step alone, 34 bytes per parameter over the bandwidth.
+    alone = optimizer_step_ms(model, partition, h100, Efficiency())
+    assert load_scenario(GPT).tail_ms == pytest.approx(alone)
+    # Two replicas on one node, not overlapped: the optimizer step and the whole all-reduce.
+    pair = load_scenario(GPT, ["parallel.data=2", "model.global_batch=16"])
+    reduce = data_parallel_allreduce_ms(model, partition, 2, link_profile("nvlink4"))
+    assert pair.tail_ms == pytest.approx(tuple(a + r for a, r in zip(alone, reduce, strict=True)))
+    # ZeRO-1 shards the optimizer step over the replicas.
+    sharded = load_scenario(
+        GPT, ["parallel.data=2", "model.global_batch=16", "parallel.zero_stage=1"]
+    )
+    assert sharded.tail_ms == pytest.approx(
+        tuple(a / 2 + r for a, r in zip(alone, reduce, strict=True))
+    )
+    # FLOPs only (memory_fraction: null) and no replicas: nothing at the end of the step.
+    flops_only = load_scenario(GPT, ["model.efficiency.memory_fraction=null"])
+    assert flops_only.tail_ms is None
+    assert load_scenario(GPT, ["pipeline.mode=forward"]).tail_ms is None
