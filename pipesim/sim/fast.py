@@ -9,16 +9,25 @@ So every start and end is fixed by the dependency graph alone, a longest-path pr
     leave(message) = max(end of its producer, when its channel fell free) + channel time
     arrive         = leave + latency
 
-``sweep`` solves it in one pass over the graph, visiting devices in turn and running
-each as far as its inputs are known (the order SimPy's clock would impose, without the
-clock). Everything around the pass is bulk NumPy (``pipesim.sim.fast_rows``): the
-durations and link times it reads, and the Trace it yields, with the same rows, times
-and causes as ``pipesim.sim.engine.simulate`` to floating-point equality.
+``sweep`` solves it in one pass over the graph: it visits the devices in turn and runs
+each as far as its inputs are known, so every node is computed once, after what it
+waits for, with the engine's own floating-point operations in the engine's order.
+Everything around the pass is bulk NumPy (``pipesim.sim.fast_rows``): the durations and
+link times it reads, and the Trace it yields, with the same rows, times and causes as
+``pipesim.sim.engine.simulate``.
+
+Why one pass and not rounds of vectorised scans (per device, end = max(previous end,
+ready) + duration is a max-plus prefix scan): iterating such scans to the fixed point
+takes one round per change of device along the longest path. That is about 2(D-1)
+rounds on ideal links, but with a latency on each hop 1F1B's steady state hands work
+back and forth between the last two devices once per microbatch (124 rounds at D=8,
+m=64), so the rounds grow with the microbatches and each costs a pass over every node.
+The pass here costs one visit per node, whatever the path.
 
 What it cannot express goes to the engine (``pipesim.sim.evaluate``): channels shared
-by several senders (served first come, first served across senders), random durations
-or link times, sends that hold their sender (``comm_overlap`` off), torch's runtime
-posts. An invalid schedule or a deadlock also goes to the engine, whose validator says
+by several senders (served first come, first served across senders, with a tie rule
+over the instant), random durations or link times, torch's runtime posts, negative
+times. An invalid schedule or a deadlock also goes to the engine, whose validator says
 what is wrong, with the grid.
 """
 
@@ -84,7 +93,7 @@ def fast_simulate(
     solved = sweep(index, as_array("d", duration), links, costs.overhead_ms, hold)
     if solved is None:
         return None
-    end, begin = solved
+    end, begin, runs = solved
     result = Sweep(
         duration=duration,
         end=np.frombuffer(end, dtype=np.float64),
@@ -92,6 +101,7 @@ def fast_simulate(
         links=links,
         overhead_ms=costs.overhead_ms,
         hold=hold,
+        runs=np.frombuffer(runs, dtype=np.int64).reshape(-1, 2),
     )
     return build_trace(index, result, tail_ms, tail_after_flush)
 
@@ -156,8 +166,9 @@ def _shared_channels(topology: Topology) -> set[str]:
 
 
 def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: float, hold: bool):
-    """Every node's end and every channel message's departure (``array('d')`` each), in
-    one pass; None on a deadlock (no device can move while some still have work).
+    """Every node's end and every channel message's departure (``array('d')`` each), and
+    the runs of nodes in the order they were computed (first, stop, first, stop, ...: a
+    topological order); None on a deadlock (no device can move while some have work).
 
     Devices are visited in turn; each runs on while its next node's input is known (an
     arrival of -1: not yet sent). ``hold``: a send keeps its device busy until it arrives
@@ -165,14 +176,9 @@ def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: 
     times are the engine's to the bit."""
     input_of, output_of, groups = index.input_of, index.output_of, index.groups
     channel, occupancy, latency = as_array("q", links.channel), as_array("d", links.occupancy_ms), as_array("d", links.latency_ms)  # fmt: skip
-    arrival = array("d", [-1.0]) * len(channel)
-    begin = array("d", bytes(8 * len(channel)))
-    end = array("d", bytes(8 * len(input_of)))
-    channel_free = [0.0] * links.channels
-    bounds = index.bounds
-    at, stop = list(bounds[:-1]), bounds[1:]
-    free = [0.0] * index.devices
-    left = bounds[-1]
+    arrival, begin, end = array("d", [-1.0]) * len(channel), array("d", bytes(8 * len(channel))), array("d", bytes(8 * len(input_of)))  # fmt: skip
+    channel_free, free, runs = [0.0] * links.channels, [0.0] * index.devices, array("q")
+    at, stop, left = list(index.bounds[:-1]), index.bounds[1:], index.bounds[-1]
     while left:
         moved = 0
         for device, h in enumerate(stop):
@@ -211,10 +217,11 @@ def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: 
             if i != first:
                 moved += i - first
                 at[device], free[device] = i, t
+                runs += array("q", (first, i))
         if not moved:
             return None
         left -= moved
-    return end, begin
+    return end, begin, runs
 
 
 def _group_ready(inputs: tuple[int, ...], arrival: array, free: float) -> float:

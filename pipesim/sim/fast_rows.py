@@ -13,11 +13,12 @@ and every channel message's departure. The rest of a row follows from those in b
 **Row order.** The engine numbers rows as its clock reaches them: a compute row when the
 action ends, its transfers right after it, a tail row when it ends; among rows ending at
 the same instant SimPy's event order decides. The fast evaluator keeps that order by
-time and breaks ties canonically: by device, then program order (tail rows after compute
-rows). Every analysis reads the trace through rows' times and causes and each device's
-rows in program order, which both orders share; only the choice among rows that end at
-exactly the same time can differ (e.g. which of two rows ending at the makespan the
-critical path starts from).
+time and breaks ties canonically, in the order the sweep computed them, tail rows last;
+so, as in the engine, a row comes after every row it waits for, and each device's rows
+are in program order. Every analysis reads the trace through rows' times and causes,
+which both orders share; only the choice among rows that end at exactly the same time
+can differ (e.g. which of two rows ending at the makespan the critical path starts
+from, or which row the flush names).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Sweep:
     links: LinkTimes
     overhead_ms: float
     hold: bool = False  # a send keeps its device busy until it arrives
+    runs: np.ndarray | None = None  # (first, stop) node ranges in the order computed
 
 
 @dataclass(slots=True)
@@ -105,7 +107,8 @@ def build_trace(
     sent = np.bincount(index.message_node[on_channel], minlength=nodes)
     unit_end = np.concatenate([sweep.end, tails.end])
     unit_size = np.concatenate([1 + sent, np.ones(len(tails.end), dtype=np.int64)])
-    order = np.argsort(unit_end, kind="stable")
+    before = np.concatenate([_computed_order(sweep.runs, nodes), nodes + np.arange(len(tails.end))])  # fmt: skip
+    order = before[np.argsort(unit_end[before], kind="stable")]
     first_row = np.empty(len(unit_end), dtype=np.int64)
     first_row[order] = np.cumsum(unit_size[order]) - unit_size[order]
     node_row, tail_row = first_row[:nodes], first_row[nodes:]
@@ -130,6 +133,15 @@ def build_trace(
     ]  # fmt: skip
     places = [node_row, message_row[on_channel], tail_row]
     return _assemble(index, rows, places, int(unit_size.sum()))
+
+
+def _computed_order(runs: np.ndarray | None, nodes: int) -> np.ndarray:
+    """The nodes in the order the sweep computed them (each after what it waits for)."""
+    if runs is None:
+        return np.arange(nodes, dtype=np.int64)
+    lengths = runs[:, 1] - runs[:, 0]
+    offsets = np.repeat(runs[:, 0] - (np.cumsum(lengths) - lengths), lengths)
+    return np.arange(int(lengths.sum()), dtype=np.int64) + offsets
 
 
 def _arrivals(index: ScheduleIndex, sweep: Sweep) -> np.ndarray:

@@ -36,7 +36,7 @@ from pipesim.sim.metrics import build_report
 from pipesim.sim.trace import CAUSE_FLUSH
 from tests.helpers import latency_topology
 from tests.schedules.test_zero_bubble import PAPER_TABLES_9_AND_5
-from tests.sim.test_properties import QUARTERS, random_schedules
+from tests.sim.test_properties import QUARTERS, check_causes, random_schedules
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 ANY_MS = st.floats(0.0, 10.0, allow_nan=False, allow_infinity=False)
@@ -92,6 +92,7 @@ def both(schedule, costs, topology=None, **kwargs):
     fast, which = evaluate(schedule, costs, topology, evaluator="fast", **kwargs)
     assert which == "fast"
     assert_same_trace(engine, fast)
+    check_causes(fast, topology)  # each row after its cause, starting as it ends
     assert_same_report(engine, fast, schedule, costs, topology)
     return engine, fast
 
