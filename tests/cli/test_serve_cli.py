@@ -262,3 +262,19 @@ def test_a_bar_counts_the_requests_on_a_terminal_unless_silenced(tmp_path, monke
     assert invoke("serve", scenario, "-o", tmp_path / "b.txt").exit_code == 0
     assert terminal.getvalue().startswith("\rserving: ")
     assert "60/60" in terminal.getvalue()
+
+
+@pytest.mark.slow
+def test_a_serving_sweep_is_the_same_bytes_with_one_or_two_jobs(tmp_path):
+    scenario = poisson(tmp_path)
+    files = []
+    for jobs in ("1", "2"):
+        folder = tmp_path / f"jobs{jobs}"
+        folder.mkdir()
+        result = invoke("sweep", scenario, "--grid", "serving.workload.rate=5,40",
+                        "--grid", "serving.max_num_seqs=1,8", "--jobs", jobs,
+                        "-o", folder / "s.csv", "--plot", folder / "s.png")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        files.append({p.name: p.read_bytes() for p in sorted(folder.iterdir())})
+    assert sorted(files[0]) == ["s.csv", "s.png"]
+    assert files[0] == files[1]
