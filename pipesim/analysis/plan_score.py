@@ -32,6 +32,7 @@ from pipesim.analysis.plan_memory import (
     capacity_reason,
     exceeds,
     memory_program,
+    memory_timelines_bulk,
     peak_activation_bytes,
 )
 from pipesim.analysis.plan_space import Candidate
@@ -46,7 +47,6 @@ from pipesim.search import AUTO_POLICIES
 from pipesim.sim.costs import Costs
 from pipesim.sim.evaluate import evaluate
 from pipesim.sim.links import Topology
-from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import Accounting, Report, build_report
 from pipesim.sim.trace import Trace
 
@@ -126,7 +126,7 @@ class Scorer:
         if shared not in self._timelines:
             trace, evaluator = timeline(schedule, derived.costs, topology, derived.tail_ms,
                                         not c.dp_overlap)  # fmt: skip
-            memory = memory_timelines(trace, schedule, derived.costs)
+            memory = memory_timelines_bulk(trace, schedule, derived.costs)
             report = build_report(
                 trace, schedule, derived.costs, c.microbatch_size, scenario=self.spec.name,
                 seq_len=self.spec.model.seq_len, topology=topology,

@@ -8,7 +8,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.analysis.plan_memory import memory_program, peak_activation_bytes
+from pipesim.analysis.plan_memory import (
+    memory_program,
+    memory_timelines_bulk,
+    peak_activation_bytes,
+)
 from pipesim.analysis.plan_space import build_space, enumerate_space
 from pipesim.scenario.build import parse_spec
 from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
@@ -76,3 +80,34 @@ def test_memory_walk_equals_the_engines_peak(name, devices, microbatches, seed):
               for t in memory_timelines(trace, schedule, costs)]  # fmt: skip
     walk = peak_activation_bytes(memory_program(schedule), costs)
     np.testing.assert_allclose(walk, engine, rtol=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    name=st.sampled_from(["dualpipe", "dualpipev", "1f1b", "zbv"]),
+    devices=st.sampled_from([2, 4]),
+    microbatches=st.integers(4, 12),
+    seed=st.integers(0, 2**31),
+)
+def test_bulk_memory_timelines_equal_the_engines_array_for_array(name, devices, microbatches, seed):
+    try:
+        schedule = get_schedule(name, devices, microbatches, fit_virtual_stages(name, 2))
+    except ScheduleError:
+        return
+    rng = np.random.default_rng(seed)
+    stages = schedule.model_stages
+    kept = rng.uniform(1, 10, stages)
+    costs = uniform_costs(
+        stages,
+        forward_ms=list(rng.uniform(1, 2, stages)),
+        backward_ms=list(rng.uniform(2, 4, stages)),
+        backward_input_ms=list(rng.uniform(1, 2, stages)),
+        backward_weight_ms=list(rng.uniform(1, 2, stages)),
+        activation_memory_bytes=list(kept),
+        weight_grad_memory_bytes=list(kept * rng.uniform(0, 1, stages)),
+    )
+    trace = simulate(schedule, costs)
+    for ours, engines in zip(memory_timelines_bulk(trace, schedule, costs),
+                             memory_timelines(trace, schedule, costs), strict=True):  # fmt: skip
+        for field in ("time", "activation_bytes", "inflight"):
+            assert np.array_equal(getattr(ours, field), getattr(engines, field))
