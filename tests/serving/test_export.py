@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipesim.serving.engine import simulate_serving
 from pipesim.serving.export import report_scalars, requests_csv, to_chrome_trace
@@ -116,3 +119,36 @@ def test_report_scalars_flatten_the_latency_objects():
     assert row["ttft_ms_p50"] == pytest.approx(15.0)
     assert row["e2e_ms_mean"] == pytest.approx(18.0)
     assert "devices" not in row and all(not isinstance(v, dict | list) for v in row.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    stages=st.integers(1, 3),
+    arrivals=st.lists(st.floats(0, 0.05), min_size=1, max_size=12),
+    lengths=st.lists(st.tuples(st.integers(1, 64), st.integers(1, 8)), min_size=12, max_size=12),
+    max_num_seqs=st.integers(1, 4),
+    kv_blocks=st.integers(3, 20),
+)
+def test_every_request_is_one_csv_line_and_one_ordered_span(
+    stages, arrivals, lengths, max_num_seqs, kv_blocks
+):
+    costs = HandTypedCosts((2.0,) * stages, (0.5,) * stages, 32, (0.1,) * (stages - 1))
+    replica = ReplicaConfig(costs, max_num_seqs=max_num_seqs, max_num_batched_tokens=64,
+                            block_size=4, kv_blocks=max(kv_blocks, stages))  # fmt: skip
+    requests = [
+        Request(i, t, p, o)
+        for i, (t, (p, o)) in enumerate(zip(sorted(arrivals), lengths, strict=False))
+    ]
+    result = simulate_serving(ServeConfig(replica), requests)
+    lines = requests_csv(result).splitlines()
+    assert len(lines) == len(requests) + 1
+    statuses = [line.split(",")[5] for line in lines[1:]]
+    assert statuses == ["rejected" if r else "finished" for r in result.requests.rejected]
+    events = to_chrome_trace(result)["traceEvents"]
+    assert sum(e["ph"] == "X" for e in events) == len(result.iterations) * stages
+    assert sum(e["ph"] == "i" for e in events) == int(result.requests.rejected.sum())
+    for ident in np.flatnonzero(~result.requests.rejected):
+        mine = [e for e in events if e.get("cat") == "request" and e.get("id") == ident]
+        assert [e["ph"] for e in mine] == ["b", "b", "e", "b", "e", "b", "e", "e"]
+        times = [e["ts"] for e in mine]
+        assert times == sorted(times) and all(np.isfinite(times))
