@@ -21,7 +21,8 @@ What an iteration costs on each stage comes from one of three places:
 
 GPUs are laid out replica after replica, each replica's stages in order and each stage's
 ``tensor`` GPUs side by side, so stage ``s`` of the first replica sits on node
-``s * tensor // gpus_per_node`` (or ``hardware.placement[s]``). Every problem is one
+``s * tensor // gpus_per_node`` (or ``hardware.placement[s]``); every replica's hops are
+costed as the first replica's (replicas are identical copies). Every problem is one
 ScenarioError naming the file and the key.
 """
 
