@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from pipesim.analysis.critical import explain
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import (
     Action,
@@ -274,3 +275,14 @@ def test_one_schedule_under_many_costs_reuses_its_index():
         costs = uniform_costs(8, forward, backward_input_ms=1.0, backward_weight_ms=0.25,
                               activation_bytes=2e6)  # fmt: skip
         both(schedule, costs, topology)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policy_scenarios())
+def test_idle_gaps_and_their_causes_match_the_engine(case):
+    # Every idle stretch of every device, and what it waited for, read off either trace.
+    schedule, costs, topology = case
+    engine = explain(simulate(schedule, costs, topology), schedule, topology)
+    fast = explain(evaluate(schedule, costs, topology)[0], schedule, topology)
+    assert fast.gaps == engine.gaps
+    assert [s["end_ms"] for s in fast.critical_path][-1] == engine.makespan_ms
