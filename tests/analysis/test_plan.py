@@ -185,3 +185,27 @@ def test_plan_needs_a_model_and_a_global_batch():
 
 def test_plan_is_a_frozen_record():
     assert Plan.__dataclass_params__.frozen
+
+
+DASK_SPACE = ("pipeline.schedule=1f1b,zbv", "model.recompute=false", "parallel.zero_stage=1")
+
+
+def test_dask_local_cluster_gives_the_same_plan():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        remote = plan(small_base(), SOURCE, 8, DASK_SPACE, executor="dask", confirm=0,
+                      scheduler=cluster.scheduler_address).to_dict()  # fmt: skip
+    local = plan(small_base(), SOURCE, 8, DASK_SPACE, confirm=0).to_dict()
+    remote.pop("wall_s"), local.pop("wall_s")
+    assert remote == local
+
+
+def test_progress_counts_every_candidate_and_the_size_comes_first():
+    seen, sizes = [], []
+    result = plan(small_base(), SOURCE, 8, DASK_SPACE, confirm=0,
+                  progress=lambda n: seen.append((len(sizes), n)), on_size=sizes.append)  # fmt: skip
+    assert sizes == [result.space_size]
+    assert all(before == 1 for before, _ in seen)  # every update after the size was given
+    assert sum(n for _, n in seen) == result.space_size
