@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from pipesim.analysis.plan import Plan, PlanMismatch, confirm_top, plan, run_emitted
+from pipesim.analysis.plan_explain import explain_plan
 from pipesim.analysis.plan_rank import emit_mapping, pareto, rank
 from pipesim.analysis.plan_space import (
     PlanError,
@@ -209,3 +210,19 @@ def test_progress_counts_every_candidate_and_the_size_comes_first():
     assert sizes == [result.space_size]
     assert all(before == 1 for before, _ in seen)  # every update after the size was given
     assert sum(n for _, n in seen) == result.space_size
+
+
+def test_explain_terms_add_up_to_the_step_and_name_memory_forced_choices():
+    result = plan(small_base(), SOURCE, 8, SMALL_SPACE, top=50, confirm=0)
+    explanation = explain_plan(small_base(), SOURCE, result.results)
+    winner, runner_up = explanation.winner, explanation.runner_up
+    for part in (winner, runner_up):  # busy + idle by cause = the step, on every device
+        assert sum(part.terms_ms.values()) == pytest.approx(part.step_time_ms, rel=1e-12)
+    assert winner.step_time_ms == result.results[0]["step_time_ms"]
+    assert runner_up.step_time_ms > winner.step_time_ms
+    # ZeRO-1 is what lets the winner fit in 40 GiB: at stage 0 its walk exceeds the GPU
+    assert result.results[0]["parallel.zero_stage"] == 1
+    assert any(s.startswith("ZeRO stage 1 is forced by memory") for s in winner.forced)
+    lines = explanation.sentences()
+    assert lines[0].startswith("#1 ") and lines[1].startswith("#2 ")
+    assert f"{runner_up.step_time_ms - winner.step_time_ms:.3f} ms faster" in lines[2]
