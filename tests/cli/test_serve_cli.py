@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,6 +13,8 @@ import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipesim.cli import progress
 from pipesim.cli.commands import main
@@ -278,3 +281,65 @@ def test_a_serving_sweep_is_the_same_bytes_with_one_or_two_jobs(tmp_path):
         files.append({p.name: p.read_bytes() for p in sorted(folder.iterdir())})
     assert sorted(files[0]) == ["s.csv", "s.png"]
     assert files[0] == files[1]
+
+
+# ---------------------------------------------------------------------------
+# Whatever is thrown at it: a finite report, or one line and exit 2 with nothing written
+
+SERVING_KEYS = [
+    "serving.workload.arrival", "serving.workload.rate", "serving.workload.cv",
+    "serving.workload.requests", "serving.workload.duration_s", "serving.workload.seed",
+    "serving.workload.prompt_tokens", "serving.workload.output_tokens",
+    "serving.workload.trace_file", "serving.replicas", "serving.router", "serving.max_num_seqs",
+    "serving.max_num_batched_tokens", "serving.chunked_prefill", "serving.block_size",
+    "serving.kv_blocks", "serving.gpu_memory_utilization", "serving.slo.ttft_ms",
+    "serving.slo.percentile", "pipeline.devices", "parallel.tensor", "costs.prefill_ms",
+    "decode.prompt_tokens", "serving",
+]  # fmt: skip
+VALUES = [
+    "0", "1", "2", "7", "64", "-1", "0.5", "1e-320", "1e308", "9007199254740993", "1e400",
+    ".nan", ".inf", "true", "poisson", "gamma", "trace", "least_outstanding", "one.csv",
+    "nope.csv", "[1, 2]", "{}", "null", "{distribution: lognormal, mean: 50, cv: 2}",
+    "{distribution: empirical, samples: [1, 4000]}", "{distribution: uniform, low: 9, high: 2}",
+]  # fmt: skip
+
+
+def finite(value) -> bool:
+    if isinstance(value, dict):
+        return all(finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(finite(v) for v in value)
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    overrides=st.lists(
+        st.tuples(st.sampled_from(SERVING_KEYS), st.sampled_from(VALUES)), min_size=1, max_size=3
+    ),
+    model=st.booleans(),
+)
+def test_serve_keeps_the_contract_whatever_is_set(tmp_path_factory, overrides, model):
+    folder = tmp_path_factory.mktemp("fuzz")
+    if model:
+        scenario = write_scenario(
+            folder, pipeline={"devices": 2}, costs={}, decode=None, parallel={"tensor": 4},
+            model=LLAMA_70B, hardware={"gpu": "h100-sxm", "gpus_per_node": 8},
+            serving={"workload": {"rate": 5.0, "requests": 20}, "slo": {"ttft_ms": 500}},
+        )  # fmt: skip
+    else:
+        scenario = poisson(folder, slo={"tpot_ms": 5.0})
+    sets = [item for key, value in overrides for item in ("--set", f"{key}={value}")]
+    report = folder / "out" / "r.json"
+    report.parent.mkdir()
+    result = invoke("serve", scenario, *sets, "--format", "json", "-o", report,
+                    "--requests", report.parent / "q.csv")  # fmt: skip
+    if result.exit_code == 0:
+        assert finite(json.loads(report.read_text()))
+        return
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("pipesim: error: ") and result.stderr.count("\n") == 1
+    assert len(result.stderr) <= 302
+    assert list(report.parent.iterdir()) == []
