@@ -81,18 +81,22 @@ class ScheduleIndex:
     fault: str | None
 
 
-_cache: OrderedDict[int, tuple[Schedule, ScheduleIndex]] = OrderedDict()
+_cache: OrderedDict[int, tuple[Schedule, ScheduleIndex]] = OrderedDict()  # by content hash
 
 
 def schedule_index(schedule: Schedule) -> ScheduleIndex:
-    """The index of ``schedule``, built on first use and kept for the last few schedules
-    (by identity: a Schedule is immutable, and hashing a large one would cost a walk)."""
-    hit = _cache.get(id(schedule))
-    if hit is not None and hit[0] is schedule:
-        _cache.move_to_end(id(schedule))
+    """The index of ``schedule``, built on first use and kept for the last few schedules.
+
+    Kept by content, not identity: a planner rebuilds the same schedule for every cost it
+    tries, and hashing the action lists costs a small fraction of laying them out again.
+    """
+    key = hash((schedule.device_actions, schedule.placement, schedule.chains, schedule.posts))
+    hit = _cache.get(key)
+    if hit is not None and (hit[0] is schedule or hit[0] == schedule):
+        _cache.move_to_end(key)
         return hit[1]
     index = _build(schedule)
-    _cache[id(schedule)] = (schedule, index)
+    _cache[key] = (schedule, index)
     while len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
     return index
