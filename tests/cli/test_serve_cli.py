@@ -16,8 +16,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipesim.analysis.sweep import parse_grid
 from pipesim.cli import progress
 from pipesim.cli.commands import main
+from pipesim.serving.sweep import run_serving_sweep
 
 LLAMA_70B = {
     "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672,
@@ -343,3 +345,25 @@ def test_serve_keeps_the_contract_whatever_is_set(tmp_path_factory, overrides, m
     assert result.stderr.startswith("pipesim: error: ") and result.stderr.count("\n") == 1
     assert len(result.stderr) <= 302
     assert list(report.parent.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_serving_sweep_on_dask_gives_the_same_frame(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    base = yaml.safe_load(poisson(tmp_path).read_text())
+    source = str(tmp_path / "serve.yaml")
+    axes = parse_grid(["serving.workload.rate=5,40", "serving.max_num_seqs=1,8"])
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        remote = run_serving_sweep(base, source, axes, executor="dask",
+                                   scheduler=cluster.scheduler_address)  # fmt: skip
+    pd.testing.assert_frame_equal(remote, run_serving_sweep(base, source, axes))
+    assert (remote["completed"] == 60).all()
+
+
+def test_a_serving_sweep_on_dask_needs_a_scheduler(tmp_path):
+    result = invoke("sweep", poisson(tmp_path), "--grid", "serving.workload.rate=5",
+                    "--executor", "dask")  # fmt: skip
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == "pipesim: error: --executor dask needs --scheduler tcp://HOST:PORT\n"
