@@ -178,12 +178,13 @@ def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: 
     channel, occupancy, latency = as_array("q", links.channel), as_array("d", links.occupancy_ms), as_array("d", links.latency_ms)  # fmt: skip
     arrival, begin, end = array("d", [-1.0]) * len(channel), array("d", bytes(8 * len(channel))), array("d", bytes(8 * len(input_of)))  # fmt: skip
     channel_free, free, runs = [0.0] * links.channels, [0.0] * index.devices, array("q")
-    at, stop, left = list(index.bounds[:-1]), index.bounds[1:], index.bounds[-1]
-    while left:
-        moved = 0
-        for device, h in enumerate(stop):
+    at, stop = list(index.bounds[:-1]), index.bounds[1:]
+    active = [d for d in range(index.devices) if at[d] < stop[d]]  # devices with work left
+    while active:
+        moved = False
+        for device in active:
             i = first = at[device]
-            t = free[device]
+            h, t = stop[device], free[device]
             while i < h:
                 k = input_of[i]
                 if k >= 0:
@@ -215,12 +216,11 @@ def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: 
                     t = _ship_group(groups[-2 - k][2], t, (arrival, begin, channel_free), links, hold)  # fmt: skip
                 i += 1
             if i != first:
-                moved += i - first
-                at[device], free[device] = i, t
+                moved, at[device], free[device] = True, i, t
                 runs += array("q", (first, i))
         if not moved:
             return None
-        left -= moved
+        active = [d for d in active if at[d] < stop[d]]
     return end, begin, runs
 
 
