@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 
@@ -10,6 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+import pipesim.analysis.plan as plan_module
 from pipesim.cli.commands import main
 from tests.analysis.test_plan import small_base
 
@@ -124,3 +126,23 @@ def test_nothing_fits_means_nothing_emitted(scenario, tmp_path):
     assert result.exit_code == 2
     assert "no candidate fits" in result.stderr
     assert not best.exists()
+
+
+def test_a_disagreement_with_the_engine_is_exit_1_and_writes_nothing(scenario, tmp_path,
+                                                                     monkeypatch):  # fmt: skip
+    honest = plan_module.run_emitted
+
+    def off_by_a_bit(mapping, source, evaluator="auto"):
+        result = honest(mapping, source, evaluator)
+        report = dataclasses.replace(result.report, step_time_ms=result.report.step_time_ms * 1.01)
+        return dataclasses.replace(result, report=report)
+
+    monkeypatch.setattr(plan_module, "run_emitted", off_by_a_bit)
+    out, best = tmp_path / "plan.json", tmp_path / "best.yaml"
+    result = invoke("plan", scenario, "--gpus", 8, *SPACE, "--format", "json", "-o", out,
+                    "--emit", best, "--no-progress")  # fmt: skip
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("pipesim: error: rank 1: step_time_ms ")
+    assert "by the SimPy engine" in lines[-1]
+    assert not out.exists() and not best.exists()
