@@ -32,10 +32,10 @@ from operator import itemgetter
 
 import numpy as np
 
-from pipesim.schedules.ir import B, F, I, Kind, Schedule, W
+from pipesim.schedules.ir import B, F, I, Kind, Schedule
 from pipesim.sim.trace import KIND_CODE, KIND_CODES, SEND_B, SEND_F
 
-_F, _B, _I, _W = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I], KIND_CODE[W]
+_F, _B, _I = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
 _CACHE_SIZE = 8
 _STAGE, _KIND, _MICROBATCH, _SUB = (itemgetter(k) for k in range(4))  # an Action's fields
 
@@ -46,8 +46,8 @@ class ScheduleIndex:
 
     Per node: ``node_device``, ``node_kind`` (a KIND_CODE), ``node_stage`` and
     ``node_microbatch`` (-1 for a group), ``node_model_stage`` (the layer group whose cost
-    it takes; -1 for a group), ``node_action`` (object array), ``input_of``,
-    ``output_of`` (lists of int). ``bounds[d]:bounds[d+1]`` are device d's nodes.
+    it takes; -1 for a group), ``node_action`` (object array), ``input_of`` and
+    ``output_of`` (``array('q')``). ``bounds[d]:bounds[d+1]`` are device d's nodes.
     Per message: ``message_node`` (its producer), ``message_src``/``message_dst``
     (devices), ``message_model_stage`` (the boundary whose activation bytes it carries),
     ``message_kind`` (SEND_F or SEND_B), ``message_stage``/``message_microbatch`` (the
@@ -76,7 +76,7 @@ class ScheduleIndex:
     message_stage: np.ndarray
     message_microbatch: np.ndarray
     message_atom: np.ndarray
-    groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[str, int], ...]], ...]
+    groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[Kind, int], ...]], ...]
     chunk_of: np.ndarray  # per stage, plus a trailing -1 for stage -1
     fault: str | None
 
@@ -90,7 +90,7 @@ def schedule_index(schedule: Schedule) -> ScheduleIndex:
     Kept by content, not identity: a planner rebuilds the same schedule for every cost it
     tries, and hashing the action lists costs a small fraction of laying them out again.
     """
-    key = hash((schedule.device_actions, schedule.placement, schedule.chains, schedule.posts))
+    key = hash((schedule.device_actions, schedule.placement, schedule.chains))
     hit = _cache.get(key)
     if hit is not None and (hit[0] is schedule or hit[0] == schedule):
         _cache.move_to_end(key)

@@ -21,6 +21,7 @@ from pipesim.schedules.ir import (
     B,
     ConstraintError,
     F,
+    Schedule,
     ScheduleError,
     from_csv,
     schedule_from_lists,
@@ -302,3 +303,37 @@ def test_idle_gaps_and_their_causes_match_the_engine(case):
     fast = explain(evaluate(schedule, costs, topology)[0], schedule, topology)
     assert fast.gaps == engine.gaps
     assert [s["end_ms"] for s in fast.critical_path][-1] == engine.makespan_ms
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_schedules(), st.data())
+def test_broken_schedules_fail_as_in_the_engine(case, data):
+    # Swap two actions of one device, or move one to another device, or drop or repeat
+    # one: whatever the engine makes of it (a trace, a ScheduleError, a deadlock), the
+    # fast evaluator makes the same.
+    schedule, costs, topology = case
+    lists = [list(actions) for actions in schedule.device_actions]
+    d = data.draw(st.sampled_from([k for k, a in enumerate(lists) if a]))
+    i = data.draw(st.integers(0, len(lists[d]) - 1))
+    how = data.draw(st.sampled_from(["swap", "move", "drop", "repeat"]))
+    if how == "swap":
+        j = data.draw(st.integers(0, len(lists[d]) - 1))
+        lists[d][i], lists[d][j] = lists[d][j], lists[d][i]
+    elif how == "move":
+        lists[data.draw(st.integers(0, len(lists) - 1))].append(lists[d].pop(i))
+    elif how == "drop":
+        lists[d].pop(i)
+    else:
+        lists[d].insert(i, lists[d][i])
+    broken = Schedule(tuple(map(tuple, lists)), schedule.placement, schedule.chains)
+    topology = dedicated(topology)
+    try:
+        engine = simulate(broken, costs, topology)
+    except (ScheduleError, DeadlockError) as error:
+        with pytest.raises(type(error)) as raised:
+            evaluate(broken, costs, topology, evaluator="fast")
+        assert str(raised.value) == str(error)
+        return
+    fast, which = evaluate(broken, costs, topology, evaluator="fast")
+    assert which == "fast"  # what the engine runs, the sweep runs too
+    assert_same_trace(engine, fast)
