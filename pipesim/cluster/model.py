@@ -54,6 +54,7 @@ __all__ = [
     "lm_head_flops",
     "mfu",
     "model_flops_per_step",
+    "flops_loads",
     "partition_layers",
     "stage_activation_memory_bytes",
     "stage_costs",
@@ -62,6 +63,7 @@ __all__ = [
     "stage_parameters",
     "stage_work_flops",
     "static_memory",
+    "time_loads",
 ]
 
 
@@ -77,15 +79,20 @@ def mfu(
 
 
 def partition_layers(
-    model: TransformerModel, stages: int, mode: str | Sequence[int] = "even"
+    model: TransformerModel,
+    stages: int,
+    mode: str | Sequence[int] = "even",
+    *,
+    loads: tuple[int, int, int] | None = None,
 ) -> tuple[int, ...]:
     """How many layers each stage holds.
 
     ``"even"``: ``layers // stages`` each, the remainder one by one to the first stages (the
     last stage already carries the LM head). ``"balanced"``: the split that minimises the
-    slowest stage's forward + backward FLOPs per microbatch, LM head included; exact (a
-    binary search over the possible bottlenecks). Every stage gets at least one layer. A list
-    ``[n0, n1, ...]`` is taken as given once checked.
+    slowest stage's load, exact (a binary search over the possible bottlenecks); the load is
+    ``loads = (per layer, first stage's extra, last stage's extra)``, by default forward +
+    backward FLOPs per microbatch (``flops_loads``), or stage times (``time_loads``). Every
+    stage gets at least one layer. A list ``[n0, n1, ...]`` is taken as given once checked.
     """
     if stages < 1 or stages > model.layers:
         raise ValueError(f"need 1 <= stages <= layers, got {stages=}, layers={model.layers}")
@@ -94,7 +101,7 @@ def partition_layers(
             base, extra = divmod(model.layers, stages)
             return tuple(base + (1 if k < extra else 0) for k in range(stages))
         if mode == "balanced":
-            return _balanced(model, stages)
+            return _balanced(model.layers, stages, loads or flops_loads(model))
         raise ValueError(f"unknown partition mode {mode!r}; allowed: 'even', 'balanced', or a list")
     counts = tuple(int(n) for n in mode)
     if len(counts) != stages:
@@ -116,20 +123,54 @@ def stage_work_flops(model: TransformerModel, partition: Sequence[int]) -> tuple
     )
 
 
-def _balanced(model: TransformerModel, stages: int) -> tuple[int, ...]:
-    per_layer = stage_flops(model, 1, 1, first=False, last=False).total
+def flops_loads(model: TransformerModel) -> tuple[int, int, int]:
+    """What ``"balanced"`` equalises by default: forward + backward FLOPs of one layer, of
+    the first stage's extra work (none: the embedding lookup has no FLOPs) and of the last
+    stage's (the LM head), for a one-sequence microbatch."""
+    return (
+        stage_flops(model, 1, 1, first=False, last=False).total,
+        0,
+        lm_head_flops(model, 1).total,
+    )
+
+
+def time_loads(
+    model: TransformerModel,
+    microbatch_size: int,
+    gpu: GpuProfile,
+    efficiency: Efficiency,
+    tp: TensorParallel | None = None,
+) -> tuple[int, int, int]:
+    """The same three loads as stage times in picoseconds (F + I + W from
+    ``pipesim.cluster.pass_time``): with memory-bound work counted, the embedding and the
+    loss weigh more than their FLOPs say, and a FLOPs-balanced split leaves the last stage
+    slower than the others."""
+    tp = tp or TensorParallel()
+
+    def total_ps(layers: int, first: bool, last: bool) -> int:
+        p = stage_pass_times(
+            model, layers, microbatch_size, gpu, efficiency, tp, first=first, last=last
+        )
+        return round((p.forward_ms + p.backward_input_ms + p.backward_weight_ms) * 1e9)
+
+    return total_ps(1, False, False), total_ps(0, True, False), total_ps(0, False, True)
+
+
+def _balanced(layers: int, stages: int, loads: tuple[int, int, int]) -> tuple[int, ...]:
+    per_layer, first_extra, last_extra = loads
     extras = [0] * stages
-    extras[-1] += lm_head_flops(model, 1).total
-    groups = Counter(extras)  # stages alike in their extra load (the LM head or none)
+    extras[0] += first_extra
+    extras[-1] += last_extra
+    groups = Counter(extras)  # stages alike in their extra load (embedding, LM head, none)
 
     def feasible(limit: int) -> bool:
         caps = {e: (limit - e) // per_layer for e in groups}
         held = sum(caps[e] * n for e, n in groups.items())
-        return min(caps.values()) >= 1 and held >= model.layers
+        return min(caps.values()) >= 1 and held >= layers
 
     # The bottleneck is some stage's load n * per_layer + extra. For each distinct extra,
     # binary search the smallest feasible n; the least of those limits is the optimum.
-    layer_counts = range(1, model.layers + 1)
+    layer_counts = range(1, layers + 1)
     limits = []
     for extra in groups:
         index = bisect.bisect_left(
@@ -137,9 +178,9 @@ def _balanced(model: TransformerModel, stages: int) -> tuple[int, ...]:
         )
         if index < len(layer_counts):
             limits.append(layer_counts[index] * per_layer + extra)
-    assert limits, f"no feasible partition for {model.layers=}, {stages=}"
+    assert limits, f"no feasible partition for {layers=}, {stages=}"
     caps = [(min(limits) - e) // per_layer for e in extras]
-    return tuple(_level_down(caps, extras, per_layer, model.layers))
+    return tuple(_level_down(caps, extras, per_layer, layers))
 
 
 def _level_down(counts: list[int], extras: list[int], per_layer: int, layers: int) -> list[int]:

@@ -24,9 +24,14 @@ from pipesim.cluster.model import (
     data_parallel_allreduce_ms,
     partition_layers,
     stage_costs,
+    time_loads,
 )
 from pipesim.cluster.parallel import data_parallel_link
-from pipesim.cluster.pass_time import exposed_data_parallel_ms, optimizer_step_ms
+from pipesim.cluster.pass_time import (
+    TensorParallel,
+    exposed_data_parallel_ms,
+    optimizer_step_ms,
+)
 from pipesim.cluster.transformer import model_flops_per_step, static_memory
 from pipesim.scenario.schema import LinkSpec, ScenarioError, ScenarioSpec
 from pipesim.schedules.ir import Schedule
@@ -216,6 +221,16 @@ def model_costs(
     model, partition = _model_and_partition(spec, schedule.model_stages, source)
     intra, _ = _node_links(spec, source)
     efficiency = _efficiency(spec)
+    if spec.model.partition == "balanced":  # balance stage times (TP communication aside)
+        tp = TensorParallel(
+            par.tensor,
+            0.0,
+            par.sequence_parallel,
+            par.tp_overlap,
+            efficiency.tensor_overlap_fraction,
+        )
+        loads = time_loads(model, microbatch_size, gpu, efficiency, tp)
+        partition = partition_layers(model, len(partition), "balanced", loads=loads)
     costs = stage_costs(
         model,
         partition,
