@@ -20,7 +20,14 @@ from pipesim.cluster.memory_bound import (
     lm_head_memory_bound_bytes,
     stage_memory_bound_bytes,
 )
-from pipesim.cluster.model import TransformerModel, layer_flops, stage_costs
+from pipesim.cluster.model import (
+    TransformerModel,
+    flops_loads,
+    layer_flops,
+    partition_layers,
+    stage_costs,
+    time_loads,
+)
 from pipesim.cluster.pass_time import (
     PassTimes,
     TensorParallel,
@@ -192,3 +199,33 @@ def test_memory_bound_work_only_adds_time(microbatch_size, flash, recompute):
                        (with_bytes.backward_input_ms, without.backward_input_ms)):  # fmt: skip
         assert all(a > b for a, b in zip(more, less, strict=True))
     assert with_bytes.backward_weight_ms == without.backward_weight_ms
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(2, 12),
+    st.sampled_from([64, 128, 256]),
+    st.integers(1000, 200_000),
+    st.integers(1, 6),
+    st.booleans(),
+)
+def test_a_time_balanced_split_is_never_slower_than_a_flops_balanced_one(
+    layers, hidden, vocab, stages, flash
+):
+    model = TransformerModel(
+        layers=layers, hidden=hidden, heads=hidden // 64, seq_len=512, vocab=vocab,
+        flash_attention=flash,
+    )  # fmt: skip
+    stages = min(stages, layers)
+    h100 = gpu_profile("h100-sxm")
+
+    def slowest_ms(partition) -> float:
+        costs = stage_costs(model, partition, 1, h100)
+        return max(f + b for f, b in zip(costs.forward_ms, costs.backward_ms, strict=True))
+
+    by_flops = partition_layers(model, stages, "balanced", loads=flops_loads(model))
+    by_time = partition_layers(
+        model, stages, "balanced", loads=time_loads(model, 1, h100, Efficiency())
+    )
+    assert partition_layers(model, stages, "balanced") == by_flops
+    assert slowest_ms(by_time) <= slowest_ms(by_flops) * (1 + 1e-9)
