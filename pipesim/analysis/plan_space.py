@@ -113,6 +113,7 @@ class Space:
     derived: dict[str, tuple[Any, ...] | None]  # parallel.data, pipeline.microbatches filters
     widths: tuple[int, ...] = ()  # what tensor parallelism must divide: heads, kv heads, FFN
     node_gpus: int = 0  # GPUs per node (tensor parallelism stays inside one)
+    max_actions: int = 10_000_000  # the scenario's size guard (pipeline.max_actions)
 
 
 def _yaml_scalar(value: Any) -> str:
@@ -172,9 +173,8 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
         else:
             axes[key] = values
     node = spec.hardware.gpus_per_node or gpus
-    return Space(
-        gpus, spec.model.global_batch, spec.model.layers, axes, derived, _widths(spec), node
-    )
+    return Space(gpus, spec.model.global_batch, spec.model.layers, axes, derived,
+                 _widths(spec), node, spec.pipeline.max_actions)  # fmt: skip
 
 
 def parse_space(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
@@ -190,8 +190,9 @@ def parse_space(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
                 f"--space {axis.key}: not an axis of the plan; allowed: "
                 + ", ".join(AXIS_ATTRIBUTES)
             )
-        parsed[axis.key] = tuple(_checked(axis.key, raw, value)
-                                 for raw, value in zip(axis.raw, axis.values, strict=True))  # fmt: skip
+        values = [_checked(axis.key, raw, value)
+                  for raw, value in zip(axis.raw, axis.values, strict=True)]  # fmt: skip
+        parsed[axis.key] = tuple(dict.fromkeys(values))  # a value given twice counts once
     return parsed
 
 
@@ -272,6 +273,8 @@ def _layout(
     count, rest = divmod(space.global_batch, size * data)
     if rest or count == 0:
         return "global batch does not split into microbatch_size x data", data, 0
+    if devices * count * chunks * 3 > space.max_actions:
+        return "over pipeline.max_actions (the size guard)", data, count
     for key, value in (("parallel.data", data), ("pipeline.microbatches", count)):
         wanted = space.derived[key]
         if wanted is not None and value not in wanted:

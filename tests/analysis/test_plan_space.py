@@ -111,3 +111,17 @@ def test_bulk_memory_timelines_equal_the_engines_array_for_array(name, devices, 
                              memory_timelines(trace, schedule, costs), strict=True):  # fmt: skip
         for field in ("time", "activation_bytes", "inflight"):
             assert np.array_equal(getattr(ours, field), getattr(engines, field))
+
+
+def test_a_value_given_twice_counts_once_and_the_size_guard_prunes():
+    spec = parse_spec(small_base(), SOURCE)
+    once = build_space(spec, SOURCE, 8, ["pipeline.schedule=1f1b", "parallel.tensor=2"])
+    twice = build_space(spec, SOURCE, 8, ["pipeline.schedule=1f1b,1f1b", "parallel.tensor=2,2"])
+    assert len(list(enumerate_space(once))) == len(list(enumerate_space(twice))) == 3 * 4 * 8
+    guarded = small_base()
+    guarded["pipeline"]["max_actions"] = 4 * 16 * 3  # p=4, m=16 (b=1, data 2), F I W
+    space = build_space(parse_spec(guarded, SOURCE), SOURCE, 8,
+                        ["pipeline.schedule=1f1b", "parallel.tensor=1"])  # fmt: skip
+    reasons = Counter(reason for _, reason in enumerate_space(space))
+    # over 192 actions: p=8 (data 1) with b=1 (m=32) and b=2 (m=16), 8 candidates each
+    assert reasons["over pipeline.max_actions (the size guard)"] == 8 * 2
