@@ -226,3 +226,14 @@ def test_explain_terms_add_up_to_the_step_and_name_memory_forced_choices():
     lines = explanation.sentences()
     assert lines[0].startswith("#1 ") and lines[1].startswith("#2 ")
     assert f"{runner_up.step_time_ms - winner.step_time_ms:.3f} ms faster" in lines[2]
+
+
+@pytest.mark.slow
+def test_searched_policies_on_request_match_their_emitted_scenarios():
+    space = ("pipeline.schedule=zb-auto,v-auto", "parallel.tensor=2", "pipeline.devices=2",
+             "model.recompute=false", "parallel.zero_stage=1", "model.partition=even")  # fmt: skip
+    result = plan(small_base(), SOURCE, 8, space, top=20, confirm=0)
+    assert {row["pipeline.schedule"] for row in result.results} == {"zb-auto", "v-auto"}
+    for rank_index, row in enumerate(result.results):
+        engine = run_emitted(result.winner_mapping(rank_index), SOURCE, "simpy").report
+        assert row["step_time_ms"] == pytest.approx(engine.step_time_ms, rel=1e-9)
