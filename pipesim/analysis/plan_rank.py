@@ -45,6 +45,7 @@ def emit_mapping(base: dict[str, Any], row: dict[str, Any], note: str = "") -> d
         section, name = key.split(".")
         data.setdefault(section, {})[name] = row[key]
     data["model"].pop("microbatch_size", None)  # the pipeline section gives it
+    data["pipeline"].pop("schedule_file", None)  # a policy, never a file
     if note:
         data["description"] = note
     return data

@@ -160,6 +160,15 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
         )
     if spec.model.global_batch is None:
         raise PlanError(f"{source}: model.global_batch: required by pipesim plan")
+    if spec.pipeline.mode != "train":
+        raise PlanError(f"{source}: pipeline.mode: pipesim plan plans training steps (mode: train)")
+    for name, given in (("hardware.placement", spec.hardware.placement),
+                        ("variability", spec.variability)):  # fmt: skip
+        if given is not None:
+            raise PlanError(
+                f"{source}: {name}: not used by pipesim plan, which lays the devices out "
+                "itself and scores deterministic steps; remove it"
+            )
     if gpus < 1:
         raise PlanError(f"--gpus {gpus}: must be a positive number of GPUs")
     axes: dict[str, tuple[Any, ...]] = default_axes(spec, gpus)

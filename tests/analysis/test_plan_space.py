@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +14,7 @@ from pipesim.analysis.plan_memory import (
     memory_timelines_bulk,
     peak_activation_bytes,
 )
-from pipesim.analysis.plan_space import build_space, enumerate_space
+from pipesim.analysis.plan_space import PlanError, build_space, enumerate_space
 from pipesim.scenario.build import parse_spec
 from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import ScheduleError
@@ -125,3 +126,14 @@ def test_a_value_given_twice_counts_once_and_the_size_guard_prunes():
     reasons = Counter(reason for _, reason in enumerate_space(space))
     # over 192 actions: p=8 (data 1) with b=1 (m=32) and b=2 (m=16), 8 candidates each
     assert reasons["over pipeline.max_actions (the size guard)"] == 8 * 2
+
+
+def test_what_the_planner_cannot_honour_is_refused():
+    for section, key, value, message in (
+        ("pipeline", "mode", "forward", "pipeline.mode: pipesim plan plans training steps"),
+        ("hardware", "placement", [0, 1], "hardware.placement: not used by pipesim plan"),
+    ):
+        base = small_base()
+        base[section][key] = value
+        with pytest.raises(PlanError, match=message):
+            build_space(parse_spec(base, SOURCE), SOURCE, 8, [])
