@@ -13,9 +13,10 @@ and every channel message's departure. The rest of a row follows from those in b
 **Row order.** The engine numbers rows as its clock reaches them: a compute row when the
 action ends, its transfers right after it, a tail row when it ends; among rows ending at
 the same instant SimPy's event order decides. The fast evaluator keeps that order by
-time and breaks ties canonically, in the order the sweep computed them, tail rows last;
-so, as in the engine, a row comes after every row it waits for, and each device's rows
-are in program order. Every analysis reads the trace through rows' times and causes,
+time and breaks ties as SimPy's event order does where it can tell: first the row whose
+action became due first (its device free and its input sent), then in the order the
+sweep computed them, tail rows last; so, as in the engine, a row comes after every row
+it waits for, and each device's rows are in program order. Every analysis reads the trace through rows' times and causes,
 which both orders share; only the choice among rows that end at exactly the same time
 can differ (e.g. which of two rows ending at the makespan the critical path starts
 from, or which row the flush names).
@@ -101,13 +102,16 @@ def build_trace(
     arrival = _arrivals(index, sweep)
     on_channel = np.flatnonzero(sweep.links.channel >= 0)
     release, release_ref = _releases(index, sweep, arrival, on_channel)
-    start, cause, cause_ref = _node_starts(index, release, release_ref, arrival)
-    tails = _tails(index, tail_ms, tail_after_flush, release, release_ref)
+    start, cause, cause_ref, scheduled = _node_starts(index, sweep, release, release_ref, arrival)
+    node_order = _node_order(sweep, scheduled)
+    node_rank = np.empty(nodes, dtype=np.int64)
+    node_rank[node_order] = np.arange(nodes)
+    tails = _tails(index, tail_ms, tail_after_flush, (release, release_ref, node_rank))
     # Number the rows: units (a node and its transfers, or a tail row) sorted by end time.
     sent = np.bincount(index.message_node[on_channel], minlength=nodes)
     unit_end = np.concatenate([sweep.end, tails.end])
     unit_size = np.concatenate([1 + sent, np.ones(len(tails.end), dtype=np.int64)])
-    before = np.concatenate([_computed_order(sweep.runs, nodes), nodes + np.arange(len(tails.end))])  # fmt: skip
+    before = np.concatenate([node_order, nodes + tails.order])
     order = before[np.argsort(unit_end[before], kind="stable")]
     first_row = np.empty(len(unit_end), dtype=np.int64)
     first_row[order] = np.cumsum(unit_size[order]) - unit_size[order]
@@ -133,6 +137,16 @@ def build_trace(
     ]  # fmt: skip
     places = [node_row, message_row[on_channel], tail_row]
     return _assemble(index, rows, places, int(unit_size.sum()))
+
+
+def _node_order(sweep: Sweep, scheduled: np.ndarray) -> np.ndarray:
+    """The nodes in row order: by end; at one instant, the one due first (as SimPy's
+    events), then in the order the sweep computed them."""
+    before = _computed_order(sweep.runs, len(sweep.end))
+    order = before[np.argsort(sweep.end[before], kind="stable")]
+    if (sweep.end[order[1:]] == sweep.end[order[:-1]]).any():
+        order = before[np.lexsort((scheduled[before], sweep.end[before]))]
+    return order
 
 
 def _computed_order(runs: np.ndarray | None, nodes: int) -> np.ndarray:
@@ -171,8 +185,10 @@ def _releases(index: ScheduleIndex, sweep: Sweep, arrival, on_channel):
     return release, ref
 
 
-def _node_starts(index: ScheduleIndex, release, release_ref, arrival: np.ndarray):
-    """Start, cause and the reference the cause names, for every node."""
+def _node_starts(index: ScheduleIndex, sweep: Sweep, release, release_ref, arrival):
+    """Start, cause and the reference the cause names, for every node; and when the
+    engine would set its clock for the node's end: once the device is free and the
+    input sent (its producer ended), which orders rows that end at the same instant."""
     nodes = len(index.node_device)
     firsts = np.asarray(index.bounds[:-1], dtype=np.int64)
     firsts = firsts[firsts < nodes]
@@ -186,6 +202,9 @@ def _node_starts(index: ScheduleIndex, release, release_ref, arrival: np.ndarray
     wanted = index.input_array
     single = np.flatnonzero(wanted >= 0)
     late = single[arrival[wanted[single]] > free[single]]
+    scheduled = free.copy()
+    sent = sweep.end[index.message_node[wanted[single]]]
+    scheduled[single] = np.maximum(free[single], sent)
     start = free.copy()
     start[late] = arrival[wanted[late]]
     cause[late] = CAUSE_INPUT
@@ -195,7 +214,9 @@ def _node_starts(index: ScheduleIndex, release, release_ref, arrival: np.ndarray
             if arrival[message] > start[node]:
                 start[node], cause[node] = arrival[message], CAUSE_INPUT
                 cause_ref[node] = nodes + message
-    return start, cause, cause_ref
+        sent = sweep.end[index.message_node[list(inputs)]] if inputs else free[node]
+        scheduled[node] = max(free[node], float(np.max(sent)))
+    return start, cause, cause_ref, scheduled
 
 
 def _transfers(index, sweep, arrival, on_channel, node_row, message_row) -> _Columns:
@@ -234,33 +255,46 @@ class _Tails:
     end: np.ndarray
     cause: np.ndarray
     ref: np.ndarray  # the reference the cause names (-1: none)
+    order: np.ndarray  # positions in the order their clocks were set (ties at one end)
 
 
-def _tails(index: ScheduleIndex, tail_ms, after_flush: bool, release, release_ref) -> _Tails:
-    """End-of-step work on each device with a positive ``tail_ms``: after the flush (when
-    the last device fell free; among devices freed together, the highest one's), or as
-    soon as its own device falls free."""
+def _tails(index: ScheduleIndex, tail_ms, after_flush: bool, released) -> _Tails:
+    """End-of-step work on each device with a positive ``tail_ms``: after the flush, or
+    as soon as its own device falls free.
+
+    Devices finish in order of the time they fall free, then of their last row
+    (``released``: release time and reference per node, and each node's rank in row
+    order). The flush names the last to finish, which also starts its work first; the
+    others follow in the order they finished, as the engine's flush event wakes them.
+    """
+    release, release_ref, node_rank = released
     devices = index.devices
     stops = np.asarray(index.bounds[1:], dtype=np.int64)
     busy = stops > np.asarray(index.bounds[:-1], dtype=np.int64)  # has any node
     last = np.maximum(stops - 1, 0)
     free = np.where(busy, release[last] if len(release) else 0.0, 0.0)
     ref = np.where(busy, release_ref[last] if len(release) else -1, -1)
+    rank = np.where(busy, node_rank[last] if len(release) else -1, -1)
+    finished = np.lexsort((rank, free))  # devices in the order they finish
     work = np.asarray(tail_ms if tail_ms is not None else [0.0] * devices, dtype=np.float64)
-    device = np.flatnonzero(work > 0)
     if after_flush:
-        flush_at = float(free.max()) if devices else 0.0
-        ties = np.flatnonzero((free == flush_at) & busy)
-        named = int(ref[ties[-1]]) if len(ties) else -1
-        start = np.full(len(device), flush_at)
-        cause = np.full(len(device), CAUSE_FLUSH, dtype=np.int8)
-        refs = np.full(len(device), named, dtype=np.int64)
+        trigger = int(finished[-1]) if devices else -1
+        finished = np.concatenate([[trigger], finished[:-1]]) if devices else finished
+        named = int(ref[trigger]) if devices and busy[trigger] else -1
+        start = np.full(devices, float(free.max()) if devices else 0.0)
+        cause = np.full(devices, CAUSE_FLUSH, dtype=np.int8)
+        refs = np.full(devices, named, dtype=np.int64)
     else:
-        start, refs = free[device], ref[device]
+        start, refs = free, ref
         nodes = len(index.node_device)
         cause = np.where(refs >= nodes, CAUSE_SENDING, CAUSE_DEVICE).astype(np.int8)
         cause[refs < 0] = CAUSE_START
-    return _Tails(device, start, start + work[device], cause, refs)
+    device = np.flatnonzero(work > 0)
+    position = np.full(devices, -1, dtype=np.int64)
+    position[device] = np.arange(len(device))
+    order = position[finished]
+    order = order[order >= 0]
+    return _Tails(device, start[device], start[device] + work[device], cause[device], refs[device], order)  # fmt: skip
 
 
 def _assemble(index: ScheduleIndex, blocks: list[_Columns], places: list, total: int) -> Trace:

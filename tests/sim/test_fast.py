@@ -337,3 +337,43 @@ def test_broken_schedules_fail_as_in_the_engine(case, data):
     fast, which = evaluate(broken, costs, topology, evaluator="fast")
     assert which == "fast"  # what the engine runs, the sweep runs too
     assert_same_trace(engine, fast)
+
+
+# GPipe on two devices, F 1 ms, B 2 ms; a message holds its link 0.5 ms (500 kB at
+# 1 GB/s), then flies 0.25 ms. Worked by hand: 1F1 starts as 1F0 ends, its input there
+# at that very instant (so the device released it, not the input); 0B1 likewise.
+# Rows in row order: (name, start, end, cause).
+OVERLAPPED = [
+    ("0F0", 0.0, 1.0, "start"), ("0F0->1", 1.0, 1.75, "producer"),
+    ("0F1", 1.0, 2.0, "device"), ("0F1->1", 2.0, 2.75, "producer"),
+    ("1F0", 1.75, 2.75, "input"), ("1F1", 2.75, 3.75, "device"),
+    ("1B0", 3.75, 5.75, "device"), ("1B0->0", 5.75, 6.5, "producer"),
+    ("1B1", 5.75, 7.75, "device"), ("1B1->0", 7.75, 8.5, "producer"),
+    ("0B0", 6.5, 8.5, "input"), ("0B1", 8.5, 10.5, "device"),
+]  # fmt: skip
+# comm_overlap off: a sender is held until its message arrives (cause "sending").
+# Rows that end together come in the order they fell due: 1F0 was due at 1.0 (when 0F0
+# sent its input), 0F1 only at 1.75 (when its own send released device 0).
+BLOCKING = [
+    ("0F0", 0.0, 1.0, "start"), ("0F0->1", 1.0, 1.75, "producer"),
+    ("1F0", 1.75, 2.75, "input"), ("0F1", 1.75, 2.75, "sending"),
+    ("0F1->1", 2.75, 3.5, "producer"), ("1F1", 3.5, 4.5, "input"),
+    ("1B0", 4.5, 6.5, "device"), ("1B0->0", 6.5, 7.25, "producer"),
+    ("0B0", 7.25, 9.25, "input"), ("1B1", 7.25, 9.25, "sending"),
+    ("1B1->0", 9.25, 10.0, "producer"), ("0B1", 10.0, 12.0, "input"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("overlap, expected", [(True, OVERLAPPED), (False, BLOCKING)])
+def test_hand_worked_timelines(overlap, expected):
+    lists = [[Action(d, F, 0), Action(d, F, 1), Action(d, B, 0), Action(d, B, 1)] for d in (0, 1)]
+    schedule = schedule_from_lists(lists)
+    costs = uniform_costs(2, 1.0, 2.0, activation_bytes=500_000)
+    link = Link(latency_us=250, bandwidth_gbps=1.0)
+    topology = Topology(2, default=link, comm_overlap=overlap)
+    trace, which = evaluate(schedule, costs, topology)
+    frame = trace.frame
+    rows = list(zip(frame.name, frame.start, frame.end, frame.cause, strict=True))
+    assert (which, rows) == ("fast", expected)
+    engine = simulate(schedule, costs, topology).frame
+    assert rows == list(zip(engine.name, engine.start, engine.end, engine.cause, strict=True))
