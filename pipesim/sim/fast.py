@@ -58,13 +58,14 @@ def unsupported(schedule: Schedule, costs: Costs, topology: Topology | None) -> 
     if topology is None:
         return None
     index = schedule_index(schedule)
-    shared = _shared_channels(topology)
-    if not shared:
-        return None
-    src, dst = index.message_src.tolist(), index.message_dst.tolist()
-    for pair in sorted(set(zip(src, dst, strict=True))):
-        if pair[0] != pair[1] and topology.channel(*pair) in shared:
-            name = topology.channel(*pair)
+    width = topology.devices + 1
+    senders: dict[str, set[int]] = {}
+    for code in np.unique(index.message_src * width + index.message_dst).tolist():
+        src, dst = divmod(code, width)
+        if src != dst and not topology.link(src, dst).is_ideal:
+            senders.setdefault(topology.channel(src, dst), set()).add(src)
+    for name, found in sorted(senders.items()):
+        if len(found) > 1:
             return f"channel {name!r} is shared by several senders (queueing across senders)"
     return None
 
@@ -156,13 +157,6 @@ def _negative(costs: Costs, topology: Topology | None) -> bool:
         return True
     links = () if topology is None else (topology.default, *topology.links.values())
     return any(min(k.latency_us, k.gap_us, k.bandwidth_gbps) < 0 for k in links)
-
-
-def _shared_channels(topology: Topology) -> set[str]:
-    senders: dict[str, set[int]] = {}
-    for (src, _), name in topology.channels.items():
-        senders.setdefault(name, set()).add(src)
-    return {name for name, found in senders.items() if len(found) > 1}
 
 
 def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: float, hold: bool):

@@ -377,3 +377,30 @@ def test_hand_worked_timelines(overlap, expected):
     assert (which, rows) == ("fast", expected)
     engine = simulate(schedule, costs, topology).frame
     assert rows == list(zip(engine.name, engine.start, engine.end, engine.cause, strict=True))
+
+
+def test_a_channel_named_after_another_pair_is_shared_too():
+    # Pair (0, 1) put on the channel that pair (2, 3) has by default: two senders, one
+    # queue, served first come first served across them: the engine's case.
+    schedule = get_schedule("1f1b", 4, 4)
+    costs = uniform_costs(4, 1.0, 2.0, activation_bytes=1e6)
+    topology = Topology(4, default=Link(bandwidth_gbps=1.0), channels={(0, 1): "2->3"})
+    assert "channel '2->3' is shared by several senders" in fast_unsupported(
+        schedule, costs, topology
+    )
+    assert evaluate(schedule, costs, topology)[1] == "simpy"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_schedules())
+def test_auto_is_exact_with_any_channels(case):
+    # Named channels drawn at random (some shared by several senders, some by one): where
+    # auto takes the sweep, it gives the engine's trace.
+    schedule, costs, topology = case
+    engine = simulate(schedule, costs, topology)
+    trace, which = evaluate(schedule, costs, topology)
+    if which == "fast":
+        assert_same_trace(engine, trace)
+    else:
+        assert fast_unsupported(schedule, costs, topology) is not None
+        assert np.array_equal(trace.end, engine.end)
