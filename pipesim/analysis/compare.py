@@ -167,6 +167,7 @@ def compare_schedules(
     runs: int | None = None,
     seed: int = 0,
     progress: Progress | None = None,
+    evaluator: str = "auto",
 ) -> Comparison:
     """Run the scenario mapping ``data`` under each schedule in ``names`` (None: every
     fixed policy and, for a training step, ``zb-auto`` and ``v-auto``).
@@ -174,6 +175,8 @@ def compare_schedules(
     A schedule that cannot run (a broken constraint, a deadlock) is a row with its reason.
     With ``runs``, each also runs a Monte Carlo study and the rows are ranked by p50
     makespan, then p99 (rows that did not run last). ``progress(n)``: n more steps done.
+    ``evaluator``: as for ``run_scenario`` (a schedule ``fast`` cannot run is a row with
+    the reason).
     """
     names = list(dict.fromkeys(default_schedules(data) if names is None else names))
     if not names:
@@ -186,7 +189,9 @@ def compare_schedules(
     for name in names:
         try:
             scenario, note = scenario_for_schedule(data, source, name)
-            result = run_scenario(scenario, runs=runs, seed=seed, progress=progress)
+            result = run_scenario(
+                scenario, runs=runs, seed=seed, progress=progress, evaluator=evaluator
+            )
         except (ScenarioError, ScheduleError, DeadlockError) as exc:
             reason = str(exc).splitlines()[0].removeprefix(f"{source}: ")
             rows.append(CompareRow(name, error=reason))

@@ -221,9 +221,12 @@ def schedules() -> None:
 )
 @runs_option
 @seed_option
+@evaluator_option
 @no_progress_option
 @user_errors
-def compare(scenario, overrides, names, fmt, output, gantt, runs, seed, no_progress) -> None:
+def compare(
+    scenario, overrides, names, fmt, output, gantt, runs, seed, evaluator, no_progress
+) -> None:
     """Run SCENARIO under several schedules and compare them side by side.
 
     Each schedule runs at the virtual stages it needs; hand-typed costs are per chunk, so
@@ -247,8 +250,9 @@ def compare(scenario, overrides, names, fmt, output, gantt, runs, seed, no_progr
     with progress_bar(total, "run", "Monte Carlo", disabled=no_progress) as progress:
         try:
             comparison = compare_schedules(
-                base, scenario, wanted, runs=runs, seed=seed, progress=progress
-            )
+                base, scenario, wanted, runs=runs, seed=seed, progress=progress,
+                evaluator=evaluator,
+            )  # fmt: skip
         except CompareError as exc:
             raise UserError(f"--schedules: {exc}") from None
     _compare_notes(comparison)

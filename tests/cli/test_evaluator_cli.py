@@ -125,3 +125,21 @@ def test_monte_carlo_runs_stay_on_the_engine():
     engine = report(*args, "--evaluator", "simpy")
     assert fast["evaluator"] == "fast"
     assert fast["makespan_ms_p50"] == engine["makespan_ms_p50"]
+
+
+def test_compare_takes_the_evaluator_too():
+    args = ("compare", SCENARIOS / "gpipe-vs-1f1b.yaml", "--schedules", "gpipe,1f1b,zb-h1")
+    fast = invoke(*args, "--evaluator", "fast", "--format", "csv")
+    engine = invoke(*args, "--evaluator", "simpy", "--format", "csv")
+    assert fast.exit_code == engine.exit_code == 0
+    assert fast.stdout == engine.stdout
+    shared = invoke(
+        "compare", SCENARIOS / "interleaved.yaml", *SHARED_SWITCH,
+        "--schedules", "1f1b,interleaved-1f1b", "--evaluator", "fast", "--format", "csv",
+    )  # fmt: skip
+    rows = shared.stdout.splitlines()
+    assert rows[1].startswith("1f1b,") and rows[1].endswith(",")  # it ran, no error
+    assert rows[2].endswith(
+        "interleaved: --evaluator fast cannot run it: channel 'node0/pcie0/up' is shared by "
+        "several senders (queueing across senders)"
+    )
