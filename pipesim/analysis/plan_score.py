@@ -153,8 +153,9 @@ class Scorer:
     def _model_costs(self, spec: ScenarioSpec, schedule: Schedule, c: Candidate):
         where = (schedule.placement, tuple(map(schedule.model_stage, range(schedule.stages))),
                  schedule.has_reduce_grad_posts)  # fmt: skip
-        key = (where, c.tensor, c.data, c.microbatch_size, c.recompute, c.partition,
-               c.sequence_parallel, c.zero_stage, schedule.microbatches)  # fmt: skip
+        # every key of the candidate but the policy's name and chunk count, which reach the
+        # costs only through where the stages sit
+        key = (where, schedule.microbatches, replace(c, schedule="", virtual_stages=0))
         if key not in self._derived:
             self._derived[key] = derive.model_costs(spec, schedule, c.microbatch_size, self.source)
         return self._derived[key]

@@ -237,3 +237,13 @@ def test_searched_policies_on_request_match_their_emitted_scenarios():
     for rank_index, row in enumerate(result.results):
         engine = run_emitted(result.winner_mapping(rank_index), SOURCE, "simpy").report
         assert row["step_time_ms"] == pytest.approx(engine.step_time_ms, rel=1e-9)
+
+
+def test_keys_that_reach_only_the_tail_never_share_costs_wrongly():
+    """dp_overlap and the ZeRO stage change the end-of-step tail, not the pipeline: every
+    candidate still gets its own costs, confirmed here on all of them."""
+    space = ("pipeline.schedule=zbv,1f1b", "parallel.dp_overlap=false,true",
+             "parallel.zero_stage=0,1,2", "model.recompute=false", "parallel.tensor=2",
+             "model.partition=even")  # fmt: skip
+    result = plan(small_base(), SOURCE, 8, space, top=1000, confirm=1000)
+    assert result.confirmed == result.scored > 20
