@@ -2,8 +2,10 @@
 
 Every device's step is its busy time plus its idle time, and the idle time has causes
 (``pipesim.analysis.critical``): waiting for an upstream activation or a downstream
-gradient, or blocked in order behind one that waits (the pipeline bubble); a busy link or
-a blocking send (communication); the end-of-step gradient all-reduce. Taking the device
+gradient, or blocked in order behind one that waits (the pipeline bubble, except while the
+awaited transfer is on its way: that part is communication); a busy link or a blocking
+send (communication); the end-of-step work (the optimizer step and the gradient
+all-reduce, the "all-reduce tail"). Taking the device
 that finishes last (the one that sets the step's end; of those, the busiest) and splitting
 its step that way gives
 
@@ -24,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from pipesim.analysis.critical import (
     BUSY_LINK,
     COLLECTIVE,
@@ -39,6 +43,7 @@ from pipesim.analysis.plan_score import Scorer
 from pipesim.analysis.plan_space import AXIS_ATTRIBUTES, Candidate
 from pipesim.analysis.run import Result, run_scenario
 from pipesim.scenario.build import build_scenario, parse_spec
+from pipesim.sim.trace import COMM
 
 TERMS = ("compute", "recompute", "bubble", "communication", "all-reduce tail", "done early")
 _CAUSE_TERM = {
@@ -124,8 +129,8 @@ def _breakdown(base: dict[str, Any], source: str, row: dict[str, Any]) -> Breakd
     device = min(report.per_device,
                  key=lambda d: (idle.get(d.device, {}).get(DONE, 0.0), -d.busy_ms)).device  # fmt: skip
     terms = dict.fromkeys(TERMS, 0.0)
-    for cause, ms in idle.get(device, {}).items():
-        terms[_CAUSE_TERM.get(cause, "bubble")] += ms
+    for term, ms in _idle_terms(result, device).items():
+        terms[term] += ms
     busy = report.per_device[device].busy_ms
     recompute = 0.0
     if row["model.recompute"]:
@@ -134,6 +139,26 @@ def _breakdown(base: dict[str, Any], source: str, row: dict[str, Any]) -> Breakd
     terms["compute"], terms["recompute"] = busy - recompute, recompute
     forced = _memory_forced(base, source, row)
     return Breakdown(describe(row), report.step_time_ms, device, terms, forced)
+
+
+def _idle_terms(result: Result, device: int) -> dict[str, float]:
+    """The device's idle time by term. A wait for an activation or a gradient is bubble,
+    except while the transfer carrying it is on its way: that part is communication."""
+    trace = result.trace
+    comm = np.flatnonzero(trace.lane == COMM)
+    in_flight = {trace.name(r): (float(trace.start[r]), float(trace.end[r])) for r in comm}
+    terms: dict[str, float] = {}
+    for gap in result.explanation.gaps:
+        if gap.device != device:
+            continue
+        term = _CAUSE_TERM.get(gap.cause, "bubble")
+        sent = 0.0
+        if gap.cause in (UPSTREAM, DOWNSTREAM) and gap.via in in_flight:
+            start, end = in_flight[gap.via]
+            sent = max(0.0, min(gap.end_ms, end) - max(gap.start_ms, start))
+        terms["communication"] = terms.get("communication", 0.0) + sent
+        terms[term] = terms.get(term, 0.0) + gap.duration_ms - sent
+    return terms
 
 
 def _memory_forced(base: dict[str, Any], source: str, row: dict[str, Any]) -> tuple[str, ...]:
