@@ -102,7 +102,7 @@ def fast_simulate(
         links=links,
         overhead_ms=costs.overhead_ms,
         hold=hold,
-        runs=np.frombuffer(runs, dtype=np.int64).reshape(-1, 2),
+        runs=np.array(runs, dtype=np.int64).reshape(-1, 2),
     )
     return build_trace(index, result, tail_ms, tail_after_flush)
 
@@ -161,8 +161,9 @@ def _negative(costs: Costs, topology: Topology | None) -> bool:
 
 def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: float, hold: bool):
     """Every node's end and every channel message's departure (``array('d')`` each), and
-    the runs of nodes in the order they were computed (first, stop, first, stop, ...: a
-    topological order); None on a deadlock (no device can move while some have work).
+    the runs of nodes in the order they were computed (a list first, stop, first, stop,
+    ...: a topological order); None on a deadlock (no device can move while some have
+    work).
 
     Devices are visited in turn; each runs on while its next node's input is known (an
     arrival of -1: not yet sent). ``hold``: a send keeps its device busy until it arrives
@@ -171,7 +172,7 @@ def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: 
     input_of, output_of, groups = index.input_of, index.output_of, index.groups
     channel, occupancy, latency = as_array("q", links.channel), as_array("d", links.occupancy_ms), as_array("d", links.latency_ms)  # fmt: skip
     arrival, begin, end = array("d", [-1.0]) * len(channel), array("d", bytes(8 * len(channel))), array("d", bytes(8 * len(input_of)))  # fmt: skip
-    channel_free, free, runs = [0.0] * links.channels, [0.0] * index.devices, array("q")
+    channel_free, free, runs = [0.0] * links.channels, [0.0] * index.devices, []
     at, stop = list(index.bounds[:-1]), index.bounds[1:]
     active = [d for d in range(index.devices) if at[d] < stop[d]]  # devices with work left
     while active:
@@ -211,7 +212,7 @@ def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: 
                 i += 1
             if i != first:
                 moved, at[device], free[device] = True, i, t
-                runs += array("q", (first, i))
+                runs += first, i
         if not moved:
             return None
         active = [d for d in active if at[d] < stop[d]]
