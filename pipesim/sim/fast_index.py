@@ -82,6 +82,7 @@ class ScheduleIndex:
 
 
 _cache: OrderedDict[int, tuple[Schedule, ScheduleIndex]] = OrderedDict()  # by content hash
+_last_seen: dict[int, tuple[Schedule, int]] = {}  # the last schedule asked for, and its hash
 
 
 def schedule_index(schedule: Schedule) -> ScheduleIndex:
@@ -90,7 +91,13 @@ def schedule_index(schedule: Schedule) -> ScheduleIndex:
     Kept by content, not identity: a planner rebuilds the same schedule for every cost it
     tries, and hashing the action lists costs a small fraction of laying them out again.
     """
-    key = hash((schedule.device_actions, schedule.placement, schedule.chains))
+    last = _last_seen.get(id(schedule))
+    if last is not None and last[0] is schedule:  # the very same object: no hashing
+        key = last[1]
+    else:
+        key = hash((schedule.device_actions, schedule.placement, schedule.chains))
+        _last_seen.clear()
+        _last_seen[id(schedule)] = (schedule, key)
     hit = _cache.get(key)
     if hit is not None and (hit[0] is schedule or hit[0] == schedule):
         _cache.move_to_end(key)
