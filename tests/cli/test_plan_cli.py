@@ -140,7 +140,7 @@ def test_a_disagreement_with_the_engine_is_exit_1_and_writes_nothing(scenario, t
     monkeypatch.setattr(plan_module, "run_emitted", off_by_a_bit)
     out, best = tmp_path / "plan.json", tmp_path / "best.yaml"
     result = invoke("plan", scenario, "--gpus", 8, *SPACE, "--format", "json", "-o", out,
-                    "--emit", best, "--no-progress")  # fmt: skip
+                    "--emit", best, "--confirm", 1, "--no-progress")  # fmt: skip
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("pipesim: error: rank 1: step_time_ms ")
