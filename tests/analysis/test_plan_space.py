@@ -137,3 +137,16 @@ def test_what_the_planner_cannot_honour_is_refused():
         base[section][key] = value
         with pytest.raises(PlanError, match=message):
             build_space(parse_spec(base, SOURCE), SOURCE, 8, [])
+
+
+def test_memory_walk_gives_the_closed_forms_of_gpipe_and_1f1b():
+    """GPipe holds every microbatch before its first backward: m activations on every
+    device. 1F1B holds at most p - d on device d (its warm-up plus the one in steady
+    state), fewer when m is smaller (Narayanan et al. 2021, PipeDream-Flush)."""
+    p, activation = 4, 3.0
+    costs = uniform_costs(p, forward_ms=1.0, backward_ms=2.0, activation_memory_bytes=activation)
+    for m in (2, 4, 9):
+        gpipe = peak_activation_bytes(memory_program(get_schedule("gpipe", p, m)), costs)
+        one_f_one_b = peak_activation_bytes(memory_program(get_schedule("1f1b", p, m)), costs)
+        assert list(gpipe) == [m * activation] * p
+        assert list(one_f_one_b) == [min(p - d, m) * activation for d in range(p)]
