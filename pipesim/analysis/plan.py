@@ -29,7 +29,14 @@ from typing import Any
 
 from pipesim.analysis.plan_rank import emit_mapping, pareto, rank
 from pipesim.analysis.plan_score import Outcome, score_chunk
-from pipesim.analysis.plan_space import Candidate, PlanError, build_space, enumerate_space
+from pipesim.analysis.plan_space import (
+    Candidate,
+    PlanError,
+    Space,
+    build_space,
+    enumerate_space,
+    pipeline_sizes,
+)
 from pipesim.analysis.run import Result, run_scenario
 from pipesim.analysis.sweep import SweepError
 from pipesim.scenario.build import build_scenario, parse_spec
@@ -60,10 +67,12 @@ class Plan:
     source: str = ""
     # (step_time_ms, peak_memory_bytes) of every scored candidate, in space order
     points: tuple[tuple[float, float], ...] = field(repr=False, default=())
+    axes: dict[str, list[Any]] = field(default_factory=dict)  # the values each axis took
 
     def to_dict(self) -> dict[str, Any]:
         """What ``--format json`` prints."""
         return {
+            "space": self.axes,
             "space_size": self.space_size,
             "pruned": dict(self.pruned),
             "scored": self.scored,
@@ -104,7 +113,8 @@ def plan(
     """
     started = time.perf_counter()
     spec = parse_spec(base, source)
-    points = list(enumerate_space(build_space(spec, source, gpus, space)))
+    searched = build_space(spec, source, gpus, space)
+    points = list(enumerate_space(searched))
     if on_size is not None:
         on_size(len(points))
     pruned: dict[str, int] = {}
@@ -129,9 +139,19 @@ def plan(
     shown = ranked[: max(top, confirm, 1)]
     scored = tuple((row["step_time_ms"], row["peak_memory_bytes"]) for _, row in rows)
     result = Plan(len(points), dict(sorted(pruned.items())), len(rows), 0, 0.0,
-                  shown[:top], pareto(ranked), timelines, base, source, scored)  # fmt: skip
+                  shown[:top], pareto(ranked), timelines, base, source, scored,
+                  axes_tried(searched))  # fmt: skip
     confirmed = confirm_top(result, confirm, shown)
     return replace(result, confirmed=confirmed, wall_s=time.perf_counter() - started)
+
+
+def axes_tried(space: Space) -> dict[str, list[Any]]:
+    """Each axis's values as searched (the default pipeline sizes spelt out)."""
+    axes = {key: list(values) for key, values in space.axes.items()}
+    tensors = space.axes["parallel.tensor"]
+    axes["pipeline.devices"] = sorted({p for t in tensors for p in pipeline_sizes(space, t)})
+    axes |= {key: list(values) for key, values in space.derived.items() if values is not None}
+    return axes
 
 
 def confirm_top(result: Plan, count: int, ranked: Sequence[dict[str, Any]]) -> int:

@@ -41,7 +41,7 @@ from pipesim.cluster.hardware import gpu_profile
 from pipesim.scenario import derive
 from pipesim.scenario.build import Scenario, build_scenario, parse_spec
 from pipesim.scenario.schema import ScenarioError, ScenarioSpec
-from pipesim.schedules import get_schedule
+from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
 from pipesim.sim.costs import Costs
@@ -147,7 +147,7 @@ class Scorer:
                 self._programs[key] = memory_program(schedule)
                 self._schedules[key] = schedule
             except ScheduleError:
-                self._schedules[key] = f"{name}: its constraints are not met"
+                self._schedules[key] = f"{name} needs {POLICIES[name].CONSTRAINTS}"
         return self._schedules[key]
 
     def _model_costs(self, spec: ScenarioSpec, schedule: Schedule, c: Candidate):

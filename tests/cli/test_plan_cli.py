@@ -45,6 +45,8 @@ def test_json_has_the_keys_and_the_counts_add_up(scenario):
                 "bubble_fraction", "evaluator"):  # fmt: skip
         assert key in first
     assert first in data["pareto"]  # the fastest is never dominated
+    assert data["space"]["pipeline.schedule"] == ["1f1b", "zbv", "interleaved-1f1b"]
+    assert data["space"]["parallel.tensor"] == [1, 2, 4]  # divide 40 heads, 8 kv heads, node 4
     assert f"planning over {data['space_size']:,} candidates" in result.stderr
 
 
