@@ -9,10 +9,12 @@ all-reduce, the "all-reduce tail"). Taking the device
 that finishes last (the one that sets the step's end; of those, the busiest) and splitting
 its step that way gives
 
-    step = compute + recompute + bubble + communication + all-reduce tail (+ done early)
+    step = compute + tensor-parallel communication + recompute
+           + bubble + communication + all-reduce tail (+ done early)
 
-where ``recompute`` is the forward pass run again inside the backward (the same device's
-backward with and without recomputation, from the stage costs). Subtracting the runner-up's
+where the busy time is split by running the same plan again: with an ideal link inside the
+node, what the tensor-parallel all-reduces cost; on that link without recomputation, what
+the forward pass run again inside the backward costs. Subtracting the runner-up's
 terms from the winner's says where the difference comes from.
 
 Some choices are not made for speed but forced by memory. For the winner, each knob that
@@ -23,6 +25,7 @@ forced, and the explanation says so with the peak it would have needed.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,7 +48,15 @@ from pipesim.analysis.run import Result, run_scenario
 from pipesim.scenario.build import build_scenario, parse_spec
 from pipesim.sim.trace import COMM
 
-TERMS = ("compute", "recompute", "bubble", "communication", "all-reduce tail", "done early")
+TERMS = (
+    "compute",
+    "tensor-parallel communication",
+    "recompute",
+    "bubble",
+    "communication",
+    "all-reduce tail",
+    "done early",
+)
 _CAUSE_TERM = {
     UPSTREAM: "bubble",
     DOWNSTREAM: "bubble",
@@ -117,7 +128,7 @@ def explain_plan(
     return PlanExplanation(winner, runner_up)
 
 
-def _run(base: dict[str, Any], source: str, row: dict[str, Any], critical: bool) -> Result:
+def _run(base: dict[str, Any], source: str, row: dict[str, Any], critical: bool = False) -> Result:
     scenario = build_scenario(parse_spec(emit_mapping(base, row), source), source)
     return run_scenario(scenario, critical_path=critical)
 
@@ -132,13 +143,32 @@ def _breakdown(base: dict[str, Any], source: str, row: dict[str, Any]) -> Breakd
     for term, ms in _idle_terms(result, device).items():
         terms[term] += ms
     busy = report.per_device[device].busy_ms
-    recompute = 0.0
-    if row["model.recompute"]:
-        plain = _run(base, source, row | {"model.recompute": False}, critical=False)
-        recompute = busy - plain.report.per_device[device].busy_ms
-    terms["compute"], terms["recompute"] = busy - recompute, recompute
+    terms |= _busy_terms(base, source, row, device, busy)
     forced = _memory_forced(base, source, row)
     return Breakdown(describe(row), report.step_time_ms, device, terms, forced)
+
+
+def _busy_terms(
+    base: dict[str, Any], source: str, row: dict[str, Any], device: int, busy_ms: float
+) -> dict[str, float]:
+    """The device's busy time split into compute, tensor-parallel communication (what an
+    ideal link inside the node would save) and recompute (what turning it off saves, on
+    that ideal link, so no millisecond is counted twice)."""
+    ideal_base = json.loads(json.dumps(base))
+    ideal_base.setdefault("hardware", {})["intra_node_link"] = "ideal"
+    tensor_ms, ideal_busy = 0.0, busy_ms
+    if row["parallel.tensor"] > 1:
+        ideal_busy = _run(ideal_base, source, row).report.per_device[device].busy_ms
+        tensor_ms = busy_ms - ideal_busy
+    recompute_ms = 0.0
+    if row["model.recompute"]:
+        plain = _run(ideal_base, source, row | {"model.recompute": False})
+        recompute_ms = ideal_busy - plain.report.per_device[device].busy_ms
+    return {
+        "compute": busy_ms - tensor_ms - recompute_ms,
+        "tensor-parallel communication": tensor_ms,
+        "recompute": recompute_ms,
+    }
 
 
 def _idle_terms(result: Result, device: int) -> dict[str, float]:

@@ -220,6 +220,9 @@ def test_explain_terms_add_up_to_the_step_and_name_memory_forced_choices():
         assert sum(part.terms_ms.values()) == pytest.approx(part.step_time_ms, rel=1e-12)
     assert winner.step_time_ms == result.results[0]["step_time_ms"]
     assert runner_up.step_time_ms > winner.step_time_ms
+    for part, row in ((winner, result.results[0]),):
+        tensor_ms = part.terms_ms["tensor-parallel communication"]
+        assert (tensor_ms > 0) == (row["parallel.tensor"] > 1)
     # ZeRO-1 is what lets the winner fit in 40 GiB: at stage 0 its walk exceeds the GPU
     assert result.results[0]["parallel.zero_stage"] == 1
     assert any(s.startswith("ZeRO stage 1 is forced by memory") for s in winner.forced)
