@@ -7,9 +7,9 @@ job?" in four passes, each a plain function of the one before:
 2. **prune** (``plan_memory``): combinations that cannot run, and candidates that cannot
    fit in the GPU's memory, found by walking each schedule without simulating it; every
    pruned candidate is counted under its reason;
-3. **score** (``plan_score``): each survivor's exact timeline, shared between candidates
-   that differ only in what does not change it (the ZeRO stage), on local processes or
-   a Dask cluster;
+3. **score** (``plan_score``): each survivor's exact timeline on the fast evaluator,
+   shared between candidates whose timeline inputs are equal, on local processes or a
+   Dask cluster;
 4. **rank and confirm** (``plan_rank``): fastest first; the top ``confirm`` candidates
    are built again from scratch as the scenario ``--emit`` writes and simulated with the
    SimPy engine. Any difference beyond 1e-9 relative is a bug, raised as PlanMismatch.

@@ -4,15 +4,16 @@
 stage costs from the model and simulates. For one scenario that costs nothing worth
 noticing; for ten thousand candidates the repeated parts dominate. Most of them repeat
 exactly: a schedule depends only on (policy, pipeline size, microbatches, chunks); stage
-costs only on (tensor size, partition, microbatch size, recompute) and where the stages
-sit; the timeline on those and the end-of-step tail only (the ZeRO stage changes static
-memory, and the optimizer step only where the optimizer is sharded). So the
-``Scorer`` validates the base scenario once, derives each candidate's pieces with the same
-functions ``pipesim.scenario.build`` calls (``derive.model_costs``, ``derive.topology``,
-``get_schedule``), keeps each piece in a cache under the key it depends on, and simulates
-each distinct timeline once. A candidate's Report is then exactly the one ``pipesim run``
-gives for the scenario ``plan_emit`` writes for it; the planner confirms that on its top
-candidates with the SimPy engine.
+costs on the candidate's other keys and where the stages sit; the timeline only on the
+schedule, the costs, the end-of-step tail and the links, so candidates that differ in
+nothing else (often the ZeRO stage, which changes static memory and at most the optimizer
+step) share one. The ``Scorer`` validates the base scenario once, derives each
+candidate's pieces with the same functions ``pipesim.scenario.build`` calls
+(``derive.model_costs``, ``derive.topology``, ``get_schedule``), keeps each piece in a
+cache under the key it depends on, and simulates each distinct timeline once, keyed by
+its inputs' values. A candidate's Report is then exactly the one ``pipesim run`` gives for
+the scenario ``plan_rank.emit_mapping`` writes for it; the planner confirms that on its
+top candidates with the SimPy engine.
 
 A candidate ends one of two ways: pruned (with its reason: a schedule constraint, or
 memory, found by the walk of ``plan_memory`` before any simulation) or scored (a row of
