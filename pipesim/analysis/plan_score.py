@@ -118,8 +118,9 @@ class Scorer:
         spec = candidate_spec(self.spec, c)
         derived = self._model_costs(spec, schedule, c)
         peaks = peak_activation_bytes(self._programs[key], derived.costs)
-        if exceeds(peaks, derived.accounting.static_memory_bytes, self.capacity):
-            return Outcome(reason=capacity_reason(self.capacity))
+        capacity = derived.accounting.memory_capacity_bytes  # what the Report checks
+        if exceeds(peaks, derived.accounting.static_memory_bytes, capacity):
+            return Outcome(reason=capacity_reason(capacity))
         topology, where = self._topology(spec, schedule, c)
         # the timeline's inputs, by value: candidates that differ only in what leaves them
         # alone (the ZeRO stage where the optimizer step does not change) share one
@@ -175,8 +176,9 @@ class Scorer:
             scenario = build_scenario(candidate_spec(self.spec, c), self.source)
         except (ScenarioError, ScheduleError) as exc:
             return Outcome(reason=f"{c.schedule}: {str(exc).splitlines()[0]}")
-        if _exceeds_before(scenario, self.capacity):
-            return Outcome(reason=capacity_reason(self.capacity))
+        capacity = scenario.accounting.memory_capacity_bytes
+        if _exceeds_before(scenario, capacity):
+            return Outcome(reason=capacity_reason(capacity))
         self.timelines_simulated += 1
         report = simulate_step(scenario).report
         return self._outcome(c, report, report.evaluator, f"search:{c}")
