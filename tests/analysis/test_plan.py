@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipesim.analysis.plan import Plan, PlanMismatch, confirm_top, plan, run_emitted
 from pipesim.analysis.plan_explain import explain_plan
@@ -250,3 +252,31 @@ def test_keys_that_reach_only_the_tail_never_share_costs_wrongly():
              "model.partition=even")  # fmt: skip
     result = plan(small_base(), SOURCE, 8, space, top=1000, confirm=1000)
     assert result.confirmed == result.scored > 20
+
+
+@pytest.mark.slow
+@settings(max_examples=12, deadline=None)
+@given(
+    gpus=st.sampled_from([2, 4, 6, 8]),
+    layers=st.integers(4, 12),
+    global_batch=st.sampled_from([8, 12, 16, 24]),
+    schedules=st.sets(
+        st.sampled_from(
+            ["1f1b", "gpipe", "zb-h2", "interleaved-1f1b", "zbv", "dualpipev", "chimera"]
+        ),
+        min_size=1,
+    ),  # fmt: skip
+    overlap=st.booleans(),
+)
+def test_every_scored_candidate_is_its_own_engine_run(gpus, layers, global_batch, schedules,
+                                                      overlap):  # fmt: skip
+    """Whatever the job: the counts add up, nothing reported fits badly, and every scored
+    candidate, confirmed from its emitted scenario on the SimPy engine, agrees."""
+    base = small_base()
+    base["model"].update(layers=layers, global_batch=global_batch)
+    space = (f"pipeline.schedule={','.join(sorted(schedules))}", "pipeline.microbatch_size=1,2",
+             f"parallel.dp_overlap={str(overlap).lower()}", "parallel.zero_stage=0,2")  # fmt: skip
+    result = plan(base, SOURCE, gpus, space, top=10_000, confirm=10_000)
+    assert result.space_size == sum(result.pruned.values()) + result.scored
+    assert result.confirmed == result.scored == len(result.results)
+    assert all(row["peak_memory_bytes"] <= CAPACITY_BYTES for row in result.results)
