@@ -74,16 +74,8 @@ class Scenario:
 # Reading, validating, building
 
 
-__all__ = [
-    "Scenario",
-    "ScenarioError",
-    "apply_overrides",
-    "build_scenario",
-    "load_scenario",
-    "parse_spec",
-    "read_mapping",
-    "with_schedule",
-]
+__all__ = ["Scenario", "ScenarioError", "apply_overrides", "build_scenario", "load_scenario",
+           "parse_spec", "read_mapping", "with_schedule"]  # fmt: skip
 
 
 def parse_spec(data: dict[str, Any], source: str) -> ScenarioSpec:
@@ -235,7 +227,8 @@ def _build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Sched
     pipe = spec.pipeline
     forward = pipe.mode == "forward"
     if pipe.schedule is None:
-        raise ScenarioError(f"{source}: pipeline.schedule: required key is missing")
+        hint = " (a serving: scenario runs with pipesim serve)" if spec.serving else ""
+        raise ScenarioError(f"{source}: pipeline.schedule: required key is missing{hint}")
     if pipe.schedule == "csv":
         return _schedule_from_file(pipe, source, forward)
     if pipe.schedule_file is not None:
