@@ -182,8 +182,10 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
         else:
             axes[key] = values
     node = spec.hardware.gpus_per_node or gpus
-    return Space(gpus, spec.model.global_batch, spec.model.layers, axes, derived,
+    space = Space(gpus, spec.model.global_batch, spec.model.layers, axes, derived,
                  _widths(spec), node, spec.pipeline.max_actions)  # fmt: skip
+    check_size(space)
+    return space
 
 
 def parse_space(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
@@ -230,6 +232,24 @@ def policy_chunks(name: str, virtual_stages: Sequence[int]) -> list[int]:
     if name in AUTO_POLICIES:
         return [v for v in virtual_stages if v == AUTO_POLICIES[name]]
     return [v for v in virtual_stages if fit_virtual_stages(name, v) == v]
+
+
+MAX_SPACE = 2_000_000  # candidates: enumerating more would hold gigabytes before scoring
+
+
+def check_size(space: Space) -> None:
+    """Refuse, before enumerating, a space larger than ``MAX_SPACE`` candidates (counted
+    from the axes: an upper bound of what ``enumerate_space`` yields)."""
+    pipelines = max(len(pipeline_sizes(space, t)) for t in space.axes["parallel.tensor"])
+    bound = len(space.axes["parallel.tensor"]) * pipelines
+    for key, values in space.axes.items():
+        if key not in ("parallel.tensor", "pipeline.devices"):
+            bound *= len(values)
+    if bound > MAX_SPACE:
+        raise PlanError(
+            f"--space: up to {bound:,} candidates, over the limit of {MAX_SPACE:,}; "
+            "narrow an axis with --space KEY=V1,V2"
+        )
 
 
 def space_size(space: Space) -> int:

@@ -150,3 +150,10 @@ def test_memory_walk_gives_the_closed_forms_of_gpipe_and_1f1b():
         one_f_one_b = peak_activation_bytes(memory_program(get_schedule("1f1b", p, m)), costs)
         assert list(gpipe) == [m * activation] * p
         assert list(one_f_one_b) == [min(p - d, m) * activation for d in range(p)]
+
+
+def test_a_space_too_large_to_enumerate_is_refused_before_enumerating():
+    sizes = ",".join(str(b) for b in range(1, 3001))
+    with pytest.raises(PlanError, match=r"--space: up to [\d,]+ candidates, over the limit"):
+        build_space(parse_spec(small_base(), SOURCE), SOURCE, 8,
+                    [f"pipeline.microbatch_size={sizes}"])  # fmt: skip
