@@ -100,6 +100,7 @@ def test_same_output_with_one_and_two_jobs(scenario):
         (("--gpus", "0"), "--gpus 0: must be from 1"),
         (("--gpus", "eight"), "--gpus 'eight': expected a whole number"),
         (("--gpus", "8", "--emit", "best.txt"), "--emit"),
+        (("--gpus", "8", "--executor", "dask"), "--executor dask needs --scheduler"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(scenario, args, message):
