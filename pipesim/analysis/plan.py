@@ -112,6 +112,7 @@ def plan(
     are simulated again from their emitted scenarios with the SimPy engine.
     """
     started = time.perf_counter()
+    _check_executor(executor, scheduler)
     spec = parse_spec(base, source)
     searched = build_space(spec, source, gpus, space)
     points = list(enumerate_space(searched))
@@ -199,15 +200,18 @@ def _share_key(c: Candidate) -> tuple:
             c.microbatch_size, c.recompute, c.partition)  # fmt: skip
 
 
+def _check_executor(executor: str, scheduler: str | None) -> None:
+    if executor not in EXECUTORS:
+        raise PlanError(f"--executor {executor!r}: allowed: {', '.join(EXECUTORS)}")
+    if executor == "dask" and not scheduler:
+        raise PlanError("--executor dask needs --scheduler tcp://HOST:PORT")
+
+
 def _score_all(spec_data, source, work, jobs, executor, scheduler, progress):
     """``[(index, Outcome)]`` on the chosen executor."""
     key = json.dumps(spec_data, sort_keys=True, default=str)
     if executor == "dask":
-        if not scheduler:
-            raise PlanError("--executor dask needs --scheduler tcp://HOST:PORT")
         return _run_dask(key, spec_data, source, work, scheduler, progress)
-    if executor != "local":
-        raise PlanError(f"--executor {executor!r}: allowed: {', '.join(EXECUTORS)}")
     if jobs <= 1 or len(work) <= 1:
         outcomes = []
         for chunk in _chunks(work, 1):
