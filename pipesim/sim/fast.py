@@ -11,7 +11,9 @@ So every start and end is fixed by the dependency graph alone, a longest-path pr
 
 ``sweep`` solves it in one pass over the graph: it visits the devices in turn and runs
 each as far as its inputs are known, so every node is computed once, after what it
-waits for, with the engine's own floating-point operations in the engine's order.
+waits for, with the engine's own floating-point operations in the engine's order. The
+loop is ``pipesim.sim.fast_sweep``'s, compiled by numba where that optional extra is
+installed and plain Python otherwise, with the same results to the bit.
 Everything around the pass is bulk NumPy (``pipesim.sim.fast_rows``): the durations and
 link times it reads, and the Trace it yields, with the same rows, times and causes as
 ``pipesim.sim.engine.simulate``.
@@ -33,15 +35,15 @@ what is wrong, with the grid.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 
 import numpy as np
 
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
-from pipesim.sim.fast_index import ScheduleIndex, as_array, schedule_index
+from pipesim.sim.fast_index import ScheduleIndex, schedule_index
 from pipesim.sim.fast_rows import LinkTimes, Sweep, build_trace
+from pipesim.sim.fast_sweep import SweepResult, run_sweep
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import Trace
 
@@ -91,18 +93,17 @@ def fast_simulate(
     duration = node_durations(index, costs)
     links = link_times(index, costs, topology)
     hold = not topology.comm_overlap
-    solved = sweep(index, as_array("d", duration), links, costs.overhead_ms, hold)
+    solved = sweep(index, duration, links, costs.overhead_ms, hold)
     if solved is None:
         return None
-    end, begin, runs = solved
     result = Sweep(
         duration=duration,
-        end=np.frombuffer(end, dtype=np.float64),
-        begin=np.frombuffer(begin, dtype=np.float64),
+        end=solved.end,
+        begin=solved.begin,
         links=links,
         overhead_ms=costs.overhead_ms,
         hold=hold,
-        runs=np.array(runs, dtype=np.int64).reshape(-1, 2),
+        runs=solved.runs,
     )
     return build_trace(index, result, tail_ms, tail_after_flush)
 
@@ -159,95 +160,15 @@ def _negative(costs: Costs, topology: Topology | None) -> bool:
     return any(min(k.latency_us, k.gap_us, k.bandwidth_gbps) < 0 for k in links)
 
 
-def sweep(index: ScheduleIndex, duration: array, links: LinkTimes, overhead_ms: float, hold: bool):
-    """Every node's end and every channel message's departure (``array('d')`` each), and
-    the runs of nodes in the order they were computed (a list first, stop, first, stop,
-    ...: a topological order); None on a deadlock (no device can move while some have
-    work).
-
-    Devices are visited in turn; each runs on while its next node's input is known (an
-    arrival of -1: not yet sent). ``hold``: a send keeps its device busy until it arrives
-    (``comm_overlap`` off). The float operations are the engine's, in its order: the
-    times are the engine's to the bit."""
-    input_of, output_of, groups = index.input_of, index.output_of, index.groups
-    channel, occupancy, latency = as_array("q", links.channel), as_array("d", links.occupancy_ms), as_array("d", links.latency_ms)  # fmt: skip
-    arrival, begin, end = array("d", [-1.0]) * len(channel), array("d", bytes(8 * len(channel))), array("d", bytes(8 * len(input_of)))  # fmt: skip
-    channel_free, free, runs = [0.0] * links.channels, [0.0] * index.devices, []
-    at, stop = list(index.bounds[:-1]), index.bounds[1:]
-    active = [d for d in range(index.devices) if at[d] < stop[d]]  # devices with work left
-    while active:
-        moved = False
-        for device in active:
-            i = first = at[device]
-            h, t = stop[device], free[device]
-            while i < h:
-                k = input_of[i]
-                if k >= 0:
-                    a = arrival[k]
-                    if a < 0.0:
-                        break
-                    if a > t:
-                        t = a
-                elif k != -1:
-                    a = _group_ready(groups[-2 - k][1], arrival, t)
-                    if a < 0.0:
-                        break
-                    t = a
-                t = t + duration[i] + overhead_ms
-                end[i] = t
-                k = output_of[i]
-                if k >= 0:
-                    c = channel[k]
-                    if c < 0:
-                        arrival[k] = t
-                    else:
-                        f = channel_free[c]
-                        b = begin[k] = f if f > t else t
-                        f = channel_free[c] = b + occupancy[k]
-                        a = arrival[k] = f + latency[k]
-                        if hold and a > t:
-                            t = a
-                elif k != -1:
-                    t = _ship_group(groups[-2 - k][2], t, (arrival, begin, channel_free), links, hold)  # fmt: skip
-                i += 1
-            if i != first:
-                moved, at[device], free[device] = True, i, t
-                runs += first, i
-        if not moved:
-            return None
-        active = [d for d in active if at[d] < stop[d]]
-    return end, begin, runs
-
-
-def _group_ready(inputs: tuple[int, ...], arrival: array, free: float) -> float:
-    """When a group may start: after its device is free and every member's input is in
-    (-1 if one is not yet sent)."""
-    for k in inputs:
-        a = arrival[k]
-        if a < 0.0:
-            return -1.0
-        if a > free:
-            free = a
-    return free
-
-
-def _ship_group(outputs, end: float, state, links: LinkTimes, hold: bool) -> float:
-    """Send a group's messages, member by member, as the engine does; return when its
-    device falls free (later than ``end`` if a send holds it)."""
-    arrival, begin, channel_free = state
-    free = end
-    for k in outputs:
-        c = int(links.channel[k])
-        if c < 0:
-            arrival[k] = end
-            continue
-        f = channel_free[c]
-        b = begin[k] = f if f > end else end
-        f = channel_free[c] = b + float(links.occupancy_ms[k])
-        a = arrival[k] = f + float(links.latency_ms[k])
-        if hold and a > free:
-            free = a
-    return free
+def sweep(
+    index: ScheduleIndex, duration: np.ndarray, links: LinkTimes, overhead_ms: float, hold: bool
+) -> SweepResult | None:
+    """Every node's end, every message's arrival and the time it entered its channel, and
+    the runs of nodes in the order they were computed (a topological order); None on a
+    deadlock. The loop itself is ``pipesim.sim.fast_sweep``'s (compiled where numba is
+    installed); ``hold``: a send keeps its device busy until it arrives."""
+    times = (duration, links.channel, links.occupancy_ms, links.latency_ms)
+    return run_sweep(index.graph, times, links.channels, overhead_ms, hold)
 
 
 __all__ = ["LinkTimes", "fast_simulate", "link_times", "node_durations", "sweep", "unsupported"]

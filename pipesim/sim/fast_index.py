@@ -33,6 +33,7 @@ from operator import itemgetter
 import numpy as np
 
 from pipesim.schedules.ir import B, F, I, Kind, Schedule
+from pipesim.sim.fast_sweep import SweepGraph
 from pipesim.sim.trace import KIND_CODE, KIND_CODES, SEND_B, SEND_F
 
 _F, _B, _I = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
@@ -47,7 +48,8 @@ class ScheduleIndex:
     Per node: ``node_device``, ``node_kind`` (a KIND_CODE), ``node_stage`` and
     ``node_microbatch`` (-1 for a group), ``node_model_stage`` (the layer group whose cost
     it takes; -1 for a group), ``node_action`` (object array), ``input_of`` and
-    ``output_of`` (``array('q')``). ``bounds[d]:bounds[d+1]`` are device d's nodes.
+    ``output_of``. ``bounds[d]:bounds[d+1]`` are device d's nodes. ``graph``: what the
+    sweep walks (``pipesim.sim.fast_sweep.SweepGraph``).
     Per message: ``message_node`` (its producer), ``message_src``/``message_dst``
     (devices), ``message_model_stage`` (the boundary whose activation bytes it carries),
     ``message_kind`` (SEND_F or SEND_B), ``message_stage``/``message_microbatch`` (the
@@ -64,9 +66,9 @@ class ScheduleIndex:
     node_microbatch: np.ndarray
     node_model_stage: np.ndarray
     node_action: np.ndarray
-    input_of: array
-    output_of: array
-    input_array: np.ndarray  # input_of as a NumPy array
+    input_of: np.ndarray
+    output_of: np.ndarray
+    graph: SweepGraph
     message_node: np.ndarray
     message_consumer: np.ndarray
     message_src: np.ndarray
@@ -197,9 +199,9 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
         node_stage=np.zeros(nodes, dtype=np.int64),
         node_microbatch=np.zeros(nodes, dtype=np.int64),
         node_model_stage=np.zeros(nodes, dtype=np.int64),
-        input_of=array("q"),
-        output_of=array("q"),
-        input_array=none,
+        input_of=none,
+        output_of=none,
+        graph=SweepGraph(none, none, none, none, none, none, none),
         message_node=none,
         message_consumer=none,
         message_src=none,
@@ -284,9 +286,9 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_obj
         else np.fromiter(atoms.actions, dtype=object, count=len(atoms.actions))
     )
     return dict(
-        input_of=as_array("q", inputs),
-        output_of=as_array("q", outputs),
-        input_array=inputs,
+        input_of=inputs,
+        output_of=outputs,
+        graph=_sweep_graph(schedule, inputs, outputs, groups),
         message_node=message_node,
         message_consumer=message_consumer,
         message_src=placement[stage[sender]],
@@ -335,6 +337,22 @@ def _wire(atoms, sender, receiver, model_stage, is_group) -> tuple:
             )
         )
     return inputs, outputs, tuple(groups)
+
+
+def _sweep_graph(schedule: Schedule, inputs, outputs, groups) -> SweepGraph:
+    """The arrays the sweep walks: device ranges, inputs, outputs, the groups' lists."""
+    lengths = [len(actions) for actions in schedule.device_actions]
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    members_in = [np.asarray(g[1], dtype=np.int64) for g in groups]
+    members_out = [np.asarray(g[2], dtype=np.int64) for g in groups]
+
+    def packed(lists: list) -> tuple[np.ndarray, np.ndarray]:
+        first = np.zeros(len(lists) + 1, dtype=np.int64)
+        first[1:] = np.cumsum([len(x) for x in lists])
+        flat = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
+        return first, flat.astype(np.int64)
+
+    return SweepGraph(bounds, inputs, outputs, *packed(members_in), *packed(members_out))
 
 
 def as_array(code: str, values: np.ndarray) -> array:

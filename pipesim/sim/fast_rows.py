@@ -199,7 +199,7 @@ def _node_starts(index: ScheduleIndex, sweep: Sweep, release, release_ref, arriv
     cause_ref = np.where(first, -1, release_ref[previous])
     cause = np.where(cause_ref >= nodes, CAUSE_SENDING, CAUSE_DEVICE).astype(np.int8)
     cause[first] = CAUSE_START
-    wanted = index.input_array
+    wanted = index.input_of
     single = np.flatnonzero(wanted >= 0)
     late = single[arrival[wanted[single]] > free[single]]
     scheduled = free.copy()

@@ -1,0 +1,123 @@
+"""The sweep's two runners, compiled (numba) and plain Python, give the same Trace.
+
+Both run one source (``pipesim.sim.fast_sweep.sweep_kernel``); these tests pin that the
+compiled one keeps the Python one's floating-point operations and order: every array of
+the Trace equal, times to the bit, on every policy with random costs and links (groups,
+held sends, gaps and overheads included), on random schedules, and a deadlock found by
+both.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from pipesim.schedules import get_schedule
+from pipesim.schedules.ir import Action, F, I, W, schedule_from_lists
+from pipesim.sim.costs import uniform_costs
+from pipesim.sim.fast import fast_simulate, link_times, node_durations, sweep
+from pipesim.sim.fast_index import schedule_index
+from pipesim.sim.fast_sweep import compiled_kernel, prefer_compiled
+from pipesim.sim.links import Link, Topology
+from tests.sim.test_fast import dedicated, policy_scenarios
+from tests.sim.test_properties import random_schedules
+
+pytest.importorskip("numba")
+
+COLUMNS = ("device", "lane", "stage", "chunk", "microbatch", "kind", "peer", "start", "end",
+           "cause", "cause_row")  # fmt: skip
+
+
+def both_runners(schedule, costs, topology, **kwargs):
+    """The fast Trace with the compiled sweep, then with the Python one."""
+    traces = []
+    for compiled in (True, False):
+        previous = prefer_compiled(compiled)
+        try:
+            assert (compiled_kernel() is not None) == compiled
+            traces.append(fast_simulate(schedule, costs, topology, **kwargs))
+        finally:
+            prefer_compiled(previous)
+    return traces
+
+
+def assert_identical(mine, theirs):
+    for column in COLUMNS:
+        a, b = getattr(mine, column), getattr(theirs, column)
+        assert a.dtype == b.dtype and np.array_equal(a, b), column
+    assert mine.start.tobytes() == theirs.start.tobytes()  # to the bit, -0.0 included
+    assert mine.end.tobytes() == theirs.end.tobytes()
+    assert mine.actions == theirs.actions
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policy_scenarios())
+def test_every_policy_gives_one_trace_on_both_runners(case):
+    schedule, costs, topology = case
+    if topology.devices > 1:
+        topology = dedicated(topology)
+    compiled, python = both_runners(schedule, costs, topology, tail_ms=[0.5] * schedule.devices)
+    assert compiled is not None
+    assert_identical(compiled, python)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_schedules())
+def test_random_schedules_give_one_trace_on_both_runners(case):
+    schedule, costs, topology = case
+    compiled, python = both_runners(schedule, costs, dedicated(topology))
+    assert_identical(compiled, python)
+
+
+def test_dualpipe_groups_and_held_sends_on_both_runners():
+    # DualPipeV runs overlapped F&B pairs as groups; sends that hold their device.
+    schedule = get_schedule("dualpipev", 4, 16, 2)
+    assert schedule_index(schedule).groups
+    stages = schedule.model_stages
+    costs = uniform_costs(stages, [1.0 + s / 7 for s in range(stages)], backward_input_ms=1.3,
+                          backward_weight_ms=0.7, overlapped_fb_ms=2.9, activation_bytes=3e6)  # fmt: skip
+    for overlap in (True, False):
+        topology = Topology(4, default=Link(latency_us=17, bandwidth_gbps=9.0, gap_us=2.0),
+                            comm_overlap=overlap)  # fmt: skip
+        assert_identical(*both_runners(schedule, costs, topology))
+
+
+def test_a_deadlock_stops_both_runners():
+    # 1 runs F1 first, which waits for 0's F1, which waits behind 0's B0, which waits
+    # for 1's B0: a cycle.
+    cycle = [
+        [Action(0, F, 0), Action(0, I, 0), Action(0, W, 0), Action(0, F, 1), Action(0, I, 1),
+         Action(0, W, 1)],
+        [Action(1, F, 1), Action(1, F, 0), Action(1, I, 0), Action(1, W, 0), Action(1, I, 1),
+         Action(1, W, 1)],
+    ]  # fmt: skip
+    schedule = schedule_from_lists(cycle)
+    index = schedule_index(schedule)
+    costs = uniform_costs(2, 1.0, backward_input_ms=1.0, backward_weight_ms=1.0)
+    topology = Topology(2, default=Link(latency_us=5, bandwidth_gbps=10.0))
+    links = link_times(index, costs, topology)
+    for compiled in (True, False):
+        previous = prefer_compiled(compiled)
+        try:
+            assert sweep(index, node_durations(index, costs), links, 0.0, False) is None
+        finally:
+            prefer_compiled(previous)
+
+
+def test_the_sweep_records_a_topological_order_of_runs():
+    # 1F1B on 2 devices, 2 microbatches, F 1 ms, B 2 ms, ideal links. Device 0
+    # (0F0 0F1 0B0 0B1) runs its forwards, ends 1 and 2, and stops at 0B0 (no gradient
+    # yet); device 1 (1F0 1B0 1F1 1B1) then runs through: 1F0 from 1 to 2, 1B0 to 4,
+    # 1F1 to 5, 1B1 to 7; device 0 finishes: 0B0 from 4 to 6, 0B1 from 7 to 9.
+    schedule = get_schedule("1f1b", 2, 2)
+    index = schedule_index(schedule)
+    costs = uniform_costs(2, 1.0, 2.0)
+    links = link_times(index, costs, Topology(2))
+    expected = [[0, 2], [4, 8], [2, 4]]
+    for compiled in (True, False):
+        previous = prefer_compiled(compiled)
+        try:
+            solved = sweep(index, node_durations(index, costs), links, 0.0, False)
+        finally:
+            prefer_compiled(previous)
+        assert solved.runs.tolist() == expected
+        assert solved.end.tolist() == [1.0, 2.0, 6.0, 9.0, 2.0, 4.0, 5.0, 7.0]
