@@ -13,6 +13,7 @@ import io
 import json
 import os
 import sys
+from contextlib import ExitStack
 
 import click
 import yaml
@@ -98,16 +99,21 @@ def _plan_body(scenario, gpus, overrides, space, confirm, top, fmt, output, emit
     )
     count = _gpus(gpus)
     base = apply_overrides(read_mapping(scenario), list(overrides))
-    bar = _Bar(no_progress)
+    with ExitStack() as bars:  # the bar opens once the space size is known
+        updates: list = []
 
-    def on_size(n: int) -> None:
-        note(f"planning over {n:,} candidates")
-        bar.start(n)
+        def on_size(n: int) -> None:
+            note(f"planning over {n:,} candidates")
+            updates.append(bars.enter_context(
+                progress_bar(n, "candidate", "plan", disabled=no_progress)))  # fmt: skip
 
-    result = plan(base, scenario, count, space, confirm=confirm, top=top,
-                  jobs=jobs or os.cpu_count() or 1, executor=executor, scheduler=scheduler,
-                  progress=bar.update, on_size=on_size)  # fmt: skip
-    bar.close()
+        def progress(n: int) -> None:
+            if updates and updates[0] is not None:
+                updates[0](n)
+
+        result = plan(base, scenario, count, space, confirm=confirm, top=top,
+                      jobs=jobs or os.cpu_count() or 1, executor=executor, scheduler=scheduler,
+                      progress=progress, on_size=on_size)  # fmt: skip
     if (emit or explain) and not result.results:
         raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
     explanation = explain_plan(base, scenario, result.results) if explain else None
@@ -126,25 +132,6 @@ def _plan_body(scenario, gpus, overrides, space, confirm, top, fmt, output, emit
 
 
 _plan = user_errors(_plan_body, also=(PlanError,))
-
-
-class _Bar:
-    """A progress bar opened once the space size is known."""
-
-    def __init__(self, disabled: bool) -> None:
-        self.disabled, self._context, self._update = disabled, None, None
-
-    def start(self, total: int) -> None:
-        self._context = progress_bar(total, "candidate", "plan", disabled=self.disabled)
-        self._update = self._context.__enter__()
-
-    def update(self, count: int) -> None:
-        if self._update is not None:
-            self._update(count)
-
-    def close(self) -> None:
-        if self._context is not None:
-            self._context.__exit__(None, None, None)
 
 
 def _gpus(text: str) -> int:
