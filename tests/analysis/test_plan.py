@@ -16,6 +16,7 @@ from pipesim.analysis.plan_space import (
     build_space,
     enumerate_space,
 )
+from pipesim.plot.pareto import pareto_figure
 from pipesim.scenario.build import parse_spec
 from pipesim.scenario.schema import ScenarioError
 from pipesim.schedules.ir import ScheduleError
@@ -280,3 +281,19 @@ def test_every_scored_candidate_is_its_own_engine_run(gpus, layers, global_batch
     assert result.space_size == sum(result.pruned.values()) + result.scored
     assert result.confirmed == result.scored == len(result.results)
     assert all(row["peak_memory_bytes"] <= CAPACITY_BYTES for row in result.results)
+
+
+def test_pareto_figure_draws_the_front_in_gib_and_marks_the_winner():
+    result = plan(small_base(), SOURCE, 8, ("pipeline.schedule=1f1b,zbv",), top=5, confirm=0)
+    figure = pareto_figure(result, capacity_bytes=CAPACITY_BYTES)
+    ax = figure.axes[0]
+    front = sorted(result.pareto, key=lambda row: row["peak_memory_bytes"])
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    xs, ys = lines["Pareto front"].get_data()
+    assert list(xs) == [row["peak_memory_bytes"] / 2**30 for row in front]
+    assert list(ys) == [row["step_time_ms"] for row in front]
+    star_x, star_y = lines["winner"].get_data()
+    assert (star_x[0], star_y[0]) == (result.results[0]["peak_memory_bytes"] / 2**30,
+                                      result.results[0]["step_time_ms"])  # fmt: skip
+    assert "GPU memory (40 GiB)" in lines
+    assert len(ax.collections[0].get_offsets()) == result.scored
