@@ -116,12 +116,15 @@ class Scorer:
         if isinstance(schedule, str):
             return Outcome(reason=schedule)
         spec = candidate_spec(self.spec, c)
-        derived = self._model_costs(spec, schedule, c)
+        try:  # what pipesim run would refuse (a data-parallel group across nodes, ...)
+            derived = self._model_costs(spec, schedule, c)
+            topology, where = self._topology(spec, schedule, c)
+        except ScenarioError as exc:
+            return Outcome(reason=self._refused(exc))
         peaks = peak_activation_bytes(self._programs[key], derived.costs)
         capacity = derived.accounting.memory_capacity_bytes  # what the Report checks
         if exceeds(peaks, derived.accounting.static_memory_bytes, capacity):
             return Outcome(reason=capacity_reason(capacity))
-        topology, where = self._topology(spec, schedule, c)
         # the timeline's inputs, by value: candidates that differ only in what leaves them
         # alone (the ZeRO stage where the optimizer step does not change) share one
         shared = (key, derived.costs, derived.tail_ms, where, not c.dp_overlap)
@@ -139,6 +142,10 @@ class Scorer:
         report, evaluator = self._timelines[shared]
         report = restated(report, derived.accounting)
         return self._outcome(c, report, evaluator, _digest(shared))
+
+    def _refused(self, exc: ScenarioError) -> str:
+        text = str(exc).splitlines()[0].removeprefix(f"{self.source}: ")
+        return f"cannot be laid out: {text}"
 
     def _schedule(self, key: tuple) -> Schedule | str:
         """The schedule of (policy, devices, microbatches, chunks), or why it cannot be."""
@@ -175,7 +182,8 @@ class Scorer:
         try:
             scenario = build_scenario(candidate_spec(self.spec, c), self.source)
         except (ScenarioError, ScheduleError) as exc:
-            return Outcome(reason=f"{c.schedule}: {str(exc).splitlines()[0]}")
+            text = str(exc).splitlines()[0].removeprefix(f"{self.source}: ")
+            return Outcome(reason=f"{c.schedule}: {text}")
         capacity = scenario.accounting.memory_capacity_bytes
         if _exceeds_before(scenario, capacity):
             return Outcome(reason=capacity_reason(capacity))
