@@ -42,7 +42,7 @@ import numpy as np
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.fast_index import ScheduleIndex, schedule_index
-from pipesim.sim.fast_rows import LinkTimes, Sweep, build_trace
+from pipesim.sim.fast_rows import LinkTimes, build_trace
 from pipesim.sim.fast_sweep import SweepResult, run_sweep
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import Trace
@@ -96,16 +96,7 @@ def fast_simulate(
     solved = sweep(index, duration, links, costs.overhead_ms, hold)
     if solved is None:
         return None
-    result = Sweep(
-        duration=duration,
-        end=solved.end,
-        begin=solved.begin,
-        links=links,
-        overhead_ms=costs.overhead_ms,
-        hold=hold,
-        runs=solved.runs,
-    )
-    return build_trace(index, result, tail_ms, tail_after_flush)
+    return build_trace(index, solved, links, tail_ms, tail_after_flush)
 
 
 def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
@@ -163,9 +154,9 @@ def _negative(costs: Costs, topology: Topology | None) -> bool:
 def sweep(
     index: ScheduleIndex, duration: np.ndarray, links: LinkTimes, overhead_ms: float, hold: bool
 ) -> SweepResult | None:
-    """Every node's end, every message's arrival and the time it entered its channel, and
-    the runs of nodes in the order they were computed (a topological order); None on a
-    deadlock. The loop itself is ``pipesim.sim.fast_sweep``'s (compiled where numba is
+    """Every node's start, end and cause, every message's arrival and the time it entered
+    its channel, and the runs of nodes in the order they were computed (a topological
+    order): a ``SweepResult``, or None on a deadlock. The loop itself is ``pipesim.sim.fast_sweep``'s (compiled where numba is
     installed); ``hold``: a send keeps its device busy until it arrives."""
     times = (duration, links.channel, links.occupancy_ms, links.latency_ms)
     return run_sweep(index.graph, times, links.channels, overhead_ms, hold)

@@ -26,6 +26,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from pipesim.sim.trace import CAUSE_DEVICE, CAUSE_INPUT, CAUSE_SENDING, CAUSE_START
+
+_START, _DEVICE, _SENDING, _INPUT = CAUSE_START, CAUSE_DEVICE, CAUSE_SENDING, CAUSE_INPUT
 _compiled: dict[str, Any] = {}  # "kernel": the compiled function, None if numba is missing
 _settings = {"compiled": True}
 
@@ -46,12 +49,26 @@ class SweepGraph(NamedTuple):
 
 
 class SweepResult(NamedTuple):
-    """Per node its end, per message its arrival and the time it entered its channel
-    (ms), and the runs of nodes in the order computed (first, stop, first, stop, ...)."""
+    """What the sweep found, in ms where a time.
+
+    Per node: ``end``, ``start``, ``cause`` (a CAUSE_* code) and ``cause_ref`` (the
+    reference it names: node n, or message k as ``nodes + k``, or -1), and ``scheduled``,
+    when the engine's clock would be set for its end (its device free and its input sent).
+    Per message: ``arrival``, ``begin`` (when it entered its channel) and ``behind`` (the
+    message it queued behind on its channel, or -1). Per device: ``free`` and
+    ``free_ref``, when it fell free after its last node and the reference that freed it.
+    ``runs``: the runs of nodes in the order computed (first, stop per row)."""
 
     end: np.ndarray
+    start: np.ndarray
+    cause: np.ndarray
+    cause_ref: np.ndarray
+    scheduled: np.ndarray
     arrival: np.ndarray
     begin: np.ndarray
+    behind: np.ndarray
+    free: np.ndarray
+    free_ref: np.ndarray
     runs: np.ndarray
 
 
@@ -76,9 +93,11 @@ def compiled_kernel():
         except ImportError:
             _compiled["kernel"] = None
         else:
-            for helper in (_first_active, _still_active, _group_ready, _ship_group):
-                numba.extending.register_jitable(helper)
-            _compiled["kernel"] = numba.njit(cache=True, nogil=True)(sweep_kernel)
+            # No reference counting (_nrt=False): the loop allocates nothing, and counting
+            # every array it takes out of ``state`` at each device visit cost 20x the work.
+            for helper in (_first_active, _run_device, _all_sent, _group_input, _ship_group):
+                numba.extending.register_jitable(_nrt=False)(helper)
+            _compiled["kernel"] = numba.njit(cache=True, nogil=True, _nrt=False)(sweep_kernel)
     return _compiled["kernel"]
 
 
@@ -91,156 +110,185 @@ def run_sweep(
     nodes, messages = len(graph.input_of), len(times[1])
     devices = len(graph.bounds) - 1
     kernel = compiled_kernel()
+    sizes = (nodes, nodes, nodes, nodes, nodes, messages, messages, messages, messages,
+             2 * nodes + 2, max(channels, 1), max(channels, 1), devices, devices, devices,
+             devices)  # fmt: skip
+    codes = "ddqqdddqdqdqdqqq"
     if kernel is not None:
-        state = (
-            np.full(messages, -1.0), np.zeros(messages), np.zeros(nodes),
-            np.zeros(2 * nodes + 2, dtype=np.int64), np.zeros(max(channels, 1)),
-            np.zeros(devices), np.zeros(devices, dtype=np.int64), np.zeros(devices, dtype=np.int64),
-        )  # fmt: skip
+        state = tuple(np.zeros(n, dtype=np.float64 if c == "d" else np.int64) for c, n in zip(codes, sizes, strict=True))  # fmt: skip
         written = kernel(graph, times, float(overhead_ms), bool(hold), state)
-        arrival, begin, end, runs = state[:4]
     else:
-        state = (
-            array("d", [-1.0]) * messages, array("d", bytes(8 * messages)),
-            array("d", bytes(8 * nodes)), array("q", bytes(8 * (2 * nodes + 2))),
-            [0.0] * channels, [0.0] * devices, [0] * devices, [0] * devices,
-        )  # fmt: skip
-        codes = ("d", "q", "d", "d")
-        buffers = tuple(_buffer(c, v) for c, v in zip(codes, times, strict=True))
+        state = tuple(array(c, bytes(8 * n)) for c, n in zip(codes, sizes, strict=True))
+        buffers = tuple(_buffer(c, v) for c, v in zip("dqdd", times, strict=True))
         graph_buffers = tuple(_buffer("q", v) for v in graph)
         written = sweep_kernel(graph_buffers, buffers, float(overhead_ms), bool(hold), state)
-        arrival, begin, end, runs = (np.frombuffer(b, dtype=b.typecode) for b in state[:4])
+        state = tuple(np.frombuffer(b, dtype=b.typecode) for b in state)
     if written < 0:
         return None
-    return SweepResult(end, arrival, begin, runs[:written].reshape(-1, 2))
+    end, start, cause, cause_ref, scheduled, arrival, begin, behind, sent = state[:9]
+    runs, free, free_ref = state[9][:written].reshape(-1, 2), state[12], state[13]
+    return SweepResult(end, start, cause.astype(np.int8), cause_ref, scheduled, arrival, begin,
+                       behind, free, free_ref, runs)  # fmt: skip
 
 
 def _buffer(code: str, values) -> array:
     """A vector as a compact ``array.array`` (int64 ``"q"`` or float64 ``"d"``)."""
     out = array(code)
-    out.frombytes(
-        np.ascontiguousarray(values, dtype=np.int64 if code == "q" else np.float64).tobytes()
-    )
+    values = np.ascontiguousarray(values, dtype=np.int64 if code == "q" else np.float64)
+    out.frombytes(values.tobytes())
     return out
 
 
-def sweep_kernel(graph, links, overhead_ms, hold, state):
-    """Fill ``state``'s arrival, begin, end and runs; return how many run bounds were
-    written, or -1 on a deadlock. Devices are visited in turn; each runs on while its
-    next node's input is known (an arrival of -1: not yet sent). ``hold``: a send keeps
-    its device busy until it arrives. Every float operation is the engine's, in order."""
-    bounds, input_of, output_of = graph[0], graph[1], graph[2]
-    duration, channel, occupancy, latency = links
-    arrival, begin, end, runs, channel_free, free, at, active = state
-    count = _first_active(bounds, at, active)
+def sweep_kernel(graph, times, overhead_ms, hold, state):
+    """Fill ``state`` (see ``run_sweep``); return how many run bounds were written, or -1
+    on a deadlock. Devices are visited in turn; each runs on while its next node's input
+    is known (a message not yet sent has ``sent`` -1). Every float operation is the
+    engine's, in the engine's order."""
+    bounds, runs, at, active = graph[0], state[9], state[14], state[15]
+    count = _first_active(graph, state)
     written = 0
     while count > 0:
         moved = False
         for j in range(count):
             device = active[j]
-            i = first = at[device]
-            h, t = bounds[device + 1], free[device]
-            while i < h:
-                k = input_of[i]
-                if k >= 0:
-                    a = arrival[k]
-                    if a < 0.0:
-                        break
-                    if a > t:
-                        t = a
-                elif k != -1:
-                    a = _group_ready(graph, -2 - k, arrival, t)
-                    if a < 0.0:
-                        break
-                    t = a
-                t = t + duration[i] + overhead_ms
-                end[i] = t
-                k = output_of[i]
-                if k >= 0:
-                    c = channel[k]
-                    if c < 0:
-                        arrival[k] = t
-                    else:
-                        f = channel_free[c]
-                        b = f if f > t else t
-                        begin[k] = b
-                        f = b + occupancy[k]
-                        channel_free[c] = f
-                        a = f + latency[k]
-                        arrival[k] = a
-                        if hold and a > t:
-                            t = a
-                elif k != -1:
-                    t = _ship_group(graph, -2 - k, t, hold, links, (arrival, begin, channel_free))
-                i += 1
-            if i != first:
-                moved, at[device], free[device] = True, i, t
-                runs[written], runs[written + 1] = first, i
+            first = at[device]
+            stop = _run_device(graph, times, overhead_ms, hold, state, device)
+            if stop != first:
+                moved = True
+                runs[written], runs[written + 1] = first, stop
                 written += 2
         if not moved:
             return -1
-        count = _still_active(bounds, at, active, count)
+        alive = 0
+        for j in range(count):
+            d = active[j]
+            if at[d] < bounds[d + 1]:
+                active[alive] = d
+                alive += 1
+        count = alive
     return written
 
 
-def _first_active(bounds, at, active):
-    """Start every device at its first node; list those with work; return how many."""
+def _first_active(graph, state):
+    """Start every device at its first node, free at 0 with no cause; mark every message
+    unsent; list the devices with work; return how many."""
+    bounds, sent = graph[0], state[8]
+    free, free_ref, at, active = state[12], state[13], state[14], state[15]
+    for k in range(len(sent)):
+        sent[k] = -1.0
     count = 0
     for d in range(len(bounds) - 1):
-        at[d] = bounds[d]
+        at[d], free[d], free_ref[d] = bounds[d], 0.0, -1
         if bounds[d] < bounds[d + 1]:
             active[count] = d
             count += 1
     return count
 
 
-def _still_active(bounds, at, active, count):
-    """Keep in ``active`` only the devices with work left; return how many."""
-    alive = 0
-    for j in range(count):
-        d = active[j]
-        if at[d] < bounds[d + 1]:
-            active[alive] = d
-            alive += 1
-    return alive
+def _run_device(graph, times, overhead_ms, hold, state, device):
+    """Run ``device`` on while its next node's input is known; return where it stopped."""
+    input_of, output_of, duration = graph[1], graph[2], times[0]
+    channel, occupancy, latency = times[1], times[2], times[3]
+    end, start, cause, cause_ref, scheduled = state[0], state[1], state[2], state[3], state[4]
+    arrival, begin, behind, sent = state[5], state[6], state[7], state[8]
+    channel_free, channel_last = state[10], state[11]
+    free, free_ref, at = state[12], state[13], state[14]
+    nodes = len(input_of)
+    i, stop, t, ref = at[device], graph[0][device + 1], free[device], free_ref[device]
+    while i < stop:
+        why = _START if ref < 0 else (_SENDING if ref >= nodes else _DEVICE)
+        ready, due, k = t, t, input_of[i]
+        if k >= 0:
+            if sent[k] < 0.0:
+                break
+            if sent[k] > due:
+                due = sent[k]
+            if arrival[k] > ready:
+                ready, why, ref = arrival[k], _INPUT, nodes + k
+        elif k != -1:
+            if not _all_sent(graph, -2 - k, sent):
+                break
+            ready, due, why, ref = _group_input(graph, -2 - k, state, (ready, due, why, ref))
+        start[i], cause[i], cause_ref[i], scheduled[i] = ready, why, ref, due
+        t = ready + duration[i] + overhead_ms
+        end[i], ref, k = t, i, output_of[i]
+        if k >= 0:
+            c = channel[k]
+            sent[k], behind[k] = t, -1
+            if c < 0:
+                arrival[k] = t
+            else:
+                f = channel_free[c]
+                if f > t:
+                    behind[k] = channel_last[c]
+                b = f if f > t else t
+                begin[k] = b
+                f = b + occupancy[k]
+                channel_free[c], channel_last[c] = f, k
+                a = f + latency[k]
+                arrival[k] = a
+                if hold and a > t:
+                    t, ref = a, nodes + k
+        elif k != -1:
+            t, ref = _ship_group(graph, -2 - k, times, hold, state, (i, t))
+        i += 1
+    at[device], free[device], free_ref[device] = i, t, ref
+    return i
 
 
-def _group_ready(graph, g, arrival, free):
-    """When group g may start: after ``free`` and every member's input (-1.0 if one is
-    not yet sent)."""
+def _all_sent(graph, g, sent):
+    """Whether every input of group g has been sent."""
     first, inputs = graph[3], graph[4]
     for q in range(first[g], first[g + 1]):
-        a = arrival[inputs[q]]
-        if a < 0.0:
-            return -1.0
-        if a > free:
-            free = a
-    return free
+        if sent[inputs[q]] < 0.0:
+            return False
+    return True
 
 
-def _ship_group(graph, g, end, hold, links, sent):
-    """Send group g's messages, member by member, as the engine does; return when its
-    device falls free (later than ``end`` if a send holds it)."""
-    first, outputs = graph[5], graph[6]
-    channel, occupancy, latency = links[1], links[2], links[3]
-    arrival, begin, channel_free = sent
-    free = end
+def _group_input(graph, g, state, known):
+    """When group g starts (after its device falls free and every member's input is in),
+    when it is due, and its cause: the first input strictly later than all before it."""
+    first, inputs = graph[3], graph[4]
+    arrival, sent, nodes = state[5], state[8], len(graph[1])
+    ready, due, why, ref = known
     for q in range(first[g], first[g + 1]):
-        k = outputs[q]
-        c = channel[k]
+        m = inputs[q]
+        if sent[m] > due:
+            due = sent[m]
+        if arrival[m] > ready:
+            ready, why, ref = arrival[m], _INPUT, nodes + m
+    return ready, due, why, ref
+
+
+def _ship_group(graph, g, times, hold, state, node_end):
+    """Send group g's messages, member by member, as the engine does; return when its
+    device falls free and what frees it: its end (the node), or with ``hold`` the latest
+    arrival after it (among equal ones the last sent)."""
+    first, outputs, nodes = graph[5], graph[6], len(graph[1])
+    channel, occupancy, latency = times[1], times[2], times[3]
+    arrival, begin, behind, sent = state[5], state[6], state[7], state[8]
+    channel_free, channel_last = state[10], state[11]
+    node, end = node_end
+    free, ref = end, node
+    for q in range(first[g], first[g + 1]):
+        m = outputs[q]
+        c = channel[m]
+        sent[m], behind[m] = end, -1
         if c < 0:
-            arrival[k] = end
+            arrival[m] = end
             continue
         f = channel_free[c]
+        if f > end:
+            behind[m] = channel_last[c]
         b = f if f > end else end
-        begin[k] = b
-        f = b + occupancy[k]
-        channel_free[c] = f
-        a = f + latency[k]
-        arrival[k] = a
-        if hold and a > free:
-            free = a
-    return free
+        begin[m] = b
+        f = b + occupancy[m]
+        channel_free[c], channel_last[c] = f, m
+        a = f + latency[m]
+        arrival[m] = a
+        if hold and a > end and a >= free:
+            free, ref = a, nodes + m
+    return free, ref
 
 
 __all__ = [
