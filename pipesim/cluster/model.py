@@ -19,7 +19,11 @@ from collections.abc import Sequence
 
 from pipesim.cluster.efficiency import FLOPS_ONLY, Efficiency, compute_ms
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
-from pipesim.cluster.parallel import ring_allreduce_ms, tensor_parallel_comm_ms
+from pipesim.cluster.parallel import (
+    hierarchical_allreduce_ms,
+    ring_allreduce_ms,
+    tensor_parallel_comm_ms,
+)
 from pipesim.cluster.pass_time import TensorParallel, stage_pass_times
 from pipesim.cluster.transformer import (
     PassFlops,
@@ -243,7 +247,9 @@ def stage_costs(
     ``tensor_overlap`` only what the layer's GEMMs do not hide
     (``Efficiency.tensor_overlap_fraction``). W has no communication.
     ``efficiency`` defaults to ``Efficiency()``, the calibrated model; ``FLOPS_ONLY`` counts
-    matrix multiplications alone.
+    matrix multiplications alone. Between stages each GPU sends its share of the activation:
+    all ``b s h`` elements, or with ``sequence_parallel`` its ``1/tensor`` of the sequence
+    (Megatron-LM's ``get_tensor_shapes``), each tensor-parallel rank over its own link.
     """
     gpu = gpu_profile(gpu) if isinstance(gpu, str) else gpu
     efficiency = Efficiency() if efficiency is None else efficiency
@@ -267,7 +273,7 @@ def stage_costs(
         backward_ms=tuple(p.backward_input_ms + p.backward_weight_ms for p in passes),
         backward_input_ms=tuple(p.backward_input_ms for p in passes),
         backward_weight_ms=tuple(p.backward_weight_ms for p in passes),
-        activation_bytes=(float(message),) * len(partition),
+        activation_bytes=(message / (tensor if sequence_parallel else 1),) * len(partition),
         activation_memory_bytes=tuple(act),
         weight_grad_memory_bytes=tuple(wgrad),
         overhead_ms=efficiency.launch_overhead_ms,
@@ -333,11 +339,21 @@ def data_parallel_allreduce_ms(
     data_parallel: int,
     link: Link,
     tensor: int = 1,
+    *,
+    ranks_per_node: int = 1,
+    intra_node_link: Link | None = None,
 ) -> tuple[float, ...]:
-    """End-of-step gradient all-reduce per stage: each GPU's share of the stage's gradients
-    (``params / tensor * dtype_bytes`` bytes) in a ring over the ``data_parallel`` replicas.
-    Pick ``link`` with ``pipesim.parallel.data_parallel_link``."""
-    return tuple(
-        ring_allreduce_ms(params / tensor * model.dtype_bytes, data_parallel, link)
-        for params in stage_parameters(model, partition)
-    )
+    """End-of-step gradient reduction per stage: each GPU's share of the stage's gradients
+    (``params / tensor * dtype_bytes`` bytes) all-reduced over the ``data_parallel``
+    replicas: a ring over ``link`` (pick it with ``pipesim.parallel.data_parallel_link``),
+    or, when ``ranks_per_node`` replicas share a node, reduced inside the node over
+    ``intra_node_link`` first and across nodes over ``link`` (``hierarchical_allreduce_ms``)."""
+    stage_bytes = [p / tensor * model.dtype_bytes for p in stage_parameters(model, partition)]
+    if ranks_per_node > 1:
+        if intra_node_link is None:
+            raise ValueError("ranks_per_node > 1 needs intra_node_link, the link inside a node")
+        return tuple(
+            hierarchical_allreduce_ms(b, data_parallel, ranks_per_node, intra_node_link, link)
+            for b in stage_bytes
+        )
+    return tuple(ring_allreduce_ms(b, data_parallel, link) for b in stage_bytes)

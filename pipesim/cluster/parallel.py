@@ -32,6 +32,28 @@ def ring_allreduce_ms(nbytes: float, ranks: int, link: Link) -> float:
     return latency_ms + steps / ranks * nbytes / (link.bandwidth_gbps * 1e6)
 
 
+def hierarchical_allreduce_ms(
+    nbytes: float, ranks: int, ranks_per_node: int, intra_link: Link, inter_link: Link
+) -> float:
+    """Time (ms) of an all-reduce over ``ranks`` GPUs that sit ``ranks_per_node`` to a node.
+
+    Done in two levels, as NCCL does across nodes: the ``k = ranks_per_node`` GPUs of a node
+    reduce-scatter inside the node (each then holds ``B / k`` of the node's sum), the GPUs
+    with the same share all-reduce it across the ``ranks / k`` nodes, each over its own
+    network link, and the node all-gathers the result. The network carries ``1 / k`` of
+    what a flat ring would put on it, and the ``k`` links of a node work in parallel:
+
+        2 (k-1)/k B / intra_bw  +  2 (N-1)/N (B/k) / inter_bw   (plus latencies), N = n / k.
+
+    With one GPU per node it is the flat ring over ``inter_link``.
+    """
+    if ranks_per_node < 1 or ranks % ranks_per_node:
+        raise ValueError(f"ranks_per_node must divide ranks, got {ranks=}, {ranks_per_node=}")
+    nodes = ranks // ranks_per_node
+    inside = ring_allreduce_ms(nbytes, ranks_per_node, intra_link)
+    return inside + ring_allreduce_ms(nbytes / ranks_per_node, nodes, inter_link)
+
+
 def tensor_parallel_comm_ms(activation_bytes: float, tensor: int, link: Link) -> float:
     """Communication of one transformer layer in one pass (forward, or backward) under
     Megatron-style tensor parallelism of degree ``tensor``.

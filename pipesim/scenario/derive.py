@@ -15,6 +15,7 @@ Every problem is a ScenarioError naming the field.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from pipesim.cluster.hardware import UnknownProfileError, build_topology, gpu_profile, link_profile
@@ -281,9 +282,10 @@ def _step_tail(
     stages_on: list[list[int]],
     source: str,
 ) -> tuple[Costs, tuple[float, ...] | None]:
-    """Each device's end-of-step work: optimizer step and exposed gradient reduction. With
-    torch's REDUCE_GRAD posts in the schedule, the reduction goes to them, stage by stage,
-    and only the optimizer step stays in the tail."""
+    """Each device's end-of-step work: optimizer step and exposed gradient reduction (a ring
+    inside a node; across nodes, reduced inside each node first when a node holds several
+    replicas). With torch's REDUCE_GRAD posts in the schedule, the reduction goes to them,
+    stage by stage, and only the optimizer step stays in the tail."""
     par, (model, partition) = spec.parallel, split
     gpu = gpu_profile(spec.hardware.gpu)
     optimizer = optimizer_step_ms(
@@ -292,10 +294,14 @@ def _step_tail(
     reduction = (0.0,) * len(partition)
     if par.data > 1:
         intra, inter = _node_links(spec, source)
-        link = data_parallel_link(
-            par.tensor, par.data, gpus_per_node(spec, schedule.devices), intra, inter
-        )
-        reduction = data_parallel_allreduce_ms(model, partition, par.data, link, par.tensor)
+        per_node = gpus_per_node(spec, schedule.devices)
+        link = data_parallel_link(par.tensor, par.data, per_node, intra, inter)
+        # Replicas laid out tensor-innermost: a node holds per_node / tensor of them.
+        sharing = 1 if link is intra else math.gcd(par.data, max(per_node // par.tensor, 1))
+        reduction = data_parallel_allreduce_ms(
+            model, partition, par.data, link, par.tensor,
+            ranks_per_node=sharing, intra_node_link=intra,
+        )  # fmt: skip
         if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
             costs, reduction = replace(costs, reduce_grad_ms=reduction), (0.0,) * len(reduction)
     tail = []

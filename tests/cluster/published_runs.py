@@ -4,7 +4,7 @@ Each row of ``data/published_runs.csv`` is one run someone measured and publishe
 model's shape, the parallel layout, the batch and what was achieved (TFLOP/s per GPU, MFU
 or tokens per second per GPU). ``published_step_ms`` turns the achievement into a step time
 with the FLOPs formula the source used; ``predicted_step_ms`` builds the same run as a
-pipesim scenario and simulates one step. ``fit`` refits the cost model's four calibrated
+pipesim scenario and simulates one step. ``fit`` refits the cost model's three calibrated
 fractions on the ``calibrate`` rows.
 
     python -m tests.cluster.published_runs          # every row's error with the defaults
@@ -27,7 +27,7 @@ from pipesim.cluster.model import Efficiency, TransformerModel, model_flops_per_
 from pipesim.scenario.build import build_scenario, parse_spec
 
 DATA = Path(__file__).parent / "data" / "published_runs.csv"
-FITTED = ("max_fraction", "attention_fraction", "memory_fraction", "tensor_overlap_fraction")
+FITTED = ("max_fraction", "memory_fraction", "tensor_overlap_fraction")
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +199,8 @@ def nelder_mead(f: Callable[[np.ndarray], float], start: Sequence[float], iterat
 
 
 def fit(runs: Sequence[PublishedRun], iterations: int = 150) -> dict[str, float]:
-    """The four fractions that minimise ``objective`` on ``runs``, from pipesim's defaults."""
+    """The three fractions that minimise ``objective`` on ``runs``, from pipesim's defaults
+    (Nelder-Mead finds a local minimum: docs/validation.md tried several starts)."""
     defaults = Efficiency()
     start = [getattr(defaults, name) for name in FITTED]
     best, _ = nelder_mead(lambda x: objective(runs, x), start, iterations)

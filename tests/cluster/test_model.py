@@ -33,7 +33,12 @@ from pipesim.cluster.model import (
     stage_work_flops,
     static_memory,
 )
-from pipesim.cluster.parallel import data_parallel_link, ring_allreduce_ms, tensor_parallel_comm_ms
+from pipesim.cluster.parallel import (
+    data_parallel_link,
+    hierarchical_allreduce_ms,
+    ring_allreduce_ms,
+    tensor_parallel_comm_ms,
+)
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Link
 
@@ -374,3 +379,33 @@ def test_fixed_global_batch_has_an_interior_best_microbatch_count():
     assert times[16] / times[8] == pytest.approx(19 * 6 / 110)
     assert times[64] / times[8] == pytest.approx(67 * 3 / 110)
     assert times[1] / times[8] == pytest.approx(4 * 66 / 110)
+
+
+def test_hierarchical_allreduce_reduces_inside_the_node_first():
+    intra, inter = Link(latency_us=1.0, bandwidth_gbps=100.0), Link(5.0, 10.0)
+    # k = 4 GPUs per node, 2 nodes, B = 8e6 bytes: ring of 4 over NVLink on B, then a ring
+    # of 2 over the network on B / 4, each GPU on its own link.
+    inside = 6 * 0.001 + 6 / 4 * 8e6 / 1e8
+    across = 2 * 0.005 + 2 / 2 * 2e6 / 1e7
+    assert hierarchical_allreduce_ms(8e6, 8, 4, intra, inter) == pytest.approx(inside + across)
+    assert hierarchical_allreduce_ms(8e6, 8, 1, intra, inter) == ring_allreduce_ms(8e6, 8, inter)
+    # The network carries a quarter: much less than the flat ring over the network.
+    assert hierarchical_allreduce_ms(8e6, 8, 4, intra, inter) < ring_allreduce_ms(8e6, 8, inter)
+    with pytest.raises(ValueError, match="ranks_per_node must divide"):
+        hierarchical_allreduce_ms(8e6, 8, 3, intra, inter)
+    grads = 1872 * 2
+    assert data_parallel_allreduce_ms(
+        TINY, (2, 2), 8, inter, ranks_per_node=4, intra_node_link=intra
+    ) == pytest.approx((hierarchical_allreduce_ms(grads, 8, 4, intra, inter),) * 2)
+    with pytest.raises(ValueError, match="intra_node_link"):
+        data_parallel_allreduce_ms(TINY, (2, 2), 8, inter, ranks_per_node=4)
+
+
+def test_sequence_parallel_sends_each_gpu_its_share_of_the_sequence():
+    link = Link(latency_us=1.0, bandwidth_gbps=1.0)
+    plain = stage_costs(TINY, (2, 2), 1, TOY_GPU, FLAT, tensor=2, tensor_link=link)
+    split = stage_costs(
+        TINY, (2, 2), 1, TOY_GPU, FLAT, tensor=2, tensor_link=link, sequence_parallel=True
+    )
+    assert plain.activation_bytes == (64.0, 64.0)  # b s h * 2 bytes on every GPU
+    assert split.activation_bytes == (32.0, 32.0)  # s / t of it, each rank over its own link

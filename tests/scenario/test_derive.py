@@ -177,7 +177,7 @@ def test_inference_counts_forward_flops_and_weights_only():
     peak = gpu_profile("h100-sxm").peak_tflops * 1e12 * gpus
     forward_flops = model_flops_per_step(LLAMA_MODEL, 32, forward_only=True)
     assert served.mfu == pytest.approx(forward_flops / (served.makespan_ms / 1e3) / peak)
-    assert served.mfu == pytest.approx(0.357, abs=5e-4)  # was 119 % counting the backward too
+    assert served.mfu == pytest.approx(0.361, abs=5e-4)  # was 119 % counting the backward too
     assert trained.mfu == pytest.approx(
         model_flops_per_step(LLAMA_MODEL, 32) / (trained.makespan_ms / 1e3) / peak
     )
@@ -296,3 +296,36 @@ def test_the_step_ends_with_the_optimizer_and_the_gradient_reduction():
     flops_only = load_scenario(GPT, ["model.efficiency.memory_fraction=null"])
     assert flops_only.tail_ms is None
     assert load_scenario(GPT, ["pipeline.mode=forward"]).tail_ms is None
+
+
+def test_replicas_sharing_a_node_reduce_inside_it_first(tmp_path):
+    # GPT, 4 pipeline stages x 4 replicas on nodes of 2 GPUs: each node holds 2 replicas of
+    # one stage, so the gradients are reduced over NVLink, then across 2 nodes over NDR.
+    data = {
+        "schema_version": 1,
+        "name": "dp",
+        "pipeline": {"schedule": "1f1b", "devices": 4, "microbatch_size": 1},
+        "model": {
+            "layers": 8, "hidden": 1024, "heads": 8, "seq_len": 512, "vocab": 32000,
+            "global_batch": 32,
+        },
+        "parallel": {"data": 4},
+        "hardware": {
+            "gpu": "h100-sxm", "gpus_per_node": 2,
+            "intra_node_link": "nvlink4", "inter_node_link": "ib-ndr",
+        },
+    }  # fmt: skip
+    path = tmp_path / "dp.json"
+    path.write_text(json.dumps(data))
+    model = TransformerModel(layers=8, hidden=1024, heads=8, seq_len=512, vocab=32000)
+    partition = partition_layers(model, 4, "even")
+    optimizer = optimizer_step_ms(model, partition, gpu_profile("h100-sxm"), Efficiency(), 4)
+    nvlink, ndr = link_profile("nvlink4"), link_profile("ib-ndr")
+    reduce = data_parallel_allreduce_ms(
+        model, partition, 4, ndr, ranks_per_node=2, intra_node_link=nvlink
+    )
+    assert load_scenario(path).tail_ms == pytest.approx(
+        tuple(o + r for o, r in zip(optimizer, reduce, strict=True))
+    )
+    flat = data_parallel_allreduce_ms(model, partition, 4, ndr)
+    assert all(h < f for h, f in zip(reduce, flat, strict=True))
