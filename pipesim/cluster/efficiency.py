@@ -1,8 +1,8 @@
 """How much of a GPU's peak each kind of work reaches: the few numbers pipesim calibrates.
 
 A GPU's data sheet gives two ceilings, dense tensor-core FLOP/s and memory bandwidth. Real
-kernels reach a fraction of each: large matrix multiplications most of the FLOP/s, a fused
-attention kernel less, elementwise operators a fraction of the bandwidth. ``Efficiency``
+kernels reach a fraction of each: matrix multiplications and fused attention a good part of
+the FLOP/s, elementwise operators a fraction of the bandwidth. ``Efficiency``
 holds those fractions; ``pipesim.cluster.pass_time`` divides each pass's FLOPs and bytes by
 them. The defaults are fitted to Megatron-LM's published H100 runs (``docs/validation.md``)
 and checked on runs the fit did not see (``tests/cluster/test_published_runs.py``).
@@ -33,31 +33,31 @@ CALIBRATED_TENSOR_OVERLAP = 0.55
 class Efficiency:
     """How much of the GPU's peak a pass achieves, as a function of the tokens it processes.
 
-        A small microbatch gives thin matrix multiplications that cannot fill the GPU, so the
-        achieved fraction of peak FLOP/s grows with the tokens per microbatch ``b * s`` and
-        saturates:
+    A small microbatch gives thin matrix multiplications that cannot fill the GPU, so the
+    achieved fraction of peak FLOP/s grows with the tokens per microbatch ``b * s`` and
+    saturates:
 
-            fraction(tokens) = max_fraction * tokens / (tokens + half_tokens)
+        fraction(tokens) = max_fraction * tokens / (tokens + half_tokens)
 
-        ``max_fraction`` is what large GEMMs reach; ``half_tokens`` is the microbatch size, in
-        tokens, at which half of it is reached (512 is an assumption, not a measurement: the
-        published runs all use 4096 tokens or more per microbatch, where the curve is nearly
-        flat). ``half_tokens = 0`` gives a constant efficiency.
+    ``max_fraction`` is what large GEMMs reach; ``half_tokens`` is the microbatch size, in
+    tokens, at which half of it is reached (512 is an assumption, not a measurement: the
+    published runs all use 4096 tokens or more per microbatch, where the curve is nearly
+    flat). ``half_tokens = 0`` gives a constant efficiency.
 
-        ``attention_fraction`` is the fraction of peak a fused (flash) attention kernel reaches
-        on the score FLOPs as pipesim counts them (``4bs^2h`` forward, the causal mask's skipped
-        half included, as MFU counts it); ``None`` runs them at the GEMM fraction.
-        ``memory_fraction`` is the fraction of the memory bandwidth the memory-bound operators
-        reach (``pipesim.cluster.memory_bound``); ``None`` leaves them out, which gives the
-        FLOPs-only model. ``tensor_overlap_fraction`` is how much of the tensor-parallel
+    ``attention_fraction`` is the fraction of peak a fused (flash) attention kernel reaches
+    on the score FLOPs as pipesim counts them (``4bs^2h`` forward, the causal mask's skipped
+    half included, as MFU counts it); ``None`` runs them at the GEMM fraction.
+    ``memory_fraction`` is the fraction of the memory bandwidth the memory-bound operators
+    reach (``pipesim.cluster.memory_bound``); ``None`` leaves them out, which gives the
+    FLOPs-only model. ``tensor_overlap_fraction`` is how much of the tensor-parallel
     communication an overlapped run (Megatron-LM's ``--tp-comm-overlap``) hides behind the
     layer's GEMMs: the exposed part is ``comm - tensor_overlap_fraction * min(comm, gemm)``
     (the overlap kernels share the GPU with the GEMMs they hide behind, so the hiding is not
-    free). ``launch_overhead_ms`` is a fixed cost added to every action (kernel
-        launches, framework bookkeeping); it goes into ``Costs.overhead_ms``.
+    free). ``launch_overhead_ms`` is a fixed cost added to every action (kernel launches,
+    framework bookkeeping); it goes into ``Costs.overhead_ms``.
 
-        Together they make splitting a fixed global batch into ever more microbatches slower past
-        some point: the pipeline bubble shrinks, but each microbatch runs less efficiently.
+    Together they make splitting a fixed global batch into ever more microbatches slower past
+    some point: the pipeline bubble shrinks, but each microbatch runs less efficiently.
     """
 
     max_fraction: float = CALIBRATED_GEMM_FRACTION
