@@ -60,10 +60,8 @@ def unsupported(schedule: Schedule, costs: Costs, topology: Topology | None) -> 
     if topology is None:
         return None
     index = schedule_index(schedule)
-    width = topology.devices + 1
     senders: dict[str, set[int]] = {}
-    for code in np.unique(index.message_src * width + index.message_dst).tolist():
-        src, dst = divmod(code, width)
+    for src, dst in {(a, b) for a, b, _ in index.routes.tolist()}:
         if src != dst and not topology.link(src, dst).is_ideal:
             senders.setdefault(topology.channel(src, dst), set()).add(src)
     for name, found in sorted(senders.items()):
@@ -114,31 +112,19 @@ def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
 
 def link_times(index: ScheduleIndex, costs: Costs, topology: Topology) -> LinkTimes:
     """Channel, channel time and latency of every message (LogGP, as the engine has it)."""
-    src, dst, layer = index.message_src, index.message_dst, index.message_model_stage
-    count = len(src)
-    channel = np.full(count, -1, dtype=np.int64)
-    occupancy, latency = np.zeros(count), np.zeros(count)
-    if not count:
-        return LinkTimes(channel, occupancy, latency, 0)
-    layers = int(layer.max()) + 1
-    route = (src * (topology.devices + 1) + dst) * layers + layer
-    routes, inverse = np.unique(route, return_inverse=True)
     names: dict[str, int] = {}
     per_route = []
-    for code in routes.tolist():
-        pair, stage = divmod(code, layers)
-        a, b = divmod(pair, topology.devices + 1)
+    for a, b, stage in index.routes.tolist():
         link = topology.link(a, b)
         if a == b or link.is_ideal:
             per_route.append((-1, 0.0, 0.0))
             continue
-        name = topology.channel(a, b)
-        number = names.setdefault(name, len(names))
+        number = names.setdefault(topology.channel(a, b), len(names))
         nbytes = costs.activation_bytes[stage]
         per_route.append((number, link.occupancy_ms(nbytes), link.latency_ms))
     table = np.array(per_route, dtype=np.float64).reshape(-1, 3)
-    channel = table[inverse, 0].astype(np.int64)
-    return LinkTimes(channel, table[inverse, 1], table[inverse, 2], len(names))
+    channel = table[:, 0].astype(np.int64)[index.route_of]
+    return LinkTimes(channel, table[index.route_of, 1], table[index.route_of, 2], len(names))
 
 
 def _negative(costs: Costs, topology: Topology | None) -> bool:

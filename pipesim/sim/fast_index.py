@@ -79,8 +79,11 @@ class ScheduleIndex:
     message_microbatch: np.ndarray
     message_atom: np.ndarray
     groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[Kind, int], ...]], ...]
+    routes: np.ndarray  # the distinct (sender, receiver, boundary) of the messages, one a row
+    route_of: np.ndarray  # per message, its row in ``routes``
     chunk_of: np.ndarray  # per stage, plus a trailing -1 for stage -1
     fault: str | None
+    layouts: dict  # what building a Trace reuses, per set of messages on a channel
 
 
 _cache: OrderedDict[int, tuple[Schedule, ScheduleIndex]] = OrderedDict()  # by content hash
@@ -165,6 +168,7 @@ def _build(schedule: Schedule) -> ScheduleIndex:
         node_action=node_object,
         chunk_of=chunk_of,
         fault=fault,
+        layouts={},
     )
     if fault is not None:  # the engine will say what is wrong; nothing more to lay out
         return _empty_graph(base, len(node_action))
@@ -212,6 +216,8 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
         message_microbatch=none,
         message_atom=np.empty(0, dtype=object),
         groups=(),
+        routes=np.zeros((0, 3), dtype=np.int64),
+        route_of=none,
     )
 
 
@@ -294,12 +300,29 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_obj
         message_src=placement[stage[sender]],
         message_dst=placement[other],
         message_model_stage=model_stage[np.minimum(stage[sender], other)],
+        **_routes(
+            placement[stage[sender]],
+            placement[other],
+            model_stage[np.minimum(stage[sender], other)],
+        ),
         message_kind=np.where(ahead, SEND_F, SEND_B),
         message_stage=stage[sender],
         message_microbatch=microbatch[sender],
         message_atom=atom_objects[sender],
         groups=groups,
     )
+
+
+def _routes(src: np.ndarray, dst: np.ndarray, boundary: np.ndarray) -> dict:
+    """The distinct routes (sender, receiver, boundary) and each message's, so link times
+    are looked up once per route, not per message."""
+    if not len(src):
+        return dict(routes=np.zeros((0, 3), dtype=np.int64), route_of=src)
+    devices, layers = int(max(src.max(), dst.max())) + 1, int(boundary.max()) + 1
+    codes, route_of = np.unique((src * devices + dst) * layers + boundary, return_inverse=True)
+    pair, layer = np.divmod(codes, layers)
+    routes = np.stack([pair // devices, pair % devices, layer], axis=1)
+    return dict(routes=routes, route_of=route_of.reshape(-1).astype(np.int64))
 
 
 def _wire(atoms, sender, receiver, model_stage, is_group) -> tuple:

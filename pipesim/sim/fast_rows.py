@@ -86,15 +86,16 @@ def build_trace(
     (``nodes + k``); rows are numbered last, and each reference then becomes a row.
     """
     nodes = len(index.node_device)
-    on_channel = np.flatnonzero(links.channel >= 0)
+    layout = _layout(index, links)
+    on_channel = layout.on_channel
     node_order = _node_order(sweep)
     node_rank = np.empty(nodes, dtype=np.int64)
     node_rank[node_order] = np.arange(nodes)
     tails = _tails(index, tail_ms, tail_after_flush, sweep, node_rank)
     # Number the rows: units (a node and its transfers, or a tail row) sorted by end time.
-    sent = np.bincount(index.message_node[on_channel], minlength=nodes)
-    unit_size = np.concatenate([1 + sent, np.ones(len(tails.end), dtype=np.int64)])
+    unit_size = layout.unit_size
     if len(tails.end):
+        unit_size = np.concatenate([unit_size, np.ones(len(tails.end), dtype=np.int64)])
         unit_end = np.concatenate([sweep.end, tails.end])
         before = np.concatenate([node_order, nodes + tails.order])
         order = before[np.argsort(unit_end[before], kind="stable")]
@@ -103,10 +104,8 @@ def build_trace(
     first_row = np.empty(len(unit_size), dtype=np.int64)
     first_row[order] = np.cumsum(unit_size[order]) - unit_size[order]
     node_row, tail_row = first_row[:nodes], first_row[nodes:]
-    ahead = np.cumsum(sent) - sent  # channel messages sent by earlier nodes
-    rank = np.arange(len(on_channel)) - ahead[index.message_node[on_channel]]
     message_row = node_row[index.message_node]  # delivered at once: its producer's row
-    message_row[on_channel] += 1 + rank
+    message_row[on_channel] += layout.rank
     ref_row = np.concatenate([node_row, message_row, [-1]])  # reference -1: no row
     none = np.full(len(tails.device), -1, dtype=np.int64)
     rows = [
@@ -115,7 +114,7 @@ def build_trace(
             sweep.start, sweep.end, np.full(nodes, -1, dtype=np.int64), sweep.cause,
             ref_row[sweep.cause_ref], index.node_action,
         ),
-        _transfers(index, sweep, links, on_channel, node_row, message_row),
+        _transfers(layout, sweep, node_row, message_row),
         _Columns(
             tails.device, none, none, np.full(len(tails.device), ALLREDUCE, dtype=np.int64),
             tails.start, tails.end, none, tails.cause, ref_row[tails.ref],
@@ -143,26 +142,57 @@ def _computed_order(runs: np.ndarray) -> np.ndarray:
     return np.arange(int(lengths.sum()), dtype=np.int64) + offsets
 
 
-def _transfers(index, sweep: SweepResult, links: LinkTimes, on_channel, node_row, message_row):
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What a Trace's rows owe to the schedule and to which messages cross a channel, not
+    to the costs: kept on the index, so a schedule scored under many costs lays it out once.
+
+    ``on_channel``: the messages with a transfer row; ``unit_size``: per node, 1 + its
+    transfers; ``rank``: per transfer, 1 + how many of its producer's transfers come
+    before it; ``columns``: the transfers' fixed columns (device, stage, microbatch,
+    kind, peer, action)."""
+
+    on_channel: np.ndarray
+    producer: np.ndarray
+    unit_size: np.ndarray
+    rank: np.ndarray
+    columns: tuple
+
+
+def _layout(index: ScheduleIndex, links: LinkTimes) -> _Layout:
+    crossing = links.channel >= 0
+    key = np.packbits(crossing).tobytes()
+    layout = index.layouts.get(key)
+    if layout is not None:
+        return layout
+    on_channel = np.flatnonzero(crossing)
+    producer = index.message_node[on_channel]
+    sent = np.bincount(producer, minlength=len(index.node_device))
+    ahead = np.cumsum(sent) - sent  # channel messages sent by earlier nodes
+    rank = 1 + np.arange(len(on_channel)) - ahead[producer]
+    columns = tuple(
+        column[on_channel]
+        for column in (index.message_src, index.message_stage, index.message_microbatch,
+                       index.message_kind, index.message_dst, index.message_atom)
+    )  # fmt: skip
+    layout = _Layout(on_channel, producer, 1 + sent, rank, columns)
+    if len(index.layouts) >= 4:
+        index.layouts.clear()
+    index.layouts[key] = layout
+    return layout
+
+
+def _transfers(layout: _Layout, sweep: SweepResult, node_row, message_row) -> _Columns:
     """One row per message that crosses a channel, with its queueing cause: behind the
     message ahead on its channel if that one left the channel after its producer ended."""
-    producer = index.message_node[on_channel]
+    on_channel = layout.on_channel
     behind = sweep.behind[on_channel]
     queued = behind >= 0
     cause = np.where(queued, CAUSE_CHANNEL, CAUSE_PRODUCER).astype(np.int8)
-    cause_row = np.where(queued, message_row[np.maximum(behind, 0)], node_row[producer])
-    return _Columns(
-        index.message_src[on_channel],
-        index.message_stage[on_channel],
-        index.message_microbatch[on_channel],
-        index.message_kind[on_channel],
-        sweep.begin[on_channel],
-        sweep.arrival[on_channel],
-        index.message_dst[on_channel],
-        cause,
-        cause_row,
-        index.message_atom[on_channel],
-    )
+    cause_row = np.where(queued, message_row[np.maximum(behind, 0)], node_row[layout.producer])
+    src, stage, microbatch, kind, dst, atoms = layout.columns
+    return _Columns(src, stage, microbatch, kind, sweep.begin[on_channel],
+                    sweep.arrival[on_channel], dst, cause, cause_row, atoms)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ import numpy as np
 from pipesim.sim.trace import CAUSE_DEVICE, CAUSE_INPUT, CAUSE_SENDING, CAUSE_START
 
 _START, _DEVICE, _SENDING, _INPUT = CAUSE_START, CAUSE_DEVICE, CAUSE_SENDING, CAUSE_INPUT
-_compiled: dict[str, Any] = {}  # "kernel": the compiled function, None if numba is missing
+_compiled: dict[str, Any] = {}  # by name: the compiled function, None if numba is missing
 _settings = {"compiled": True}
 
 
@@ -81,24 +81,32 @@ def prefer_compiled(enabled: bool) -> bool:
     return previous
 
 
-def compiled_kernel():
-    """The numba-compiled ``sweep_kernel``, or None where numba is not installed (or the
-    Python loop is preferred). numba is imported here, on first use, as an optional
-    extra."""
+def compiled(function, helpers=()):
+    """``function`` compiled by numba (with the plain functions it calls, ``helpers``),
+    or None where numba is not installed or the Python path is preferred. numba is
+    imported here, on first use, as an optional extra; the machine code is cached on
+    disk. No reference counting (``_nrt=False``): the loops allocate nothing, and
+    counting every array taken out of a tuple at each device visit cost 20x the work."""
     if not _settings["compiled"]:
         return None
-    if "kernel" not in _compiled:
+    if function.__name__ not in _compiled:
         try:
             import numba
         except ImportError:
-            _compiled["kernel"] = None
+            _compiled[function.__name__] = None
         else:
-            # No reference counting (_nrt=False): the loop allocates nothing, and counting
-            # every array it takes out of ``state`` at each device visit cost 20x the work.
-            for helper in (_first_active, _run_device, _all_sent, _group_input, _ship_group):
+            for helper in helpers:
                 numba.extending.register_jitable(_nrt=False)(helper)
-            _compiled["kernel"] = numba.njit(cache=True, nogil=True, _nrt=False)(sweep_kernel)
-    return _compiled["kernel"]
+            jitted = numba.njit(cache=True, nogil=True, _nrt=False)(function)
+            _compiled[function.__name__] = jitted
+    return _compiled[function.__name__]
+
+
+def compiled_kernel():
+    """The compiled ``sweep_kernel``, or None (see ``compiled``)."""
+    return compiled(
+        sweep_kernel, (_first_active, _run_device, _all_sent, _group_input, _ship_group)
+    )
 
 
 def run_sweep(
@@ -294,6 +302,7 @@ def _ship_group(graph, g, times, hold, state, node_end):
 __all__ = [
     "SweepGraph",
     "SweepResult",
+    "compiled",
     "compiled_kernel",
     "prefer_compiled",
     "run_sweep",
