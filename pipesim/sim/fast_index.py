@@ -25,6 +25,7 @@ evaluator hands the schedule to the engine, whose validator names the fault.
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ from pipesim.sim.trace import KIND_CODE, KIND_CODES, SEND_B, SEND_F
 
 _F, _B, _I = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
 _CACHE_SIZE = 8
-_STAGE, _KIND, _MICROBATCH, _SUB = (itemgetter(k) for k in range(4))  # an Action's fields
+_STAGE, _KIND, _MICROBATCH = (itemgetter(k) for k in range(3))  # an Action's fields
+_GROUP = KIND_CODE[Kind.OVERLAP_F_B]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,22 +132,22 @@ def _atoms(node_action: list) -> _Atoms:
     if not node_action:
         none = np.zeros(0, dtype=np.int64)
         return _Atoms(none, none, none, none, [], np.zeros(0, dtype=bool))
-    subs = list(map(_SUB, node_action))
-    is_group = np.zeros(len(node_action), dtype=bool)
-    if subs.count(None) == len(subs):  # no group: one atom per node
+    count = len(node_action)
+    kind = np.fromiter(map(KIND_CODE.__getitem__, map(_KIND, node_action)), np.int64, count)
+    is_group = kind == _GROUP
+    if not is_group.any():  # one atom per node
         atoms = node_action
-        node = np.arange(len(atoms), dtype=np.int64)
+        node = np.arange(count, dtype=np.int64)
     else:
-        is_group[:] = [sub is not None for sub in subs]
         atoms, owners = [], []
         for n, action in enumerate(node_action):
             for atom in action.atoms:
                 atoms.append(atom)
                 owners.append(n)
         node = np.asarray(owners, dtype=np.int64)
+        kind = np.fromiter(map(KIND_CODE.__getitem__, map(_KIND, atoms)), np.int64, len(atoms))
     stage = np.fromiter(map(_STAGE, atoms), np.int64, len(atoms))
     microbatch = np.fromiter(map(_MICROBATCH, atoms), np.int64, len(atoms))
-    kind = np.fromiter(map(KIND_CODE.__getitem__, map(_KIND, atoms)), np.int64, len(atoms))
     return _Atoms(node, stage, kind, microbatch, atoms, is_group)
 
 
@@ -153,7 +155,7 @@ def _build(schedule: Schedule) -> ScheduleIndex:
     devices, stages = schedule.devices, schedule.stages
     lengths = [len(actions) for actions in schedule.device_actions]
     bounds = (0, *np.cumsum(lengths).tolist())
-    node_action = [a for actions in schedule.device_actions for a in actions]
+    node_action = list(itertools.chain.from_iterable(schedule.device_actions))
     node_device = np.repeat(np.arange(devices, dtype=np.int64), lengths)
     atoms = _atoms(node_action)
     fault = _fault(schedule, atoms, node_device)
@@ -172,14 +174,16 @@ def _build(schedule: Schedule) -> ScheduleIndex:
     )
     if fault is not None:  # the engine will say what is wrong; nothing more to lay out
         return _empty_graph(base, len(node_action))
-    node_kind = np.full(len(node_action), 4, dtype=np.int64)
-    node_stage = np.full(len(node_action), -1, dtype=np.int64)
-    node_microbatch = np.full(len(node_action), -1, dtype=np.int64)
-    simple_atoms = ~is_group[atoms.node]
-    owners = atoms.node[simple_atoms]
-    node_kind[owners] = atoms.kind[simple_atoms]
-    node_stage[owners] = atoms.stage[simple_atoms]
-    node_microbatch[owners] = atoms.microbatch[simple_atoms]
+    node_kind, node_stage, node_microbatch = atoms.kind, atoms.stage, atoms.microbatch
+    if len(atoms.node) != len(node_action):  # a group's node has kind 4, stage and microbatch -1
+        node_kind = np.full(len(node_action), _GROUP, dtype=np.int64)
+        node_stage = np.full(len(node_action), -1, dtype=np.int64)
+        node_microbatch = np.full(len(node_action), -1, dtype=np.int64)
+        simple_atoms = ~is_group[atoms.node]
+        owners = atoms.node[simple_atoms]
+        node_kind[owners] = atoms.kind[simple_atoms]
+        node_stage[owners] = atoms.stage[simple_atoms]
+        node_microbatch[owners] = atoms.microbatch[simple_atoms]
     graph = _messages(schedule, atoms, model_stage, is_group, node_object)
     return ScheduleIndex(
         **base,
@@ -225,29 +229,33 @@ def _fault(schedule: Schedule, atoms: _Atoms, node_device: np.ndarray) -> str | 
     """What the engine would reject, checked in bulk: a stage placed elsewhere or outside
     every chain, a microbatch out of its chain's range, a cell missing or run twice, a
     backward before its forward, a W before its I, training and inference mixed."""
-    stages = schedule.stages
-    if not len(atoms.stage):
+    stages, stage, microbatch = schedule.stages, atoms.stage, atoms.microbatch
+    if not len(stage):
         return "the schedule has no actions"
-    if (atoms.stage < 0).any() or (atoms.stage >= stages).any():
+    if stage.min() < 0 or stage.max() >= stages:
         return "an action names a stage the schedule lacks"
     placement = np.asarray(schedule.placement, dtype=np.int64)
-    if (placement[atoms.stage] != node_device[atoms.node]).any():
+    device = node_device if len(atoms.node) == len(node_device) else node_device[atoms.node]
+    if not np.array_equal(placement[stage], device):
         return "an action runs on a device its stage is not placed on"
     owner = np.asarray(schedule._stage_chain, dtype=np.int64)
-    if (owner[atoms.stage] < 0).any():
+    if owner.min() < 0 and (owner[stage] < 0).any():
         return "an action names a stage outside every chain"
     lo = np.array([c.microbatches.start for c in schedule.chains], dtype=np.int64)[owner]
     hi = np.array([c.microbatches.stop for c in schedule.chains], dtype=np.int64)[owner]
-    if ((atoms.microbatch < lo[atoms.stage]) | (atoms.microbatch >= hi[atoms.stage])).any():
+    if len(schedule.chains) == 1:  # one range for every stage
+        if microbatch.min() < lo[0] or microbatch.max() >= hi[0]:
+            return "an action names a microbatch out of range"
+    elif ((microbatch < lo[stage]) | (microbatch >= hi[stage])).any():
         return "an action names a microbatch out of range"
     width = int(hi.max())
-    cell = atoms.stage * width + atoms.microbatch
+    cell = stage * width + microbatch
     cells = stages * width
     counts = np.bincount(atoms.kind * cells + cell, minlength=4 * cells).reshape(4, cells)
     valid = np.zeros(cells, dtype=bool)
-    for chain in schedule.chains:
-        for s in chain.stages:
-            valid[s * width + chain.microbatches.start : s * width + chain.microbatches.stop] = True
+    for owned in schedule.chains:
+        for s in owned.stages:
+            valid[s * width + owned.microbatches.start : s * width + owned.microbatches.stop] = True
     f, b, i, w = counts[:, valid]
     if (counts[:, ~valid] != 0).any() or (f != 1).any():
         return "some actions are missing or run twice"
@@ -285,6 +293,9 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_obj
     receiver = consumer[np.where(ahead, 0, 1), other * width + microbatch[sender]]
     placement = np.asarray(schedule.placement, dtype=np.int64)
     message_node, message_consumer = atoms.node[sender], atoms.node[receiver]
+    sender_stage = stage[sender]
+    src, dst = placement[sender_stage], placement[other]
+    boundary = model_stage[np.minimum(sender_stage, other)]
     inputs, outputs, groups = _wire(atoms, sender, receiver, model_stage, is_group)
     atom_objects = (
         node_object
@@ -297,16 +308,12 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_obj
         graph=_sweep_graph(schedule, inputs, outputs, groups),
         message_node=message_node,
         message_consumer=message_consumer,
-        message_src=placement[stage[sender]],
-        message_dst=placement[other],
-        message_model_stage=model_stage[np.minimum(stage[sender], other)],
-        **_routes(
-            placement[stage[sender]],
-            placement[other],
-            model_stage[np.minimum(stage[sender], other)],
-        ),
+        message_src=src,
+        message_dst=dst,
+        message_model_stage=boundary,
+        **_routes(src, dst, boundary),
         message_kind=np.where(ahead, SEND_F, SEND_B),
-        message_stage=stage[sender],
+        message_stage=sender_stage,
         message_microbatch=microbatch[sender],
         message_atom=atom_objects[sender],
         groups=groups,
@@ -319,7 +326,16 @@ def _routes(src: np.ndarray, dst: np.ndarray, boundary: np.ndarray) -> dict:
     if not len(src):
         return dict(routes=np.zeros((0, 3), dtype=np.int64), route_of=src)
     devices, layers = int(max(src.max(), dst.max())) + 1, int(boundary.max()) + 1
-    codes, route_of = np.unique((src * devices + dst) * layers + boundary, return_inverse=True)
+    code = (src * devices + dst) * layers + boundary
+    span = devices * devices * layers
+    if span > 4 * len(code) + (1 << 16):  # sparse: sort
+        codes, route_of = np.unique(code, return_inverse=True)
+    else:  # dense: mark, then number the marked codes in order
+        seen = np.zeros(span, dtype=bool)
+        seen[code] = True
+        codes = np.flatnonzero(seen)
+        number = np.cumsum(seen) - 1
+        route_of = number[code]
     pair, layer = np.divmod(codes, layers)
     routes = np.stack([pair // devices, pair % devices, layer], axis=1)
     return dict(routes=routes, route_of=route_of.reshape(-1).astype(np.int64))
