@@ -41,7 +41,7 @@ import numpy as np
 
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
-from pipesim.sim.fast_index import ScheduleIndex, schedule_index
+from pipesim.sim.fast_index import ScheduleIndex, remember, schedule_index
 from pipesim.sim.fast_rows import LinkTimes, build_trace
 from pipesim.sim.fast_sweep import SweepResult, run_sweep
 from pipesim.sim.links import Topology
@@ -59,15 +59,35 @@ def unsupported(schedule: Schedule, costs: Costs, topology: Topology | None) -> 
         return "a duration or link time is negative, which only the engine runs"
     if topology is None:
         return None
-    index = schedule_index(schedule)
+    return _wiring(schedule_index(schedule), topology)[0]
+
+
+def _wiring(index: ScheduleIndex, topology: Topology) -> tuple[str | None, list, int]:
+    """Whether a channel is shared by several senders (why the sweep cannot run, or None),
+    each route's channel number (-1: delivered at once) and link, and how many channels.
+    Kept on the index for the last topologies it met, as a planner asks again and again."""
+    key = ("wiring", id(topology))
+    kept = index.memo.get(key)
+    if kept is not None and kept[0] is topology:
+        return kept[1]
+    names: dict[str, int] = {}
     senders: dict[str, set[int]] = {}
-    for src, dst in {(a, b) for a, b, _ in index.routes.tolist()}:
-        if src != dst and not topology.link(src, dst).is_ideal:
-            senders.setdefault(topology.channel(src, dst), set()).add(src)
-    for name, found in sorted(senders.items()):
-        if len(found) > 1:
-            return f"channel {name!r} is shared by several senders (queueing across senders)"
-    return None
+    per_route = []
+    for src, dst, _ in index.routes.tolist():
+        link = topology.link(src, dst)
+        if src == dst or link.is_ideal:
+            per_route.append((-1, link))
+            continue
+        name = topology.channel(src, dst)
+        senders.setdefault(name, set()).add(src)
+        per_route.append((names.setdefault(name, len(names)), link))
+    shared = [name for name, found in sorted(senders.items()) if len(found) > 1]
+    reason = None
+    if shared:
+        reason = f"channel {shared[0]!r} is shared by several senders (queueing across senders)"
+    wiring = (reason, per_route, len(names))
+    remember(index, key, (topology, wiring))
+    return wiring
 
 
 def fast_simulate(
@@ -112,19 +132,18 @@ def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
 
 def link_times(index: ScheduleIndex, costs: Costs, topology: Topology) -> LinkTimes:
     """Channel, channel time and latency of every message (LogGP, as the engine has it)."""
-    names: dict[str, int] = {}
-    per_route = []
-    for a, b, stage in index.routes.tolist():
-        link = topology.link(a, b)
-        if a == b or link.is_ideal:
-            per_route.append((-1, 0.0, 0.0))
-            continue
-        number = names.setdefault(topology.channel(a, b), len(names))
-        nbytes = costs.activation_bytes[stage]
-        per_route.append((number, link.occupancy_ms(nbytes), link.latency_ms))
-    table = np.array(per_route, dtype=np.float64).reshape(-1, 3)
+    _, per_route, channels = _wiring(index, topology)
+    table = np.array(
+        [
+            (number, link.occupancy_ms(costs.activation_bytes[stage]), link.latency_ms)
+            if number >= 0
+            else (-1, 0.0, 0.0)
+            for (number, link), stage in zip(per_route, index.routes[:, 2].tolist(), strict=True)
+        ],
+        dtype=np.float64,
+    ).reshape(-1, 3)
     channel = table[:, 0].astype(np.int64)[index.route_of]
-    return LinkTimes(channel, table[index.route_of, 1], table[index.route_of, 2], len(names))
+    return LinkTimes(channel, table[index.route_of, 1], table[index.route_of, 2], channels)
 
 
 def _negative(costs: Costs, topology: Topology | None) -> bool:

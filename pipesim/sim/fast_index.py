@@ -40,6 +40,7 @@ from pipesim.sim.trace import KIND_CODE, KIND_CODES, SEND_B, SEND_F
 
 _F, _B, _I = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
 _CACHE_SIZE = 8
+_MEMO_SIZE = 8
 _STAGE, _KIND, _MICROBATCH = (itemgetter(k) for k in range(3))  # an Action's fields
 _GROUP = KIND_CODE[Kind.OVERLAP_F_B]
 
@@ -86,7 +87,7 @@ class ScheduleIndex:
     route_of: np.ndarray  # per message, its row in ``routes``
     chunk_of: np.ndarray  # per stage, plus a trailing -1 for stage -1
     fault: str | None
-    layouts: dict  # what building a Trace reuses, per set of messages on a channel
+    memo: dict  # what later calls reuse (see ``remember``)
 
 
 _cache: OrderedDict[int, tuple[Schedule, ScheduleIndex]] = OrderedDict()  # by content hash
@@ -171,7 +172,7 @@ def _build(schedule: Schedule) -> ScheduleIndex:
         node_action=node_object,
         chunk_of=chunk_of,
         fault=fault,
-        layouts={},
+        memo={},
     )
     if fault is not None:  # the engine will say what is wrong; nothing more to lay out
         return _empty_graph(base, len(node_action))
@@ -349,6 +350,15 @@ def _sweep_graph(schedule: Schedule, inputs, outputs, groups) -> SweepGraph:
     return SweepGraph(bounds, inputs, outputs, *packed(members_in), *packed(members_out))
 
 
+def remember(index: ScheduleIndex, key, value) -> None:
+    """Keep ``value`` on the index under ``key`` for later calls on the same schedule (the
+    Trace layout per set of messages on a channel, the routes' channels per topology); a
+    few entries at most, the oldest dropped first."""
+    if len(index.memo) >= _MEMO_SIZE:
+        index.memo.pop(next(iter(index.memo)))
+    index.memo[key] = value
+
+
 def as_array(code: str, values: np.ndarray) -> array:
     """A NumPy vector as a compact ``array.array`` of int64 (``"q"``) or float64 (``"d"``):
     quick to index one element at a time from Python, and without a boxed object per
@@ -358,4 +368,4 @@ def as_array(code: str, values: np.ndarray) -> array:
     return out
 
 
-__all__ = ["ScheduleIndex", "as_array", "schedule_index"]
+__all__ = ["ScheduleIndex", "as_array", "remember", "schedule_index"]

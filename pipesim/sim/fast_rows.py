@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipesim.sim.fast_index import ScheduleIndex
+from pipesim.sim.fast_index import ScheduleIndex, remember
 from pipesim.sim.fast_sweep import SweepResult
 from pipesim.sim.trace import (
     ALLREDUCE,
@@ -162,7 +162,7 @@ class _Layout:
 def _layout(index: ScheduleIndex, links: LinkTimes) -> _Layout:
     crossing = links.channel >= 0
     key = np.packbits(crossing).tobytes()
-    layout = index.layouts.get(key)
+    layout = index.memo.get(key)
     if layout is not None:
         return layout
     on_channel = np.flatnonzero(crossing)
@@ -176,9 +176,7 @@ def _layout(index: ScheduleIndex, links: LinkTimes) -> _Layout:
                        index.message_kind, index.message_dst, index.message_atom)
     )  # fmt: skip
     layout = _Layout(on_channel, producer, 1 + sent, rank, columns)
-    if len(index.layouts) >= 4:
-        index.layouts.clear()
-    index.layouts[key] = layout
+    remember(index, key, layout)
     return layout
 
 
