@@ -114,7 +114,14 @@ def fast_simulate(
     solved = sweep(index, duration, links, costs.overhead_ms, hold)
     if solved is None:
         return None
-    return build_trace(index, solved, links, tail_ms, tail_after_flush)
+    trace = build_trace(index, solved, links, tail_ms, tail_after_flush)
+    spare = index.memo.get("spare")
+    if spare is None:
+        spare = []
+        remember(index, "spare", spare)
+    if solved.state and len(spare) < 2:
+        spare.append(solved.state)  # the Trace keeps none of the sweep's buffers
+    return trace
 
 
 def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
@@ -164,7 +171,8 @@ def sweep(
     order): a ``SweepResult``, or None on a deadlock. The loop itself is ``pipesim.sim.fast_sweep``'s (compiled where numba is
     installed); ``hold``: a send keeps its device busy until it arrives."""
     times = (duration, links.channel, links.occupancy_ms, links.latency_ms)
-    return run_sweep(index.graph, times, links.channels, overhead_ms, hold)
+    spare = index.memo.get("spare")
+    return run_sweep(index.graph, times, links.channels, overhead_ms, hold, spare)
 
 
 __all__ = ["LinkTimes", "fast_simulate", "link_times", "node_durations", "sweep", "unsupported"]

@@ -147,12 +147,13 @@ class _Layout:
     """What a Trace's rows owe to the schedule and to which messages cross a channel, not
     to the costs: kept on the index, so a schedule scored under many costs lays it out once.
 
-    ``on_channel``: the messages with a transfer row; ``unit_size``: per node, 1 + its
+    ``on_channel``: the messages with a transfer row (an index, or a slice for all);
+    ``unit_size``: per node, 1 + its
     transfers; ``rank``: per transfer, 1 + how many of its producer's transfers come
     before it; ``columns``: the transfers' fixed columns (device, stage, microbatch,
     kind, peer, action)."""
 
-    on_channel: np.ndarray
+    on_channel: np.ndarray | slice
     producer: np.ndarray
     unit_size: np.ndarray
     rank: np.ndarray
@@ -166,12 +167,15 @@ def _layout(index: ScheduleIndex, links: LinkTimes) -> _Layout:
     if layout is not None:
         return layout
     on_channel = np.flatnonzero(crossing)
+    every = len(on_channel) == len(crossing)  # every message crosses: no need to copy
+    if every:
+        on_channel = slice(None)  # a view, where an index array would copy
     producer = index.message_node[on_channel]
     sent = np.bincount(producer, minlength=len(index.node_device))
     ahead = np.cumsum(sent) - sent  # channel messages sent by earlier nodes
-    rank = 1 + np.arange(len(on_channel)) - ahead[producer]
+    rank = 1 + np.arange(len(producer)) - ahead[producer]
     columns = tuple(
-        column[on_channel]
+        column if every else column[on_channel]
         for column in (index.message_src, index.message_stage, index.message_microbatch,
                        index.message_kind, index.message_dst, index.message_atom)
     )  # fmt: skip

@@ -70,6 +70,7 @@ class SweepResult(NamedTuple):
     free: np.ndarray
     free_ref: np.ndarray
     runs: np.ndarray
+    state: tuple  # the buffers behind these views, to hand back for the next sweep (or ())
 
 
 def prefer_compiled(enabled: bool) -> bool:
@@ -110,11 +111,20 @@ def compiled_kernel():
 
 
 def run_sweep(
-    graph: SweepGraph, times: tuple, channels: int, overhead_ms: float, hold: bool
+    graph: SweepGraph,
+    times: tuple,
+    channels: int,
+    overhead_ms: float,
+    hold: bool,
+    spare: list | None = None,
 ) -> SweepResult | None:
     """Sweep ``graph`` with ``times``: per node its duration, per message its channel
     (-1: delivered at once), channel time and latency (ms), over ``channels`` channels.
-    A ``SweepResult``, or None on a deadlock (no device can move while some have work)."""
+    A ``SweepResult``, or None on a deadlock (no device can move while some have work).
+
+    ``spare``: buffers of earlier sweeps of this graph (``SweepResult.state``), taken
+    instead of new ones where they fit: fresh memory costs the operating system a page
+    fault per page, as much as the sweep itself at a million nodes."""
     nodes, messages = len(graph.input_of), len(times[1])
     devices = len(graph.bounds) - 1
     kernel = compiled_kernel()
@@ -123,20 +133,36 @@ def run_sweep(
              devices)  # fmt: skip
     codes = "ddqqdddqdqdqdqqq"
     if kernel is not None:
-        state = tuple(np.zeros(n, dtype=np.float64 if c == "d" else np.int64) for c, n in zip(codes, sizes, strict=True))  # fmt: skip
+        state = _spare_state(spare, sizes)
+        if state is None:
+            state = tuple(np.empty(n, dtype=np.float64 if c == "d" else np.int64) for c, n in zip(codes, sizes, strict=True))  # fmt: skip
         written = kernel(graph, times, float(overhead_ms), bool(hold), state)
+        kept = state
     else:
         state = tuple(array(c, bytes(8 * n)) for c, n in zip(codes, sizes, strict=True))
         buffers = tuple(_buffer(c, v) for c, v in zip("dqdd", times, strict=True))
         graph_buffers = tuple(_buffer("q", v) for v in graph)
         written = sweep_kernel(graph_buffers, buffers, float(overhead_ms), bool(hold), state)
         state = tuple(np.frombuffer(b, dtype=b.typecode) for b in state)
+        kept = ()  # not for reuse: the compiled loop takes only NumPy's own buffers
     if written < 0:
         return None
     end, start, cause, cause_ref, scheduled, arrival, begin, behind, sent = state[:9]
     runs, free, free_ref = state[9][:written].reshape(-1, 2), state[12], state[13]
     return SweepResult(end, start, cause.astype(np.int8), cause_ref, scheduled, arrival, begin,
-                       behind, free, free_ref, runs)  # fmt: skip
+                       behind, free, free_ref, runs, kept)  # fmt: skip
+
+
+def _spare_state(spare: list | None, sizes: tuple) -> tuple | None:
+    """A spare set of buffers of the right sizes (taken off ``spare``), or None."""
+    while spare:
+        try:
+            state = spare.pop()
+        except IndexError:  # another thread took the last one
+            return None
+        if tuple(len(b) for b in state) == sizes:
+            return state
+    return None
 
 
 def _buffer(code: str, values) -> array:
@@ -178,12 +204,14 @@ def sweep_kernel(graph, times, overhead_ms, hold, state):
 
 
 def _first_active(graph, state):
-    """Start every device at its first node, free at 0 with no cause; mark every message
-    unsent; list the devices with work; return how many."""
-    bounds, sent = graph[0], state[8]
+    """Start every device at its first node, free at 0 with no cause, every channel free
+    at 0; mark every message unsent; list the devices with work; return how many."""
+    bounds, sent, channel_free = graph[0], state[8], state[10]
     free, free_ref, at, active = state[12], state[13], state[14], state[15]
     for k in range(len(sent)):
         sent[k] = -1.0
+    for c in range(len(channel_free)):
+        channel_free[c] = 0.0
     count = 0
     for d in range(len(bounds) - 1):
         at[d], free[d], free_ref[d] = bounds[d], 0.0, -1
@@ -224,7 +252,7 @@ def _run_device(graph, times, overhead_ms, hold, state, device):
             c = channel[k]
             sent[k], behind[k] = t, -1
             if c < 0:
-                arrival[k] = t
+                arrival[k], begin[k] = t, t
             else:
                 f = channel_free[c]
                 if f > t:
@@ -283,7 +311,7 @@ def _ship_group(graph, g, times, hold, state, node_end):
         c = channel[m]
         sent[m], behind[m] = end, -1
         if c < 0:
-            arrival[m] = end
+            arrival[m], begin[m] = end, end
             continue
         f = channel_free[c]
         if f > end:
