@@ -121,3 +121,25 @@ def test_the_sweep_records_a_topological_order_of_runs():
             prefer_compiled(previous)
         assert solved.runs.tolist() == expected
         assert solved.end.tolist() == [1.0, 2.0, 6.0, 9.0, 2.0, 4.0, 5.0, 7.0]
+
+
+def test_a_repeat_call_gives_the_trace_of_a_first_call():
+    # A repeat call on one schedule sweeps into the buffers a previous call left, filled
+    # with that call's times: every one must be rewritten. Other costs, other links and
+    # held sends in between, then the first case again, to the bit.
+    schedule = get_schedule("zbv", 4, 8, 2)
+    stages = schedule.model_stages
+
+    def costs(scale):
+        return uniform_costs(stages, [scale * (1 + s / 5) for s in range(stages)],
+                             backward_input_ms=scale, backward_weight_ms=0.5,
+                             activation_bytes=2e6)  # fmt: skip
+
+    fast = Topology(4, default=Link(latency_us=20, bandwidth_gbps=50.0))
+    slow = Topology(4, default=Link(latency_us=900, bandwidth_gbps=1.0, gap_us=5.0),
+                    comm_overlap=False)  # fmt: skip
+    first = fast_simulate(schedule, costs(1.0), fast)
+    assert schedule_index(schedule).memo["spare"]  # the next call reuses these buffers
+    fast_simulate(schedule, costs(3.0), slow)
+    fast_simulate(schedule, costs(0.5), Topology(4))
+    assert_identical(fast_simulate(schedule, costs(1.0), fast), first)
