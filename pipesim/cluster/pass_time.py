@@ -14,13 +14,17 @@ parameter over the memory bandwidth) after the data-parallel gradient reduction.
 LM's distributed optimizer reduce-scatters the gradients and all-gathers the updated
 weights, the same bytes as a ring all-reduce; with ``overlap`` it starts the reduce-scatter
 while the last backward still runs and gathers the weights while the next step's first
-forward runs, so only what outlasts those passes is exposed.
+forward runs, so only what outlasts those passes is exposed. ZeRO-1 and ZeRO-2 move the
+same bytes once per step; ZeRO-3 gathers a stage's parameters before every forward and
+every backward (``with_parameter_gathers``) and reduce-scatters the gradients once at the
+end of the step, as torch.distributed.pipelining runs FSDP (gradients accumulate
+unsharded until the stage's ``REDUCE_GRAD``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.cluster.efficiency import Efficiency, attention_ms, compute_ms, memory_ms
 from pipesim.cluster.hardware import GpuProfile
@@ -36,6 +40,7 @@ from pipesim.cluster.transformer import (
     lm_head_flops,
     stage_parameters,
 )
+from pipesim.sim.costs import Costs
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,13 +156,60 @@ def optimizer_step_ms(
 
 
 def exposed_data_parallel_ms(
-    reduction_ms: float, forward_ms: float, backward_ms: float, overlap: bool
+    reduction_ms: float,
+    forward_ms: float,
+    backward_ms: float,
+    overlap: bool,
+    *,
+    gather_weights: bool = True,
 ) -> float:
     """What a device waits for the gradient reduction of ``reduction_ms``: all of it without
     ``overlap``; with it, the reduce-scatter half beyond the last microbatch's backward
     (``backward_ms``, where its buckets are produced) and the all-gather half beyond the
-    first microbatch's forward (``forward_ms``, which the gathered weights feed)."""
+    first microbatch's forward (``forward_ms``, which the gathered weights feed).
+
+    ZeRO-3 (``gather_weights=False``) gathers no weights at the end of the step, since each
+    pass gathers its own: ``reduction_ms`` is then the reduce-scatter alone, exposed whole,
+    or with ``overlap`` what outlasts the last backward."""
+    if not gather_weights:
+        return max(reduction_ms - backward_ms, 0.0) if overlap else reduction_ms
     if not overlap:
         return reduction_ms
     half = reduction_ms / 2
     return max(half - backward_ms, 0.0) + max(half - forward_ms, 0.0)
+
+
+def exposed_gather_ms(gather_ms: float, compute_ms: float, overlap: bool) -> float:
+    """What a pass waits for its ZeRO-3 parameter gather of ``gather_ms``: all of it, or
+    with ``overlap`` (prefetching the next layer's weights while this one computes, as
+    DeepSpeed's prefetch and FSDP's forward/backward prefetch do) what outlasts the pass's
+    own ``compute_ms``."""
+    return max(gather_ms - compute_ms, 0.0) if overlap else gather_ms
+
+
+def with_parameter_gathers(costs: Costs, gather_ms: Sequence[float], overlap: bool) -> Costs:
+    """Stage costs under ZeRO-3, whose parameters live sharded over the data-parallel group.
+
+    Every forward and every backward of every microbatch first all-gathers its stage's
+    parameters (``gather_ms[k]`` for stage ``k``) and frees them after use, as DeepSpeed's
+    ZeRO-3 does (Rajbhandari et al. 2020, "ZeRO", communication analysis of stage 3: the
+    parameters are gathered for the forward and again for the backward, with the gradients'
+    reduce-scatter 1.5 times data parallelism's volume per step) and FSDP with
+    ``reshard_after_forward``: so ``F`` pays one gather and the backward another.
+    The backward's gather goes to ``I`` (the input gradient needs the weights first), so
+    a split backward ``I + W`` still adds up to ``B``; with ``overlap`` each pays only
+    what its compute does not hide (``exposed_gather_ms``)."""
+    forward, full, inputs = [], [], []
+    for k, gather in enumerate(gather_ms):
+        forward.append(
+            costs.forward_ms[k] + exposed_gather_ms(gather, costs.forward_ms[k], overlap)
+        )
+        backward = exposed_gather_ms(gather, costs.backward_ms[k], overlap)
+        full.append(costs.backward_ms[k] + backward)
+        inputs.append(costs.backward_input_ms[k] + backward)
+    return replace(
+        costs,
+        forward_ms=tuple(forward),
+        backward_ms=tuple(full),
+        backward_input_ms=tuple(inputs),
+    )

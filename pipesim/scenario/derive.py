@@ -32,6 +32,7 @@ from pipesim.cluster.pass_time import (
     TensorParallel,
     exposed_data_parallel_ms,
     optimizer_step_ms,
+    with_parameter_gathers,
 )
 from pipesim.cluster.transformer import model_flops_per_step, static_memory
 from pipesim.scenario.schema import LinkSpec, ScenarioError, ScenarioSpec
@@ -285,13 +286,16 @@ def _step_tail(
     """Each device's end-of-step work: optimizer step and exposed gradient reduction (a ring
     inside a node; across nodes, reduced inside each node first when a node holds several
     replicas). With torch's REDUCE_GRAD posts in the schedule, the reduction goes to them,
-    stage by stage, and only the optimizer step stays in the tail."""
+    stage by stage, and only the optimizer step stays in the tail. Under ZeRO-3 every
+    forward and backward also gathers its stage's parameters over the same group, charged to
+    the stage costs (``with_parameter_gathers``), and the step's reduction is the
+    reduce-scatter alone."""
     par, (model, partition) = spec.parallel, split
     gpu = gpu_profile(spec.hardware.gpu)
     optimizer = optimizer_step_ms(
         model, partition, gpu, _efficiency(spec), par.data, par.zero_stage, par.tensor
     )
-    reduction = (0.0,) * len(partition)
+    reduction, compute = (0.0,) * len(partition), costs  # compute: before any gathers
     if par.data > 1:
         intra, inter = _node_links(spec, source)
         per_node = gpus_per_node(spec, schedule.devices)
@@ -302,15 +306,21 @@ def _step_tail(
             model, partition, par.data, link, par.tensor,
             ranks_per_node=sharing, intra_node_link=intra,
         )  # fmt: skip
+        if par.zero_stage == 3:
+            # An all-gather (or a reduce-scatter) is half a ring all-reduce: n - 1 of its
+            # 2 (n - 1) steps. Every pass gathers its weights; the step only reduce-scatters.
+            reduction = tuple(r / 2 for r in reduction)
+            costs = with_parameter_gathers(costs, reduction, par.dp_overlap)
         if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
             costs, reduction = replace(costs, reduce_grad_ms=reduction), (0.0,) * len(reduction)
     tail = []
     for stages in stages_on:
         exposed = exposed_data_parallel_ms(
             sum(reduction[k] for k in stages),
-            sum(costs.forward_ms[k] for k in stages),
-            sum(costs.backward_ms[k] for k in stages),
+            sum(compute.forward_ms[k] for k in stages),
+            sum(compute.backward_ms[k] for k in stages),
             par.dp_overlap,
+            gather_weights=par.zero_stage < 3,
         )
         tail.append(sum(optimizer[k] for k in stages) + exposed)
     return costs, (tuple(tail) if any(tail) else None)

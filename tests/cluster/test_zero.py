@@ -1,0 +1,131 @@
+"""ZeRO's price: stages 1 and 2 move one all-reduce's bytes per step, stage 3 gathers the
+parameters before every forward and every backward.
+
+The job below is 16 data-parallel replicas of a one- or two-stage pipeline, one GPU per
+node, over a slow 10 GB/s network without latency, so a ring all-gather of ``B`` bytes
+over the 16 replicas takes exactly ``15/16 * B / 10e9`` seconds, and every number here
+follows from that and the stage's parameter count.
+"""
+
+import json
+
+import pytest
+
+from pipesim import load_scenario, run_scenario
+from pipesim.cluster.model import TransformerModel, partition_layers, stage_parameters
+from pipesim.cluster.pass_time import exposed_data_parallel_ms, with_parameter_gathers
+from pipesim.cluster.transformer import static_memory
+from pipesim.sim.costs import uniform_costs
+
+MODEL = TransformerModel(layers=4, hidden=1024, heads=8, seq_len=512, vocab=32000)
+REPLICAS, MICROBATCHES, BANDWIDTH_GBPS = 16, 4, 10.0
+
+
+def scenario_file(tmp_path, devices=1):
+    data = {
+        "schema_version": 1,
+        "name": "zero",
+        "pipeline": {"schedule": "1f1b", "devices": devices, "microbatch_size": 1},
+        "model": {
+            "layers": 4, "hidden": 1024, "heads": 8, "seq_len": 512, "vocab": 32000,
+            "global_batch": REPLICAS * MICROBATCHES,
+        },
+        "parallel": {"data": REPLICAS},
+        "hardware": {
+            "gpu": "h100-sxm", "gpus_per_node": 1,
+            "intra_node_link": "nvlink4",
+            "inter_node_link": {"latency_us": 0, "bandwidth_gbps": BANDWIDTH_GBPS},
+        },
+    }  # fmt: skip
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def gather_ms(devices=1):
+    """A ring all-gather of each stage's bf16 parameters over the 16 replicas."""
+    partition = partition_layers(MODEL, devices, "even")
+    return [
+        (REPLICAS - 1) / REPLICAS * params * 2 / (BANDWIDTH_GBPS * 1e6)
+        for params in stage_parameters(MODEL, partition)
+    ]
+
+
+def load(path, zero, overlap=False):
+    return load_scenario(path, [f"parallel.zero_stage={zero}", f"parallel.dp_overlap={overlap}"])
+
+
+def test_a_gather_is_added_to_each_pass_and_hidden_under_overlap():
+    costs = uniform_costs(2, 2.0, backward_input_ms=1.5, backward_weight_ms=1.5)
+    plain = with_parameter_gathers(costs, [1.0, 2.5], overlap=False)
+    assert plain.forward_ms == (3.0, 4.5)
+    assert plain.backward_input_ms == (2.5, 4.0)
+    assert plain.backward_weight_ms == (1.5, 1.5)
+    assert plain.backward_ms == (4.0, 5.5)
+    hidden = with_parameter_gathers(costs, [1.0, 2.5], overlap=True)
+    # 1.0 hides under every pass; 2.5 outlasts F (2.0) by 0.5 but not B (3.0)
+    assert hidden.forward_ms == (2.0, 2.5)
+    assert hidden.backward_input_ms == (1.5, 1.5)
+    assert hidden.backward_ms == (3.0, 3.0)
+
+
+def test_zero3_waits_at_the_end_only_for_the_reduce_scatter():
+    assert exposed_data_parallel_ms(4.0, 1.0, 3.0, False, gather_weights=False) == 4.0
+    assert exposed_data_parallel_ms(4.0, 1.0, 3.0, True, gather_weights=False) == 1.0
+    # ZeRO-1: halves of 2; the reduce-scatter hides under B (3), the gather outlasts F by 1
+    assert exposed_data_parallel_ms(4.0, 1.0, 3.0, True) == 1.0
+
+
+def test_stages_one_and_two_cost_the_same_and_stage_three_gathers(tmp_path):
+    path = scenario_file(tmp_path)
+    (gather,) = gather_ms()
+    zero1, zero2, zero3 = (load(path, z) for z in (1, 2, 3))
+    assert zero2.costs == zero1.costs and zero2.tail_ms == zero1.tail_ms
+    assert zero3.costs.forward_ms[0] == pytest.approx(zero1.costs.forward_ms[0] + gather)
+    assert zero3.costs.backward_ms[0] == pytest.approx(zero1.costs.backward_ms[0] + gather)
+    assert zero3.costs.backward_weight_ms == zero1.costs.backward_weight_ms
+    # the end of the step: an all-reduce (2 gathers' worth) against a reduce-scatter (1)
+    assert zero1.tail_ms[0] - zero3.tail_ms[0] == pytest.approx(gather)
+
+
+def test_zero3_is_slower_than_zero1_by_the_gathers_it_adds(tmp_path):
+    # One device, no bubble: the step is the passes and the tail, so ZeRO-3 adds two
+    # gathers per microbatch and saves one at the end: (2 m - 1) gathers in all.
+    path = scenario_file(tmp_path)
+    (gather,) = gather_ms()
+    step1 = run_scenario(load(path, 1)).report.makespan_ms
+    step3 = run_scenario(load(path, 3)).report.makespan_ms
+    assert step3 - step1 == pytest.approx((2 * MICROBATCHES - 1) * gather, rel=1e-9)
+    assert gather > 1.0  # the 10 GB/s network makes it matter
+
+
+def test_overlap_exposes_only_what_outlasts_each_pass(tmp_path):
+    path = scenario_file(tmp_path, devices=2)
+    zero1, zero3 = load(path, 1, overlap=True), load(path, 3, overlap=True)
+    for k, gather in enumerate(gather_ms(devices=2)):
+        f, b = zero1.costs.forward_ms[k], zero1.costs.backward_ms[k]
+        assert zero3.costs.forward_ms[k] == pytest.approx(max(f, gather))
+        assert zero3.costs.backward_ms[k] == pytest.approx(max(b, gather))
+    step1 = run_scenario(zero1).report.makespan_ms
+    step3 = run_scenario(zero3).report.makespan_ms
+    assert step3 > step1
+
+
+def test_memory_is_the_formula_it_was(tmp_path):
+    path = scenario_file(tmp_path, devices=2)
+    partition = partition_layers(MODEL, 2, "even")
+    for zero in (0, 1, 2, 3):
+        scenario = load(path, zero)
+        expected = static_memory(MODEL, partition, REPLICAS, zero)
+        assert scenario.accounting.static_memory_bytes == pytest.approx(
+            tuple(s.total_bytes for s in expected)
+        )
+        assert scenario.costs.activation_memory_bytes == load(path, 1).costs.activation_memory_bytes
+
+
+def test_one_replica_has_nothing_to_gather(tmp_path):
+    path = scenario_file(tmp_path)
+    one = ["parallel.data=1", f"model.global_batch={MICROBATCHES}"]
+    zero0 = load_scenario(path, [*one, "parallel.zero_stage=0"])
+    zero3 = load_scenario(path, [*one, "parallel.zero_stage=3"])
+    assert zero3.costs == zero0.costs and zero3.tail_ms == zero0.tail_ms
