@@ -78,7 +78,8 @@ class _DeviceGrid:
     """One device's F and I slots on the unit grid; W passes are implied (step 3).
 
     ``slots[kind][chunk, microbatch]`` is a pass's slot; ``taken`` marks occupied slots.
-    The grid is long enough for every W to fit after the last F or I.
+    The grid is long enough for every W to fit after the last F or I. ``memory`` follows
+    the device's activation count as passes move.
     """
 
     def __init__(self, offsets: BlockOffsets, microbatches: int) -> None:
@@ -91,12 +92,26 @@ class _DeviceGrid:
         self.taken = np.zeros(max(offsets) + INTERVAL * microbatches + 2 * microbatches + 2, bool)
         for slots in self.slots.values():
             self.taken[slots.ravel()] = True
+        self.memory = _MemoryProfile(self.slots[F].ravel(), self.slots[I].ravel(), self.taken)
 
     def slot(self, p: _Pass) -> int:
         return int(self.slots[p.kind][p.chunk, p.microbatch])
 
+    def earliest_fit(self, p: _Pass, ready: int, cap: int) -> int:
+        """The first free slot in [ready, p's slot) whose move keeps the peak <= cap, or -1."""
+        old = self.slot(p)
+        free = np.flatnonzero(~self.taken[ready:old])
+        if len(free) == 0:
+            return -1
+        fits = self.memory.fits(p.kind == F, ready, old, cap)
+        found = free[fits[free]]
+        return int(found[0]) + ready if len(found) else -1
+
     def move(self, p: _Pass, slot: int) -> None:
-        self.taken[self.slot(p)] = False
+        """Pull ``p`` from its slot to the free, earlier ``slot``."""
+        old = self.slot(p)
+        self.memory.move(p.kind == F, slot, old)
+        self.taken[old] = False
         self.taken[slot] = True
         self.slots[p.kind][p.chunk, p.microbatch] = slot
 
@@ -114,13 +129,93 @@ class _DeviceGrid:
         k = np.arange(len(order))
         return order, free[k + np.maximum.accumulate(first - k)]
 
+
+# ---------------------------------------------------------------------------
+# the memory check of step 2, one window at a time
+
+_BLOCK = 64  # slots per block of the running maximum of Y
+_NONE = -(1 << 40)  # below any count: the maximum of nothing
+_ALL = 1 << 40  # above any count: the minimum of nothing
+
+
+class _MemoryProfile:
+    """A device's activation count as two running sums, so a move is checked in its window.
+
+    The device holds ``M(t) = Fs(t) - Ws(t)`` activations at slot t: forwards started by t
+    less weight passes finished before t. The W passes are served first come, first served,
+    one per free slot (step 3), so, like any queue, ``Ws(t)`` is the least over ``u <= t``
+    of ``A(u) + R(t) - R(u)``: every I done before u, plus at most one W per free slot of
+    [u, t), where ``A(u)`` counts I passes and ``R(u)`` free slots before u. The peak is
+    therefore ``max over u <= t of X(t) + Y(u)`` with ``X = Fs - R`` and ``Y = R - A``.
+
+    Moving one pass from slot ``old`` to a free slot ``s < old`` changes X and Y only on
+    [s, old]: an F raises X by 1 at s and old and by 2 between, and lowers Y by 1 on
+    (s, old]; an I raises X by 1 and lowers Y by 2 on (s, old]. Since the peak is within the
+    cap before the move, only pairs that gain can break it, and every such pair has its t in
+    the window: the check reads the window and the largest Y before it (kept per block of
+    ``_BLOCK`` slots), never the whole device.
+    """
+
+    def __init__(self, forward_slots: np.ndarray, backward_slots: np.ndarray, taken: np.ndarray):
+        length = len(taken)
+        size = -(-(length + 1) // _BLOCK) * _BLOCK  # t = 0 .. length, padded to whole blocks
+        started = np.bincount(forward_slots, minlength=size)
+        backward = np.bincount(backward_slots + 1, minlength=size)
+        free = np.zeros(size, np.int64)
+        free[1 : length + 1] = ~taken
+        self.x = np.cumsum(started) - np.cumsum(free)
+        self.y = np.cumsum(free) - np.cumsum(backward)
+        self.y[length + 1 :] = _NONE
+        self.block_max = self.y.reshape(-1, _BLOCK).max(axis=1)
+        self.length = length
+
     def peak(self) -> int:
-        """Peak chunk activations held: taken when an F starts, released when its W ends."""
-        _, weight_slots = self.weights()
-        length = len(self.taken) + 2
-        takes = np.bincount(self.slots[F].ravel(), minlength=length)
-        releases = np.bincount(weight_slots + 1, minlength=length)  # before a take at equal times
-        return int((np.cumsum(takes) - np.cumsum(releases)).max())
+        """Most activations held at any slot: the largest X(t) + Y(u) with u <= t."""
+        n = self.length + 1
+        return int((self.x[:n] + np.maximum.accumulate(self.y[:n])).max())
+
+    def max_y_before(self, slot: int) -> int:
+        """The largest Y(u) over u < slot."""
+        whole = slot // _BLOCK
+        head = int(self.block_max[:whole].max()) if whole else _NONE
+        tail = int(self.y[whole * _BLOCK : slot].max()) if slot > whole * _BLOCK else _NONE
+        return max(head, tail)
+
+    def fits(self, forward: bool, start: int, old: int, cap: int) -> np.ndarray:
+        """For each s in [start, old): does moving the pass at ``old`` to s keep peak <= cap?
+
+        ``room(t) = cap - X(t)`` is how far Y may reach before t; ``held(s)`` the largest
+        Y(u) over u <= s, the pairs whose u stays left of the move.
+        """
+        room = cap - self.x[start : old + 1]
+        y = self.y[start : old + 1]
+        held = np.maximum(np.maximum.accumulate(y[:-1]), self.max_y_before(start))
+        if not forward:  # t in (s, old] gains 1 against every u <= s
+            after = np.minimum.accumulate(room[:0:-1])[::-1]  # min room over (s, old]
+            return held + 1 <= after
+        # min room over (s, old), nothing for s = old - 1
+        inside = np.append(np.minimum.accumulate(room[-2:0:-1])[::-1], _ALL)
+        fits = (held + 1 <= room[:-1]) & (held + 1 <= room[-1]) & (held + 2 <= inside)
+        # t in (s, old) also gains 1 against u in (s, t]: a u that some t >= u in the
+        # window already holds at the cap rules out every s below it
+        tight = np.flatnonzero(y[1:-1] + 1 > inside[:-1])
+        if len(tight):
+            fits[: tight[-1] + 1] = False
+        return fits
+
+    def move(self, forward: bool, slot: int, old: int) -> None:
+        """Apply a pass's move from ``old`` to the earlier ``slot`` to X, Y and the blocks."""
+        if forward:
+            self.x[slot] += 1
+            self.x[slot + 1 : old] += 2
+            self.x[old] += 1
+            self.y[slot + 1 : old + 1] -= 1
+        else:
+            self.x[slot + 1 : old + 1] += 1
+            self.y[slot + 1 : old + 1] -= 2
+        first, last = (slot + 1) // _BLOCK, old // _BLOCK + 1
+        rows = self.y[first * _BLOCK : last * _BLOCK].reshape(-1, _BLOCK)
+        self.block_max[first:last] = rows.max(axis=1)
 
 
 def _inputs(p: _Pass, devices: int) -> list[_Pass]:
@@ -145,7 +240,7 @@ def _squeeze(grids: list[_DeviceGrid], microbatches: int) -> None:
 
     Passes are visited in slot order, so a pass's inputs have already found their place.
     """
-    cap = max(grid.peak() for grid in grids)
+    cap = max(grid.memory.peak() for grid in grids)
     passes = [
         _Pass(d, kind, chunk, mb)
         for d in range(len(grids))
@@ -156,16 +251,13 @@ def _squeeze(grids: list[_DeviceGrid], microbatches: int) -> None:
     passes.sort(key=lambda p: (grids[p.device].slot(p), p.device))
     for p in passes:
         grid = grids[p.device]
-        old = grid.slot(p)
         inputs = _inputs(p, len(grids))
         ready = max((grids[q.device].slot(q) + 1 for q in inputs), default=0)
-        for slot in range(ready, old):
-            if grid.taken[slot]:
-                continue
+        if ready >= grid.slot(p):
+            continue
+        slot = grid.earliest_fit(p, ready, cap)
+        if slot >= 0:
             grid.move(p, slot)
-            if grid.peak() <= cap:
-                break
-            grid.move(p, old)
 
 
 def _device_order(grid: _DeviceGrid, device: int, devices: int) -> tuple[Action, ...]:
