@@ -1,14 +1,14 @@
 """The fast evaluator's Trace: rows, causes and their order, from the sweep's times.
 
-The sweep (``pipesim.sim.fast``) yields only what the next step needs: every node's end
-and every channel message's departure. The rest of a row follows from those in bulk:
-
-* a node starts when its device falls free or its input arrives, whichever is later; the
-  later one is its cause (the input only if strictly later, as in the engine), and the
-  first node of a device with no late input starts at 0 with no cause;
-* a message enters its channel when its producer ends, or when the message ahead of it
-  on the channel leaves (strictly later: cause ``channel``), and arrives after latency;
-* end-of-step work (``tail_ms``) starts at the flush or at its device's last end.
+The sweep (``pipesim.sim.fast_sweep``) records, as it computes them, what each row
+needs: a node's start, end and cause (its device falling free, a held send, or its
+input, the input only if strictly later, as in the engine; the first node of a device
+with no late input starts at 0 with no cause), and a message's entry into its channel
+and arrival (queued behind the message ahead of it if that one left the channel
+strictly after its producer ended: cause ``channel``). What is left here is bulk NumPy:
+numbering the rows, end-of-step work (``tail_ms``, at the flush or at its device's last
+end), and scattering the columns into a Trace. What a Trace's rows owe to the schedule
+alone is laid out once per schedule (``_Layout``) and reused under new costs.
 
 **Row order.** The engine numbers rows as its clock reaches them: a compute row when the
 action ends, its transfers right after it, a tail row when it ends; among rows ending at

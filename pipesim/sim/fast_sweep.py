@@ -2,7 +2,8 @@
 
 The sweep (see ``pipesim.sim.fast``) visits every compute node once, in an order where
 each comes after what it waits for: devices in turn, each running on while its next
-node's input is known. That is a loop over a million small integers, which Python runs
+node's input is known. On the way it records what the Trace needs of each node and
+message: start, end, cause, when it was due, when a message entered its channel. That is a loop over a million small integers, which Python runs
 at a few million steps a second and machine code at a few hundred million.
 
 So the loop is written once, as a plain function over indexable buffers
@@ -10,7 +11,7 @@ So the loop is written once, as a plain function over indexable buffers
 
 * compiled by numba (an optional extra, ``pip install pipesim[fast]``) over NumPy
   arrays, where numba is installed; it is compiled on first use and cached on disk, so
-  the compile cost (a few seconds) is paid once per installation;
+  the compile cost (about a second) is paid once per installation;
 * as it is, over ``array.array`` buffers and lists (quick to index one at a time from
   Python), where it is not.
 
