@@ -130,8 +130,12 @@ def _node_order(sweep: SweepResult) -> np.ndarray:
     events), then in the order the sweep computed them."""
     before = _computed_order(sweep.runs)
     order = before[np.argsort(sweep.end[before], kind="stable")]
-    if (sweep.end[order[1:]] == sweep.end[order[:-1]]).any():
-        order = before[np.lexsort((sweep.scheduled[before], sweep.end[before]))]
+    end = sweep.end[order]
+    tie = np.flatnonzero(end[1:] == end[:-1])
+    if len(tie):  # reorder only the nodes that share an end, by when they were due
+        tied = np.unique(np.concatenate([tie, tie + 1]))
+        group = order[tied]
+        order[tied] = group[np.lexsort((sweep.scheduled[group], end[tied]))]
     return order
 
 
