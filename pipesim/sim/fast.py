@@ -36,6 +36,7 @@ what is wrong, with the grid.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -62,14 +63,16 @@ def unsupported(schedule: Schedule, costs: Costs, topology: Topology | None) -> 
     return _wiring(schedule_index(schedule), topology)[0]
 
 
-def _wiring(index: ScheduleIndex, topology: Topology) -> tuple[str | None, list, int]:
+def _wiring(index: ScheduleIndex, topology: Topology) -> tuple:
     """Whether a channel is shared by several senders (why the sweep cannot run, or None),
-    each route's channel number (-1: delivered at once) and link, and how many channels.
-    Kept on the index for the last topologies it met, as a planner asks again and again."""
-    key = ("wiring", id(topology))
+    each route's channel number (-1: delivered at once) and link, how many channels, and
+    each message's channel. Kept on the index for the last few topologies it met (by
+    what they say, not which object they are), as a planner asks again and again."""
+    key = ("wiring", topology.default, frozenset(topology.links.items()),
+           frozenset(topology.channels.items()))  # fmt: skip
     kept = index.memo.get(key)
-    if kept is not None and kept[0] is topology:
-        return kept[1]
+    if kept is not None:
+        return kept
     names: dict[str, int] = {}
     senders: dict[str, set[int]] = {}
     per_route = []
@@ -85,8 +88,9 @@ def _wiring(index: ScheduleIndex, topology: Topology) -> tuple[str | None, list,
     reason = None
     if shared:
         reason = f"channel {shared[0]!r} is shared by several senders (queueing across senders)"
-    wiring = (reason, per_route, len(names))
-    remember(index, key, (topology, wiring))
+    channel = np.array([number for number, _ in per_route], dtype=np.int64)[index.route_of]
+    wiring = (reason, per_route, len(names), channel)
+    remember(index, key, wiring)
     return wiring
 
 
@@ -104,7 +108,7 @@ def fast_simulate(
     The caller checks ``unsupported`` first; ``tail_ms`` and ``tail_after_flush`` mean what
     they mean to ``simulate``.
     """
-    topology = topology or Topology(schedule.devices)
+    topology = topology or _ideal(schedule.devices)
     index = schedule_index(schedule)
     if index.fault is not None:
         return None
@@ -124,6 +128,12 @@ def fast_simulate(
     return trace
 
 
+@lru_cache(maxsize=16)
+def _ideal(devices: int) -> Topology:
+    """Ideal links between ``devices`` devices (one object per size, so it is recognised)."""
+    return Topology(devices)
+
+
 def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
     """Each node's duration (ms), as the engine takes it from ``costs``."""
     table = np.array(
@@ -139,18 +149,17 @@ def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
 
 def link_times(index: ScheduleIndex, costs: Costs, topology: Topology) -> LinkTimes:
     """Channel, channel time and latency of every message (LogGP, as the engine has it)."""
-    _, per_route, channels = _wiring(index, topology)
+    _, per_route, channels, channel = _wiring(index, topology)
     table = np.array(
         [
-            (number, link.occupancy_ms(costs.activation_bytes[stage]), link.latency_ms)
+            (link.occupancy_ms(costs.activation_bytes[stage]), link.latency_ms)
             if number >= 0
-            else (-1, 0.0, 0.0)
+            else (0.0, 0.0)
             for (number, link), stage in zip(per_route, index.routes[:, 2].tolist(), strict=True)
         ],
         dtype=np.float64,
-    ).reshape(-1, 3)
-    channel = table[:, 0].astype(np.int64)[index.route_of]
-    return LinkTimes(channel, table[index.route_of, 1], table[index.route_of, 2], channels)
+    ).reshape(-1, 2)
+    return LinkTimes(channel, table[index.route_of, 0], table[index.route_of, 1], channels)
 
 
 def _negative(costs: Costs, topology: Topology | None) -> bool:
