@@ -140,7 +140,10 @@ def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
         [costs.forward_ms, costs.backward_ms, costs.backward_input_ms, costs.backward_weight_ms],
         dtype=np.float64,
     )
-    kind = np.minimum(index.node_kind, 3)  # a group's row is overwritten below
+    kind = index.memo.get("cost kind")
+    if kind is None:  # a group's row is overwritten below
+        kind = np.minimum(index.node_kind, 3)
+        remember(index, "cost kind", kind)
     duration = table[kind, index.node_model_stage]
     for node, _, _, members in index.groups:
         duration[node] = costs.group_ms(members)

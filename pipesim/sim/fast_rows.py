@@ -101,8 +101,11 @@ def build_trace(
         order = before[np.argsort(unit_end[before], kind="stable")]
     else:
         order = node_order
+    sizes = unit_size[order]
+    ends = np.cumsum(sizes)
+    ends -= sizes
     first_row = np.empty(len(unit_size), dtype=np.int64)
-    first_row[order] = np.cumsum(unit_size[order]) - unit_size[order]
+    first_row[order] = ends
     node_row, tail_row = first_row[:nodes], first_row[nodes:]
     message_row = node_row[index.message_node]  # delivered at once: its producer's row
     message_row[on_channel] += layout.rank
@@ -111,7 +114,7 @@ def build_trace(
     rows = [
         _Columns(
             index.node_device, index.node_stage, index.node_microbatch, index.node_kind,
-            sweep.start, sweep.end, np.full(nodes, -1, dtype=np.int64), sweep.cause,
+            sweep.start, sweep.end, layout.no_peer, sweep.cause,
             ref_row[sweep.cause_ref], index.node_action,
         ),
         _transfers(layout, sweep, node_row, message_row),
@@ -162,6 +165,7 @@ class _Layout:
     unit_size: np.ndarray
     rank: np.ndarray
     columns: tuple
+    no_peer: np.ndarray  # -1 for every node: compute rows have no peer
 
 
 def _layout(index: ScheduleIndex, links: LinkTimes) -> _Layout:
@@ -183,7 +187,8 @@ def _layout(index: ScheduleIndex, links: LinkTimes) -> _Layout:
         for column in (index.message_src, index.message_stage, index.message_microbatch,
                        index.message_kind, index.message_dst, index.message_atom)
     )  # fmt: skip
-    layout = _Layout(on_channel, producer, 1 + sent, rank, columns)
+    no_peer = np.full(len(index.node_device), -1, dtype=np.int64)
+    layout = _Layout(on_channel, producer, 1 + sent, rank, columns, no_peer)
     remember(index, key, layout)
     return layout
 
@@ -193,9 +198,11 @@ def _transfers(layout: _Layout, sweep: SweepResult, node_row, message_row) -> _C
     message ahead on its channel if that one left the channel after its producer ended."""
     on_channel = layout.on_channel
     behind = sweep.behind[on_channel]
-    queued = behind >= 0
-    cause = np.where(queued, CAUSE_CHANNEL, CAUSE_PRODUCER).astype(np.int8)
-    cause_row = np.where(queued, message_row[np.maximum(behind, 0)], node_row[layout.producer])
+    queued = np.flatnonzero(behind >= 0)
+    cause = np.full(len(behind), CAUSE_PRODUCER, dtype=np.int8)
+    cause[queued] = CAUSE_CHANNEL
+    cause_row = node_row[layout.producer]
+    cause_row[queued] = message_row[behind[queued]]
     src, stage, microbatch, kind, dst, atoms = layout.columns
     return _Columns(src, stage, microbatch, kind, sweep.begin[on_channel],
                     sweep.arrival[on_channel], dst, cause, cause_row, atoms)  # fmt: skip
