@@ -4,6 +4,7 @@
     python benchmarks/bench_evaluator.py --max 1e5    # stop earlier
     python benchmarks/bench_evaluator.py --no-numba   # the sweep in plain Python
     python benchmarks/bench_evaluator.py --small      # per-call time at 10^3 and 10^4
+    python benchmarks/bench_evaluator.py --keep-memory  # glibc keeps freed memory (see below)
 
 For 1F1B, interleaved 1F1B (4 chunks per device) and ZB-V on 8 devices, one run of each
 evaluator per size, each size in a fresh process. Links carry a latency and a size cost
@@ -16,8 +17,10 @@ swept); ``again`` is a second call on the same schedule with other costs, which 
 graph, as a planner scoring one schedule under many costs does (the best of three).
 ``x`` columns are the engine's time over the fast evaluator's. A first call in a fresh
 process also pays the operating system for every new page of memory it touches (about
-a millisecond per MB on small cloud machines), which a long-running planner mostly
-recycles. numba's one-time costs are printed apart and
+a millisecond per MB on small cloud machines). So does a repeat call, to a lesser
+degree: glibc hands large freed blocks back to the system, and the next call faults them
+in again. ``--keep-memory`` runs both evaluators with glibc told to keep them
+(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), as a long-running planner may. numba's one-time costs are printed apart and
 left out of the rates: compiling the sweep on first use after an install, and loading
 the compiled code in each new process (each size runs warm, after a call on a small
 schedule). Every fast trace is checked against the engine's (same makespan to 1e-9)
@@ -114,7 +117,14 @@ def one_run(name: str, actions: int, numba: bool, engine: bool = True) -> dict:
     }
 
 
+# glibc returns freed memory to the operating system and asks for it again on the next
+# call, a page fault per page; these keep it in the process (both evaluators gain).
+KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 32)}
+_ENV: dict[str, str] = {}
+
+
 def _in_fresh_process(*args: str, env: dict | None = None) -> dict:
+    env = {**os.environ, **_ENV, **(env or {})}
     out = subprocess.run(
         [sys.executable, __file__, *args], capture_output=True, text=True, check=True, env=env
     )
@@ -124,7 +134,7 @@ def _in_fresh_process(*args: str, env: dict | None = None) -> dict:
 def compile_seconds() -> float:
     """numba's compile time for the sweep, measured with an empty cache (a new install)."""
     with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        env = {"NUMBA_CACHE_DIR": cache}
         return _in_fresh_process("--one", "zbv", "100", "--no-engine", env=env)["warm_s"]
 
 
@@ -133,10 +143,13 @@ def main() -> None:
     parser.add_argument("--max", type=float, default=1e6)
     parser.add_argument("--no-numba", action="store_true", help="the sweep in plain Python")
     parser.add_argument("--small", action="store_true", help="per-call time at 10^3, 10^4")
+    parser.add_argument("--keep-memory", action="store_true", help="glibc keeps freed memory")
     parser.add_argument("--no-engine", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=2, metavar=("SCHEDULE", "ACTIONS"))
     args = parser.parse_args()
     flags = ["--no-numba"] if args.no_numba else []
+    if args.keep_memory:
+        _ENV.update(KEEP_MEMORY)
     if args.one:
         row = one_run(args.one[0], int(args.one[1]), not args.no_numba, not args.no_engine)
         print(json.dumps(row))
