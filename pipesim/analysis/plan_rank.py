@@ -52,7 +52,8 @@ def emit_mapping(base: dict[str, Any], row: dict[str, Any], note: str = "") -> d
 
 
 def describe(row: dict[str, Any]) -> str:
-    """A candidate in one short phrase: ``TP8 PP4 DP2 1f1b v1 b1 m16 rc zero1 balanced``."""
+    """A candidate in one short phrase:
+    ``TP8 PP4 DP2 1f1b v1 b1 m16 no recompute zero1 balanced tp overlap``."""
     parts = [
         f"TP{row['parallel.tensor']} PP{row['pipeline.devices']} DP{row['parallel.data']}",
         row["pipeline.schedule"],
@@ -61,5 +62,11 @@ def describe(row: dict[str, Any]) -> str:
         "recompute" if row["model.recompute"] else "no recompute",
         f"zero{row['parallel.zero_stage']}",
         row["model.partition"],
+        _overlap(row),
     ]
     return " ".join(parts)
+
+
+def _overlap(row: dict[str, Any]) -> str:
+    overlapped = [name for name in ("dp", "tp") if row.get(f"parallel.{name}_overlap")]
+    return "+".join(overlapped) + " overlap" if overlapped else "no overlap"

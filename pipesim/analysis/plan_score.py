@@ -6,8 +6,8 @@ noticing; for ten thousand candidates the repeated parts dominate. Most of them 
 exactly: a schedule depends only on (policy, pipeline size, microbatches, chunks); stage
 costs on the candidate's other keys and where the stages sit; the timeline only on the
 schedule, the costs, the end-of-step tail and the links, so candidates that differ in
-nothing else (often the ZeRO stage, which changes static memory and at most the optimizer
-step) share one. The ``Scorer`` validates the base scenario once, derives each
+nothing else (often ZeRO stages 0 to 2, which change static memory and at most the
+optimizer step) share one. The ``Scorer`` validates the base scenario once, derives each
 candidate's pieces with the same functions ``pipesim.scenario.build`` calls
 (``derive.model_costs``, ``derive.topology``, ``get_schedule``), keeps each piece in a
 cache under the key it depends on, and simulates each distinct timeline once, keyed by
@@ -88,7 +88,8 @@ def candidate_spec(spec: ScenarioSpec, c: Candidate) -> ScenarioSpec:
     )
     parallel = spec.parallel.model_copy(
         update={"tensor": c.tensor, "data": c.data, "zero_stage": c.zero_stage,
-                "sequence_parallel": c.sequence_parallel, "dp_overlap": c.dp_overlap}
+                "sequence_parallel": c.sequence_parallel, "dp_overlap": c.dp_overlap,
+                "tp_overlap": c.tp_overlap}
     )  # fmt: skip
     return spec.model_copy(update={"pipeline": pipeline, "model": model, "parallel": parallel})
 

@@ -8,7 +8,8 @@ parallelism copies the pipeline, each copy taking ``1/data`` of the global batch
 the layout come the choices of one pipeline: the schedule policy, the number of virtual
 stages (chunks per device), the microbatch size (the microbatch count follows from the
 global batch: ``G = microbatches x microbatch_size x data``), activation recomputation,
-the ZeRO stage, and how layers are spread over stages (``even`` or ``balanced``).
+the ZeRO stage, how layers are spread over stages (``even`` or ``balanced``), and whether
+the data-parallel and the tensor-parallel communication overlap compute.
 
 Each axis is named by the scenario key it sets (``parallel.tensor``,
 ``pipeline.schedule``, ...), so ``--space KEY=V1,V2`` narrows or widens it in the same
@@ -18,8 +19,9 @@ narrowing them keeps only candidates that take those values.
 The space is the product of the axes, where a policy with a fixed chunk count (1F1B: one,
 ZB-V: two) is taken only at the ``pipeline.virtual_stages`` values it runs with. A
 combination that cannot run (the batch does not split, more stages than layers, a
-schedule's own constraint) is a candidate pruned with its reason, so the counts add up:
-``space_size = pruned + scored``.
+schedule's own constraint), or that is another candidate under another name (a ZeRO stage
+with one replica, tensor-parallel overlap without tensor parallelism), is a candidate
+pruned with its reason, so the counts add up: ``space_size = pruned + scored``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Candidate:
     partition: str
     sequence_parallel: bool
     dp_overlap: bool
+    tp_overlap: bool
 
     def keys(self) -> dict[str, Any]:
         """The scenario keys this candidate sets, named as ``--space`` names them."""
@@ -80,6 +83,7 @@ AXIS_ATTRIBUTES = {
     "model.partition": "partition",
     "parallel.sequence_parallel": "sequence_parallel",
     "parallel.dp_overlap": "dp_overlap",
+    "parallel.tp_overlap": "tp_overlap",
 }
 COUNT_KEYS = (
     "parallel.tensor",
@@ -89,17 +93,18 @@ COUNT_KEYS = (
     "pipeline.microbatch_size",
     "pipeline.microbatches",
 )
-BOOL_KEYS = ("model.recompute", "parallel.sequence_parallel", "parallel.dp_overlap")
-# V-Half and V-Min are built by a placement search whose cost grows quickly with the
-# microbatches (seconds per schedule at a few hundred), so they join the space on request
-# (--space pipeline.schedule=...), as do the searched policies zb-auto and v-auto.
-ON_REQUEST = ("v-half", "v-min")
+BOOL_KEYS = (
+    "model.recompute",
+    "parallel.sequence_parallel",
+    "parallel.dp_overlap",
+    "parallel.tp_overlap",
+)
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
 DEFAULT_VIRTUAL_STAGES = (1, 2, 4)
-# ZeRO-1 (Megatron-LM's distributed optimizer) is what pipeline-parallel runs use; DeepSpeed's
-# pipeline engine accepts ZeRO-1 only. pipesim charges no extra communication for stages 2
-# and 3, so they are in the space only on request (--space parallel.zero_stage=0,1,2,3).
-DEFAULT_ZERO_STAGES = (0, 1)
+# Every ZeRO stage: 1 and 2 cost what plain data parallelism costs, 3 gathers the weights
+# before every pass (pipesim.cluster.pass_time.with_parameter_gathers), so it wins only
+# where its memory saving buys a faster layout.
+DEFAULT_ZERO_STAGES = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,14 +139,15 @@ def default_axes(spec: ScenarioSpec, gpus: int) -> dict[str, tuple[Any, ...]]:
     return {
         "parallel.tensor": tuple(tensors),
         "pipeline.devices": (),  # empty: every divisor of gpus / tensor, up to the layers
-        "pipeline.schedule": tuple(n for n in POLICIES if n not in ON_REQUEST),
+        "pipeline.schedule": tuple(POLICIES),
         "pipeline.virtual_stages": DEFAULT_VIRTUAL_STAGES,
         "pipeline.microbatch_size": DEFAULT_MICROBATCH_SIZES,
         "model.recompute": (False, True),
         "parallel.zero_stage": DEFAULT_ZERO_STAGES,
         "model.partition": ("even", "balanced"),
         "parallel.sequence_parallel": (par.sequence_parallel,),
-        "parallel.dp_overlap": (par.dp_overlap,),
+        "parallel.dp_overlap": (False, True),
+        "parallel.tp_overlap": (False, True),
     }
 
 
@@ -263,7 +269,8 @@ def enumerate_space(space: Space) -> Iterator[tuple[Candidate | None, str | None
     axes = space.axes
     layouts = [(t, p) for t in axes["parallel.tensor"] for p in pipeline_sizes(space, t)]
     rest = [axes[k] for k in ("model.recompute", "parallel.zero_stage", "model.partition",
-                              "parallel.sequence_parallel", "parallel.dp_overlap")]  # fmt: skip
+                              "parallel.sequence_parallel", "parallel.dp_overlap",
+                              "parallel.tp_overlap")]  # fmt: skip
     for tensor, devices in layouts:
         for name in axes["pipeline.schedule"]:
             for chunks in policy_chunks(name, axes["pipeline.virtual_stages"]):
@@ -273,8 +280,26 @@ def enumerate_space(space: Space) -> Iterator[tuple[Candidate | None, str | None
                         if reason is not None:
                             yield None, reason
                             continue
+                        if (same := _same_as_another(tensor, data, combo)) is not None:
+                            yield None, same
+                            continue
                         yield Candidate(tensor, devices, data, name, chunks, size, count,
                                         *combo), None  # fmt: skip
+
+
+def _same_as_another(tensor: int, data: int, combo: tuple[Any, ...]) -> str | None:
+    """Why ``combo`` is another candidate of the space under another name, or None.
+
+    ZeRO shards over the data-parallel replicas, so with one replica stages 1 to 3 are
+    stage 0 (same memory, same time); tensor-parallel overlap hides tensor-parallel
+    communication, which one GPU per layer does not have. Scoring both would count one
+    configuration twice."""
+    _, zero_stage, _, _, _, tp_overlap = combo
+    if zero_stage > 0 and data == 1:
+        return "ZeRO stage > 0 with one replica (nothing to shard: it is stage 0)"
+    if tp_overlap and tensor == 1:
+        return "tp_overlap without tensor parallelism (nothing to overlap: it is false)"
+    return None
 
 
 def pipeline_sizes(space: Space, tensor: int) -> tuple[int, ...]:

@@ -50,6 +50,8 @@ SMALL_SPACE = (
     "pipeline.microbatch_size=1,4",
     "model.recompute=false,true",
     "parallel.zero_stage=0,1",
+    "parallel.dp_overlap=false",
+    "parallel.tp_overlap=false",
 )
 
 
@@ -246,11 +248,12 @@ def test_searched_policies_on_request_match_their_emitted_scenarios():
 
 
 def test_keys_that_reach_only_the_tail_never_share_costs_wrongly():
-    """dp_overlap and the ZeRO stage change the end-of-step tail, not the pipeline: every
-    candidate still gets its own costs, confirmed here on all of them."""
+    """dp_overlap and the ZeRO stage change the end-of-step tail (and ZeRO-3 each pass's
+    gathers), tp_overlap each pass: every candidate still gets its own costs, confirmed
+    here on all of them."""
     space = ("pipeline.schedule=zbv,1f1b", "parallel.dp_overlap=false,true",
-             "parallel.zero_stage=0,1,2", "model.recompute=false", "parallel.tensor=2",
-             "model.partition=even")  # fmt: skip
+             "parallel.zero_stage=0,1,2,3", "model.recompute=false", "parallel.tensor=2",
+             "model.partition=even", "parallel.tp_overlap=true")  # fmt: skip
     result = plan(small_base(), SOURCE, 8, space, top=1000, confirm=1000)
     assert result.confirmed == result.scored > 20
 
@@ -276,7 +279,7 @@ def test_every_scored_candidate_is_its_own_engine_run(gpus, layers, global_batch
     base = small_base()
     base["model"].update(layers=layers, global_batch=global_batch)
     space = (f"pipeline.schedule={','.join(sorted(schedules))}", "pipeline.microbatch_size=1,2",
-             f"parallel.dp_overlap={str(overlap).lower()}", "parallel.zero_stage=0,2")  # fmt: skip
+             f"parallel.dp_overlap={str(overlap).lower()}", "parallel.zero_stage=0,3")  # fmt: skip
     result = plan(base, SOURCE, gpus, space, top=10_000, confirm=10_000)
     assert result.space_size == sum(result.pruned.values()) + result.scored
     assert result.confirmed == result.scored == len(result.results)
@@ -284,7 +287,8 @@ def test_every_scored_candidate_is_its_own_engine_run(gpus, layers, global_batch
 
 
 def test_pareto_figure_draws_the_front_in_gib_and_marks_the_winner():
-    result = plan(small_base(), SOURCE, 8, ("pipeline.schedule=1f1b,zbv",), top=5, confirm=0)
+    space = ("pipeline.schedule=1f1b,zbv", "parallel.dp_overlap=false", "parallel.tp_overlap=true")
+    result = plan(small_base(), SOURCE, 8, space, top=5, confirm=0)
     figure = pareto_figure(result, capacity_bytes=CAPACITY_BYTES)
     ax = figure.axes[0]
     front = sorted(result.pareto, key=lambda row: row["peak_memory_bytes"])

@@ -28,16 +28,25 @@ def test_space_size_and_invalid_combinations_by_hand():
     # 8 GPUs in nodes of 4; 40 heads, 8 kv heads, FFN 13824: tensor 1, 2 or 4.
     # Layouts (tensor, pipeline): t=1: p in 1,2,4,8; t=2: 1,2,4; t=4: 1,2 -> 9.
     # Policies: 1f1b at v=1, interleaved-1f1b at v=2 and 4 -> 3 per layout.
-    # Microbatch sizes 1,2,4,8; recompute 2 x ZeRO 0,1 x partition 2 = 8 per combination.
+    # Microbatch sizes 1,2,4,8; recompute 2 x ZeRO 0-3 x partition 2 x dp_overlap 2 x
+    # tp_overlap 2 = 64 per combination.
     spec = parse_spec(small_base(), SOURCE)
     space = build_space(spec, SOURCE, 8, ["pipeline.schedule=1f1b,interleaved-1f1b"])
     reasons = Counter(reason for _, reason in enumerate_space(space))
-    assert sum(reasons.values()) == 9 * 3 * 4 * 8 == 864
-    # p=8 with 4 chunks is 32 stages for 16 layers: 4 sizes x 8
-    assert reasons["more stages than layers"] == 4 * 8
-    # one GPU per pipeline stage, data 8: 32 sequences do not split into 8 x 8, 3 policies x 8
-    assert reasons["global batch does not split into microbatch_size x data"] == 3 * 8
-    assert reasons[None] == 864 - 32 - 24
+    assert sum(reasons.values()) == 9 * 3 * 4 * 64 == 6912
+    # p=8 with 4 chunks is 32 stages for 16 layers: 4 sizes x 64
+    assert reasons["more stages than layers"] == 4 * 64
+    # one GPU per pipeline stage, data 8: 32 sequences do not split into 8 x 8, 3 policies x 64
+    assert reasons["global batch does not split into microbatch_size x data"] == 3 * 64
+    # one replica (t x p = 8): (1, 8) with 2 policy-chunks, (2, 4) and (4, 2) with 3, each
+    # at 4 sizes = 32 combinations, of whose 64 candidates ZeRO 1-3 are 48
+    zero = "ZeRO stage > 0 with one replica (nothing to shard: it is stage 0)"
+    assert reasons[zero] == 32 * 48
+    # tp_overlap on with t = 1: p=1 (3 sizes split the batch), p=2, p=4 (4 sizes) -> 33
+    # combinations x 32, and p=8's 8 combinations x its 16 ZeRO-0 candidates / 2
+    tp = "tp_overlap without tensor parallelism (nothing to overlap: it is false)"
+    assert reasons[tp] == 33 * 32 + 8 * 8
+    assert reasons[None] == 6912 - 4 * 64 - 3 * 64 - 32 * 48 - (33 * 32 + 8 * 8) == 3808
 
 
 def test_derived_axes_filter():
@@ -118,14 +127,14 @@ def test_a_value_given_twice_counts_once_and_the_size_guard_prunes():
     spec = parse_spec(small_base(), SOURCE)
     once = build_space(spec, SOURCE, 8, ["pipeline.schedule=1f1b", "parallel.tensor=2"])
     twice = build_space(spec, SOURCE, 8, ["pipeline.schedule=1f1b,1f1b", "parallel.tensor=2,2"])
-    assert len(list(enumerate_space(once))) == len(list(enumerate_space(twice))) == 3 * 4 * 8
+    assert len(list(enumerate_space(once))) == len(list(enumerate_space(twice))) == 3 * 4 * 64
     guarded = small_base()
     guarded["pipeline"]["max_actions"] = 4 * 16 * 3  # p=4, m=16 (b=1, data 2), F I W
     space = build_space(parse_spec(guarded, SOURCE), SOURCE, 8,
                         ["pipeline.schedule=1f1b", "parallel.tensor=1"])  # fmt: skip
     reasons = Counter(reason for _, reason in enumerate_space(space))
-    # over 192 actions: p=8 (data 1) with b=1 (m=32) and b=2 (m=16), 8 candidates each
-    assert reasons["over pipeline.max_actions (the size guard)"] == 8 * 2
+    # over 192 actions: p=8 (data 1) with b=1 (m=32) and b=2 (m=16), 64 candidates each
+    assert reasons["over pipeline.max_actions (the size guard)"] == 64 * 2
 
 
 def test_what_the_planner_cannot_honour_is_refused():
