@@ -26,12 +26,17 @@ Building a schedule takes three steps:
 
 The per-device order of the result is the schedule; the engine then runs it as fast as
 the real costs allow.
+
+The squeeze tries every pass against the memory cap, often many slots in a row, so the
+check must not recount the whole device: ``_MemoryProfile`` writes the peak as the largest
+of ``X(t) + max Y(u <= t)`` over slots t, with X and Y running sums that a move changes
+only inside the window it spans, and decides a move from that window alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from functools import lru_cache
 
 import numpy as np
 
@@ -40,21 +45,18 @@ from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, single_chain, 
 INTERVAL = 6  # units per repeated block: F0, F1, I1, I0 and two W
 BlockOffsets = tuple[int, int, int, int]  # (F0, F1, I1, I0) start units of microbatch 0
 
-
-class _Pass(NamedTuple):
-    """One F or I pass of the unit-time grid: ``kind`` of ``chunk`` on ``device``."""
-
-    device: int
-    kind: Kind
-    chunk: int
-    microbatch: int
+# A device's F and I passes in four rows of m microbatches: pass k = row * m + microbatch.
+_ROWS: tuple[tuple[Kind, int], ...] = ((F, 0), (F, 1), (I, 0), (I, 1))  # (kind, chunk)
+_F0, _F1, _I0, _I1 = range(4)
 
 
 def build_v_schedule(
     devices: int, microbatches: int, blocks: Sequence[BlockOffsets], name: str
 ) -> Schedule:
     """Repeat ``blocks[d]`` on each device d, squeeze, fill in the W, return the Schedule."""
-    grids = [_DeviceGrid(offsets, microbatches) for offsets in blocks]  # 1. repeat
+    # every device's grid has room for all its W after its last F or I
+    length = max(max(offsets) for offsets in blocks) + (INTERVAL + 2) * microbatches + 2
+    grids = [_DeviceGrid(offsets, microbatches, length) for offsets in blocks]  # 1. repeat
     _squeeze(grids, microbatches)  # 2. squeeze
     device_actions = tuple(_device_order(grid, d, devices) for d, grid in enumerate(grids))
     return Schedule(
@@ -77,43 +79,57 @@ def check_blocks(blocks: Sequence[BlockOffsets]) -> None:
 class _DeviceGrid:
     """One device's F and I slots on the unit grid; W passes are implied (step 3).
 
-    ``slots[kind][chunk, microbatch]`` is a pass's slot; ``taken`` marks occupied slots.
-    The grid is long enough for every W to fit after the last F or I. ``memory`` follows
-    the device's activation count as passes move.
+    ``where[row * m + microbatch]`` is a pass's slot (rows F0, F1, I0, I1); ``taken`` marks
+    occupied slots (1) and free ones (0) of a grid of ``length`` slots, long enough for
+    every W. ``memory`` follows the device's activation count as passes move.
     """
 
-    def __init__(self, offsets: BlockOffsets, microbatches: int) -> None:
+    def __init__(self, offsets: BlockOffsets, microbatches: int, length: int) -> None:
         f0, f1, i1, i0 = offsets
-        shift = INTERVAL * np.arange(microbatches)
-        self.slots = {
-            F: np.stack([f0 + shift, f1 + shift]),
-            I: np.stack([i0 + shift, i1 + shift]),
-        }
-        self.taken = np.zeros(max(offsets) + INTERVAL * microbatches + 2 * microbatches + 2, bool)
-        for slots in self.slots.values():
-            self.taken[slots.ravel()] = True
-        self.memory = _MemoryProfile(self.slots[F].ravel(), self.slots[I].ravel(), self.taken)
+        self.microbatches = microbatches
+        self.where = [o + INTERVAL * mb for o in (f0, f1, i0, i1) for mb in range(microbatches)]
+        self.taken = bytearray(length)
+        for slot in self.where:
+            self.taken[slot] = 1
+        forwards = 2 * microbatches
+        self.memory = _MemoryProfile(self.where[:forwards], self.where[forwards:], self.taken)
 
-    def slot(self, p: _Pass) -> int:
-        return int(self.slots[p.kind][p.chunk, p.microbatch])
+    def slots(self, kind: Kind) -> np.ndarray:
+        """``slots[chunk, microbatch]`` of the device's ``kind`` passes."""
+        half = 2 * self.microbatches
+        rows = self.where[:half] if kind == F else self.where[half:]
+        return np.array(rows, np.int64).reshape(2, self.microbatches)
 
-    def earliest_fit(self, p: _Pass, ready: int, cap: int) -> int:
-        """The first free slot in [ready, p's slot) whose move keeps the peak <= cap, or -1."""
-        old = self.slot(p)
-        free = np.flatnonzero(~self.taken[ready:old])
+    def pull(self, k: int, ready: int, cap: int) -> None:
+        """Move pass k to the first free slot in [ready, its slot) that keeps peak <= cap.
+
+        Most passes take the first free slot, so that one is tried on its own; past it, the
+        rest of the window is judged at once.
+        """
+        old = self.where[k]
+        forward = k < 2 * self.microbatches
+        slot = self.taken.find(0, ready, old)
+        if slot < 0:
+            return
+        if not self.memory.try_move(forward, slot, old, cap):
+            slot = self._later_fit(forward, slot + 1, old, cap)
+            if slot < 0:
+                return
+        self.taken[old] = 0
+        self.taken[slot] = 1
+        self.where[k] = slot
+
+    def _later_fit(self, forward: bool, start: int, old: int, cap: int) -> int:
+        """Move the pass at ``old`` to the first free slot in [start, old) that fits; -1 if none."""
+        window = np.frombuffer(self.taken, np.uint8, count=old - start, offset=start)
+        free = np.flatnonzero(window == 0)
         if len(free) == 0:
             return -1
-        fits = self.memory.fits(p.kind == F, ready, old, cap)
-        found = free[fits[free]]
-        return int(found[0]) + ready if len(found) else -1
-
-    def move(self, p: _Pass, slot: int) -> None:
-        """Pull ``p`` from its slot to the free, earlier ``slot``."""
-        old = self.slot(p)
-        self.memory.move(p.kind == F, slot, old)
-        self.taken[old] = False
-        self.taken[slot] = True
-        self.slots[p.kind][p.chunk, p.microbatch] = slot
+        fits = self.memory.fits_from(forward, start, old, cap)
+        for slot in (free[fits[free]] + start).tolist():
+            if self.memory.try_move(forward, slot, old, cap):
+                return slot
+        return -1
 
     def weights(self) -> tuple[np.ndarray, np.ndarray]:
         """Step 3: W slots, first free slot after their I, oldest I first.
@@ -122,9 +138,9 @@ class _DeviceGrid:
         each one's W. The k-th W takes the first free slot at or after both its I's end and
         the slot after the (k-1)-th W: a running maximum over free-slot indices.
         """
-        backward = self.slots[I].ravel()
+        backward = self.slots(I).ravel()
         order = np.argsort(backward, kind="stable")
-        free = np.flatnonzero(~self.taken)
+        free = np.flatnonzero(np.frombuffer(self.taken, np.uint8) == 0)
         first = np.searchsorted(free, backward[order] + 1)
         k = np.arange(len(order))
         return order, free[k + np.maximum.accumulate(first - k)]
@@ -133,63 +149,98 @@ class _DeviceGrid:
 # ---------------------------------------------------------------------------
 # the memory check of step 2, one window at a time
 
-_BLOCK = 64  # slots per block of the running maximum of Y
-_NONE = -(1 << 40)  # below any count: the maximum of nothing
 _ALL = 1 << 40  # above any count: the minimum of nothing
+_X, _Y, _HELD = range(3)  # rows of _MemoryProfile.rows
+
+
+@lru_cache(maxsize=2)
+def _move_steps(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """What moving an F (first) or an I (second) from slot s + n - 1 to s adds to
+    ``rows[:, s : s + n]``: take ``[:, :n]``; an F's X gains one less at the far end."""
+    forward = np.zeros((3, size), np.int64)
+    forward[_X] = 2
+    forward[_X, 0] = 1
+    forward[_Y, 1:] = -1
+    backward = np.zeros((3, size), np.int64)
+    backward[_X, 1:] = 1
+    backward[_Y, 1:] = -2
+    forward.flags.writeable = backward.flags.writeable = False
+    return forward, backward
 
 
 class _MemoryProfile:
-    """A device's activation count as two running sums, so a move is checked in its window.
+    """A device's activation count as running sums, so a move is checked in its window.
 
     The device holds ``M(t) = Fs(t) - Ws(t)`` activations at slot t: forwards started by t
     less weight passes finished before t. The W passes are served first come, first served,
     one per free slot (step 3), so, like any queue, ``Ws(t)`` is the least over ``u <= t``
     of ``A(u) + R(t) - R(u)``: every I done before u, plus at most one W per free slot of
     [u, t), where ``A(u)`` counts I passes and ``R(u)`` free slots before u. The peak is
-    therefore ``max over u <= t of X(t) + Y(u)`` with ``X = Fs - R`` and ``Y = R - A``.
+    therefore the largest ``X(t) + held(t)``, with ``X = Fs - R``, ``Y = R - A`` and
+    ``held(t)`` the largest ``Y(u)`` over ``u <= t``.
 
     Moving one pass from slot ``old`` to a free slot ``s < old`` changes X and Y only on
     [s, old]: an F raises X by 1 at s and old and by 2 between, and lowers Y by 1 on
-    (s, old]; an I raises X by 1 and lowers Y by 2 on (s, old]. Since the peak is within the
-    cap before the move, only pairs that gain can break it, and every such pair has its t in
-    the window: the check reads the window and the largest Y before it (kept per block of
-    ``_BLOCK`` slots), never the whole device.
+    (s, old]; an I raises X by 1 and lowers Y by 2 on (s, old]. Y only falls, so past
+    ``old`` nothing rises: with the peak within the cap before the move, it stays there
+    after it exactly when ``X + held`` does over the window.
+
+    ``rows`` holds X, Y and held for t = 0 .. L on a grid of L slots. Passes are visited in
+    slot order, so each move's ``old`` lies beyond every earlier one's; held is kept exact
+    up to slot ``known`` (the last ``old``) and brought forward when a check reads further.
     """
 
-    def __init__(self, forward_slots: np.ndarray, backward_slots: np.ndarray, taken: np.ndarray):
-        length = len(taken)
-        size = -(-(length + 1) // _BLOCK) * _BLOCK  # t = 0 .. length, padded to whole blocks
+    def __init__(self, forward_slots: list[int], backward_slots: list[int], taken: bytearray):
+        size = len(taken) + 1
         started = np.bincount(forward_slots, minlength=size)
-        backward = np.bincount(backward_slots + 1, minlength=size)
+        backward = np.bincount(np.add(backward_slots, 1), minlength=size)
         free = np.zeros(size, np.int64)
-        free[1 : length + 1] = ~taken
-        self.x = np.cumsum(started) - np.cumsum(free)
-        self.y = np.cumsum(free) - np.cumsum(backward)
-        self.y[length + 1 :] = _NONE
-        self.block_max = self.y.reshape(-1, _BLOCK).max(axis=1)
-        self.length = length
+        free[1:] = np.frombuffer(taken, np.uint8) == 0
+        x = np.cumsum(started) - np.cumsum(free)
+        y = np.cumsum(free) - np.cumsum(backward)
+        self.rows = np.stack([x, y, np.maximum.accumulate(y)])
+        self.known = size - 1
+        self.steps = _move_steps(size)
 
     def peak(self) -> int:
-        """Most activations held at any slot: the largest X(t) + Y(u) with u <= t."""
-        n = self.length + 1
-        return int((self.x[:n] + np.maximum.accumulate(self.y[:n])).max())
+        """Most activations held at any slot."""
+        self.held_through(self.rows.shape[1] - 1)
+        return int((self.rows[_X] + self.rows[_HELD]).max())
 
-    def max_y_before(self, slot: int) -> int:
-        """The largest Y(u) over u < slot."""
-        whole = slot // _BLOCK
-        head = int(self.block_max[:whole].max()) if whole else _NONE
-        tail = int(self.y[whole * _BLOCK : slot].max()) if slot > whole * _BLOCK else _NONE
-        return max(head, tail)
+    def held_through(self, slot: int) -> int:
+        """held(slot), after making held exact up to ``slot``."""
+        if slot > self.known:
+            ahead = self.rows[_HELD, self.known + 1 : slot + 1]
+            np.maximum.accumulate(self.rows[_Y, self.known + 1 : slot + 1], out=ahead)
+            np.maximum(ahead, self.rows[_HELD, self.known], out=ahead)
+            self.known = slot
+        return int(self.rows[_HELD, slot])
 
-    def fits(self, forward: bool, start: int, old: int, cap: int) -> np.ndarray:
-        """For each s in [start, old): does moving the pass at ``old`` to s keep peak <= cap?
+    def try_move(self, forward: bool, slot: int, old: int, cap: int) -> bool:
+        """Move the pass at ``old`` to the earlier ``slot`` if the peak stays <= cap."""
+        held = self.held_through(slot)
+        window = self.rows[:, slot : old + 1] + self.steps[0 if forward else 1][:, : old - slot + 1]
+        if forward:
+            window[_X, -1] -= 1
+        np.maximum.accumulate(window[_Y], out=window[_HELD])
+        np.maximum(window[_HELD], held, out=window[_HELD])
+        if (window[_X] + window[_HELD]).max() > cap:
+            return False
+        self.rows[:, slot : old + 1] = window
+        self.known = old
+        return True
 
-        ``room(t) = cap - X(t)`` is how far Y may reach before t; ``held(s)`` the largest
-        Y(u) over u <= s, the pairs whose u stays left of the move.
+    def fits_from(self, forward: bool, start: int, old: int, cap: int) -> np.ndarray:
+        """For each s in [start, old): would moving the pass at ``old`` to s keep peak <= cap?
+
+        ``room(t) = cap - X(t)`` is how far held may reach at t. A move gains 1 or 2 on
+        pairs (u, t) with t in the window; those with u <= s gain most, so ``held(s)`` must
+        leave room for that gain at every t of the window.
         """
-        room = cap - self.x[start : old + 1]
-        y = self.y[start : old + 1]
-        held = np.maximum(np.maximum.accumulate(y[:-1]), self.max_y_before(start))
+        self.held_through(old - 1)
+        room = cap - self.rows[_X, start : old + 1]
+        y = self.rows[_Y, start : old + 1]
+        held = self.rows[_HELD, start:old]
         if not forward:  # t in (s, old] gains 1 against every u <= s
             after = np.minimum.accumulate(room[:0:-1])[::-1]  # min room over (s, old]
             return held + 1 <= after
@@ -203,73 +254,53 @@ class _MemoryProfile:
             fits[: tight[-1] + 1] = False
         return fits
 
-    def move(self, forward: bool, slot: int, old: int) -> None:
-        """Apply a pass's move from ``old`` to the earlier ``slot`` to X, Y and the blocks."""
-        if forward:
-            self.x[slot] += 1
-            self.x[slot + 1 : old] += 2
-            self.x[old] += 1
-            self.y[slot + 1 : old + 1] -= 1
-        else:
-            self.x[slot + 1 : old + 1] += 1
-            self.y[slot + 1 : old + 1] -= 2
-        first, last = (slot + 1) // _BLOCK, old // _BLOCK + 1
-        rows = self.y[first * _BLOCK : last * _BLOCK].reshape(-1, _BLOCK)
-        self.block_max[first:last] = rows.max(axis=1)
-
-
-def _inputs(p: _Pass, devices: int) -> list[_Pass]:
-    """The passes whose results ``p`` needs (V placement: down on chunk 0, up on chunk 1)."""
-    d, mb, last = p.device, p.microbatch, devices - 1
-    if p.kind == F and p.chunk == 0:
-        return [] if d == 0 else [_Pass(d - 1, F, 0, mb)]
-    if p.kind == F:
-        return [_Pass(d, F, 0, mb) if d == last else _Pass(d + 1, F, 1, mb)]
-    own_forward = _Pass(d, F, p.chunk, mb)
-    if p.chunk == 1:
-        return [own_forward] + ([] if d == 0 else [_Pass(d - 1, I, 1, mb)])
-    return [own_forward, _Pass(d, I, 1, mb) if d == last else _Pass(d + 1, I, 0, mb)]
-
 
 # ---------------------------------------------------------------------------
 # 2. squeeze
 
 
+def _inputs(device: int, row: int, devices: int) -> tuple[tuple[int, int], ...]:
+    """(device, row) of the passes a pass needs, same microbatch (V: down on chunk 0, up on 1)."""
+    last = devices - 1
+    if row == _F0:
+        return () if device == 0 else ((device - 1, _F0),)
+    if row == _F1:
+        return ((device, _F0),) if device == last else ((device + 1, _F1),)
+    if row == _I1:
+        return ((device, _F1),) + (() if device == 0 else ((device - 1, _I1),))
+    return ((device, _F0), (device, _I1) if device == last else (device + 1, _I0))
+
+
 def _squeeze(grids: list[_DeviceGrid], microbatches: int) -> None:
     """Pull each pass into the earliest free slot after its inputs that keeps memory <= cap.
 
-    Passes are visited in slot order, so a pass's inputs have already found their place.
+    Passes are visited in slot order (then device order), so a pass's inputs have already
+    found their place.
     """
+    m, devices = microbatches, len(grids)
     cap = max(grid.memory.peak() for grid in grids)
-    passes = [
-        _Pass(d, kind, chunk, mb)
-        for d in range(len(grids))
-        for kind in (F, I)
-        for chunk in (0, 1)
-        for mb in range(microbatches)
-    ]
-    passes.sort(key=lambda p: (grids[p.device].slot(p), p.device))
-    for p in passes:
-        grid = grids[p.device]
-        inputs = _inputs(p, len(grids))
-        ready = max((grids[q.device].slot(q) + 1 for q in inputs), default=0)
-        if ready >= grid.slot(p):
-            continue
-        slot = grid.earliest_fit(p, ready, cap)
-        if slot >= 0:
-            grid.move(p, slot)
+    inputs = [[_inputs(d, row, devices) for row in range(len(_ROWS))] for d in range(devices)]
+    wheres = [grid.where for grid in grids]
+    passes = len(wheres[0])
+    keys = np.array(wheres, np.int64) * devices + np.arange(devices)[:, None]  # slot, device
+    for device, k in (divmod(visit, passes) for visit in np.argsort(keys.ravel()).tolist()):
+        row, mb = divmod(k, m)
+        ready = max([wheres[e][r * m + mb] + 1 for e, r in inputs[device][row]], default=0)
+        if ready < wheres[device][k]:
+            grids[device].pull(k, ready, cap)
 
 
 def _device_order(grid: _DeviceGrid, device: int, devices: int) -> tuple[Action, ...]:
     """The device's actions in slot order, W included (step 3)."""
-    m = grid.slots[F].shape[1]
+    m = grid.microbatches
     stage = (device, 2 * devices - 1 - device)
-    timed = []
-    for kind in (F, I):
-        for (chunk, mb), slot in np.ndenumerate(grid.slots[kind]):
-            timed.append((int(slot), Action(stage[chunk], kind, mb)))
+    timed = [
+        (slot, Action(stage[_ROWS[k // m][1]], _ROWS[k // m][0], k % m))
+        for k, slot in enumerate(grid.where)
+    ]
     order, weight_slots = grid.weights()
-    for flat, slot in zip(order, weight_slots, strict=True):
-        chunk, mb = divmod(int(flat), m)
-        timed.append((int(slot), Action(stage[chunk], W, mb)))
-    return tuple(action for _, action in sorted(timed, key=lambda e: e[0]))
+    for flat, slot in zip(order.tolist(), weight_slots.tolist(), strict=True):
+        chunk, mb = divmod(flat, m)
+        timed.append((slot, Action(stage[chunk], W, mb)))
+    timed.sort(key=lambda e: e[0])
+    return tuple(action for _, action in timed)
