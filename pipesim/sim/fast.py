@@ -48,6 +48,8 @@ from pipesim.sim.fast_sweep import SweepResult, run_sweep
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import Trace
 
+_spare: list = []  # (index, sweep buffers) of the last fast_simulate, for the next
+
 
 def unsupported(schedule: Schedule, costs: Costs, topology: Topology | None) -> str | None:
     """Why the sweep cannot reproduce the engine here (one line), or None.
@@ -119,12 +121,8 @@ def fast_simulate(
     if solved is None:
         return None
     trace = build_trace(index, solved, links, tail_ms, tail_after_flush)
-    spare = index.memo.get("spare")
-    if spare is None:
-        spare = []
-        remember(index, "spare", spare)
-    if solved.state and len(spare) < 2:
-        spare.append(solved.state)  # the Trace keeps none of the sweep's buffers
+    if solved.state:  # the Trace keeps none of the sweep's buffers: the next call may
+        _spare[:] = [(index, solved.state)]
     return trace
 
 
@@ -183,8 +181,17 @@ def sweep(
     order): a ``SweepResult``, or None on a deadlock. The loop itself is ``pipesim.sim.fast_sweep``'s (compiled where numba is
     installed); ``hold``: a send keeps its device busy until it arrives."""
     times = (duration, links.channel, links.occupancy_ms, links.latency_ms)
-    spare = index.memo.get("spare")
-    return run_sweep(index.graph, times, links.channels, overhead_ms, hold, spare)
+    return run_sweep(index.graph, times, links.channels, overhead_ms, hold, _spare_for(index))
+
+
+def _spare_for(index: ScheduleIndex) -> list | None:
+    """The sweep buffers the last call left, if it swept this index (taken: one user at
+    a time). Only the last call's are kept, so at most one set is held."""
+    try:
+        owner, state = _spare.pop()
+    except IndexError:
+        return None
+    return [state] if owner is index else None
 
 
 __all__ = ["LinkTimes", "fast_simulate", "link_times", "node_durations", "sweep", "unsupported"]
