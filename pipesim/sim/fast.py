@@ -128,7 +128,7 @@ def fast_simulate(
 
 @lru_cache(maxsize=16)
 def _ideal(devices: int) -> Topology:
-    """Ideal links between ``devices`` devices (one object per size, so it is recognised)."""
+    """Ideal links between ``devices`` devices (made once per size)."""
     return Topology(devices)
 
 
