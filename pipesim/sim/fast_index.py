@@ -26,7 +26,6 @@ evaluator hands the schedule to the engine, whose validator names the fault.
 from __future__ import annotations
 
 import itertools
-from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from operator import itemgetter
@@ -359,13 +358,4 @@ def remember(index: ScheduleIndex, key, value) -> None:
     index.memo[key] = value
 
 
-def as_array(code: str, values: np.ndarray) -> array:
-    """A NumPy vector as a compact ``array.array`` of int64 (``"q"``) or float64 (``"d"``):
-    quick to index one element at a time from Python, and without a boxed object per
-    element, so a million-node sweep stays in cache."""
-    out = array(code)
-    out.frombytes(np.asarray(values, dtype=np.int64 if code == "q" else np.float64).tobytes())
-    return out
-
-
-__all__ = ["ScheduleIndex", "as_array", "remember", "schedule_index"]
+__all__ = ["ScheduleIndex", "remember", "schedule_index"]
