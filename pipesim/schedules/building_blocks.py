@@ -192,8 +192,8 @@ class _MemoryProfile:
 
     def __init__(self, forward_slots: list[int], backward_slots: list[int], taken: bytearray):
         size = len(taken) + 1
-        started = np.bincount(forward_slots, minlength=size)
-        backward = np.bincount(np.add(backward_slots, 1), minlength=size)
+        started = np.bincount(np.array(forward_slots, np.int64), minlength=size)
+        backward = np.bincount(np.array(backward_slots, np.int64) + 1, minlength=size)
         free = np.zeros(size, np.int64)
         free[1:] = np.frombuffer(taken, np.uint8) == 0
         x = np.cumsum(started) - np.cumsum(free)
@@ -219,7 +219,8 @@ class _MemoryProfile:
     def try_move(self, forward: bool, slot: int, old: int, cap: int) -> bool:
         """Move the pass at ``old`` to the earlier ``slot`` if the peak stays <= cap."""
         held = self.held_through(slot)
-        window = self.rows[:, slot : old + 1] + self.steps[0 if forward else 1][:, : old - slot + 1]
+        step = self.steps[0 if forward else 1]
+        window = self.rows[:, slot : old + 1] + step[:, : old - slot + 1]
         if forward:
             window[_X, -1] -= 1
         np.maximum.accumulate(window[_Y], out=window[_HELD])
