@@ -32,6 +32,7 @@ from pipesim.sim.trace import CAUSE_DEVICE, CAUSE_INPUT, CAUSE_SENDING, CAUSE_ST
 _START, _DEVICE, _SENDING, _INPUT = CAUSE_START, CAUSE_DEVICE, CAUSE_SENDING, CAUSE_INPUT
 _compiled: dict[str, Any] = {}  # by name: the compiled function, None if numba is missing
 _settings = {"compiled": True}
+_graph_buffers: list = []  # (graph, its buffers) for the Python loop, the last graph only
 
 
 class SweepGraph(NamedTuple):
@@ -142,7 +143,7 @@ def run_sweep(
     else:
         state = tuple(array(c, bytes(8 * n)) for c, n in zip(codes, sizes, strict=True))
         buffers = tuple(_buffer(c, v) for c, v in zip("dqdd", times, strict=True))
-        graph_buffers = tuple(_buffer("q", v) for v in graph)
+        graph_buffers = _python_graph(graph)
         written = sweep_kernel(graph_buffers, buffers, float(overhead_ms), bool(hold), state)
         state = tuple(np.frombuffer(b, dtype=b.typecode) for b in state)
         kept = ()  # not for reuse: the compiled loop takes only NumPy's own buffers
@@ -164,6 +165,16 @@ def _spare_state(spare: list | None, sizes: tuple) -> tuple | None:
         if tuple(len(b) for b in state) == sizes:
             return state
     return None
+
+
+def _python_graph(graph: SweepGraph) -> tuple:
+    """``graph`` as ``array.array`` buffers for the Python loop, kept for the last graph."""
+    kept = _graph_buffers[0] if _graph_buffers else None
+    if kept is not None and kept[0] is graph:
+        return kept[1]
+    buffers = tuple(_buffer("q", v) for v in graph)
+    _graph_buffers[:] = [(graph, buffers)]
+    return buffers
 
 
 def _buffer(code: str, values) -> array:
