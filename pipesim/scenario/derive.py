@@ -37,6 +37,7 @@ from pipesim.cluster.pass_time import (
 from pipesim.cluster.transformer import model_flops_per_step, static_memory
 from pipesim.scenario.schema import LinkSpec, ScenarioError, ScenarioSpec
 from pipesim.schedules.ir import Schedule
+from pipesim.schedules.posts import REDUCE_GRAD, UNSHARD
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import IDEAL, Link, Topology
 from pipesim.sim.metrics import Accounting
@@ -286,10 +287,11 @@ def _step_tail(
     """Each device's end-of-step work: optimizer step and exposed gradient reduction (a ring
     inside a node; across nodes, reduced inside each node first when a node holds several
     replicas). With torch's REDUCE_GRAD posts in the schedule, the reduction goes to them,
-    stage by stage, and only the optimizer step stays in the tail. Under ZeRO-3 every
-    forward and backward also gathers its stage's parameters over the same group, charged to
-    the stage costs (``with_parameter_gathers``), and the step's reduction is the
-    reduce-scatter alone."""
+    stage by stage, and the optimizer step with them (``_at_reduce_grad_posts``). Under
+    ZeRO-3 every forward and backward also gathers its stage's parameters over the same
+    group, charged to the stage costs (``with_parameter_gathers``), or, in torch's lowered
+    form, to its UNSHARD posts (one gather each, on the gather stream), and the step's
+    reduction is the reduce-scatter alone."""
     par, (model, partition) = spec.parallel, split
     gpu = gpu_profile(spec.hardware.gpu)
     optimizer = optimizer_step_ms(
@@ -310,9 +312,12 @@ def _step_tail(
             # An all-gather (or a reduce-scatter) is half a ring all-reduce: n - 1 of its
             # 2 (n - 1) steps. Every pass gathers its weights; the step only reduce-scatters.
             reduction = tuple(r / 2 for r in reduction)
-            costs = with_parameter_gathers(costs, reduction, par.dp_overlap)
-        if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
-            costs, reduction = replace(costs, reduce_grad_ms=reduction), (0.0,) * len(reduction)
+            if any(post.kind == UNSHARD for placed in schedule.posts for _, post in placed):
+                costs = replace(costs, unshard_ms=reduction)  # torch's posts say where
+            else:
+                costs = with_parameter_gathers(costs, reduction, par.dp_overlap)
+    if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
+        return _at_reduce_grad_posts(schedule, costs, reduction, optimizer, stages_on), None
     tail = []
     for stages in stages_on:
         exposed = exposed_data_parallel_ms(
@@ -324,6 +329,26 @@ def _step_tail(
         )
         tail.append(sum(optimizer[k] for k in stages) + exposed)
     return costs, (tuple(tail) if any(tail) else None)
+
+
+def _at_reduce_grad_posts(
+    schedule: Schedule,
+    costs: Costs,
+    reduction: tuple[float, ...],
+    optimizer: tuple[float, ...],
+    stages_on: list[list[int]],
+) -> Costs:
+    """Costs for torch's lowered form, whose REDUCE_GRAD posts place each stage's gradient
+    reduction (``Costs.reduce_grad_ms``) and leave the engine no end-of-step tail. torch
+    steps the optimizer after the schedule, once a rank's last reduction is done, so each
+    device's optimizer steps join the last REDUCE_GRAD it posts."""
+    times = list(reduction)
+    for device, placed in enumerate(schedule.posts):
+        reductions = [post.stage for _, post in placed if post.kind == REDUCE_GRAD]
+        if reductions:
+            last = schedule.model_stage(reductions[-1])
+            times[last] += sum(optimizer[k] for k in stages_on[device])
+    return replace(costs, reduce_grad_ms=tuple(times))
 
 
 def _model_and_partition(

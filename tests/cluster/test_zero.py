@@ -8,6 +8,7 @@ follows from that and the stage's parameter count.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from pipesim.cluster.model import TransformerModel, partition_layers, stage_para
 from pipesim.cluster.pass_time import exposed_data_parallel_ms, with_parameter_gathers
 from pipesim.cluster.transformer import static_memory
 from pipesim.sim.costs import uniform_costs
+from pipesim.sim.trace import UNSHARD
 
 MODEL = TransformerModel(layers=4, hidden=1024, heads=8, seq_len=512, vocab=32000)
 REPLICAS, MICROBATCHES, BANDWIDTH_GBPS = 16, 4, 10.0
@@ -129,3 +131,34 @@ def test_one_replica_has_nothing_to_gather(tmp_path):
     zero0 = load_scenario(path, [*one, "parallel.zero_stage=0"])
     zero3 = load_scenario(path, [*one, "parallel.zero_stage=3"])
     assert zero3.costs == zero0.costs and zero3.tail_ms == zero0.tail_ms
+
+
+GOLDEN = Path(__file__).parents[1] / "schedules" / "golden"
+
+
+def test_torch_unshard_posts_gather_once_each_instead_of_every_pass(tmp_path):
+    # torch's lowered interleaved 1F1B (2 ranks, 4 stages of one layer, 4 microbatches)
+    # gathers each stage once, at its UNSHARD post: the gathers go there, not to the passes.
+    lowered = "torch-interleaved-1f1b_p2_m4_v2.lowered.csv"
+    (tmp_path / "lowered.csv").write_text((GOLDEN / lowered).read_text())
+    path = scenario_file(tmp_path)
+    pipeline = ["pipeline.schedule=csv", "pipeline.schedule_file=lowered.csv",
+                "pipeline.devices=2", "pipeline.microbatches=4"]  # fmt: skip
+    zero1 = load_scenario(path, [*pipeline, "parallel.zero_stage=1"])
+    zero3 = load_scenario(path, [*pipeline, "parallel.zero_stage=3"])
+    assert zero3.costs.forward_ms == zero1.costs.forward_ms
+    assert zero3.costs.backward_ms == zero1.costs.backward_ms
+    assert zero3.costs.unshard_ms == pytest.approx(gather_ms(devices=4))
+    # REDUCE_GRAD: ZeRO-1's all-reduce against ZeRO-3's reduce-scatter, one gather apart
+    # (the same sharded optimizer step joins each rank's last REDUCE_GRAD in both)
+    pairs = zip(zero1.costs.reduce_grad_ms, zero3.costs.reduce_grad_ms, strict=True)
+    less = [a - b for a, b in pairs]
+    assert less == pytest.approx(gather_ms(devices=4))
+    assert zero3.tail_ms is None and zero1.tail_ms is None
+    # one UNSHARD row per stage in the step, each one gather long; none under ZeRO-1
+    trace = run_scenario(zero3).trace
+    rows = trace.kind == UNSHARD
+    durations = dict(zip(trace.stage[rows].tolist(), (trace.end - trace.start)[rows].tolist(),
+                         strict=True))  # fmt: skip
+    assert durations == pytest.approx(dict(enumerate(gather_ms(devices=4))))
+    assert not (run_scenario(zero1).trace.kind == UNSHARD).any()
