@@ -48,6 +48,7 @@ BlockOffsets = tuple[int, int, int, int]  # (F0, F1, I1, I0) start units of micr
 # A device's F and I passes in four rows of m microbatches: pass k = row * m + microbatch.
 _ROWS: tuple[tuple[Kind, int], ...] = ((F, 0), (F, 1), (I, 0), (I, 1))  # (kind, chunk)
 _F0, _F1, _I0, _I1 = range(4)
+_ONE_BY_ONE = 2  # free slots tried one at a time before the squeeze judges a whole window
 
 
 def build_v_schedule(
@@ -101,26 +102,26 @@ class _DeviceGrid:
         return np.array(rows, np.int64).reshape(2, self.microbatches)
 
     def pull(self, k: int, ready: int, cap: int) -> None:
-        """Move pass k to the first free slot in [ready, its slot) that keeps peak <= cap.
-
-        Most passes take the first free slot, so that one is tried on its own; past it, the
-        rest of the window is judged at once.
-        """
+        """Move pass k to the first free slot in [ready, its slot) that keeps peak <= cap."""
         old = self.where[k]
-        forward = k < 2 * self.microbatches
-        slot = self.taken.find(0, ready, old)
-        if slot < 0:
-            return
-        if not self.memory.try_move(forward, slot, old, cap):
-            slot = self._later_fit(forward, slot + 1, old, cap)
-            if slot < 0:
-                return
-        self.taken[old] = 0
-        self.taken[slot] = 1
-        self.where[k] = slot
+        slot = self._first_fit(k < 2 * self.microbatches, ready, old, cap)
+        if slot >= 0:
+            self.taken[old] = 0
+            self.taken[slot] = 1
+            self.where[k] = slot
 
-    def _later_fit(self, forward: bool, start: int, old: int, cap: int) -> int:
-        """Move the pass at ``old`` to the first free slot in [start, old) that fits; -1 if none."""
+    def _first_fit(self, forward: bool, ready: int, old: int, cap: int) -> int:
+        """Move the pass at ``old`` to the first free slot in [ready, old) that fits; -1 if none.
+
+        Nearly every pass takes the first or second free slot, so those are tried one by
+        one; past them, the rest of the window is judged at once.
+        """
+        slot = ready - 1
+        for _ in range(_ONE_BY_ONE):
+            slot = self.taken.find(0, slot + 1, old)
+            if slot < 0 or self.memory.try_move(forward, slot, old, cap):
+                return slot
+        start = slot + 1
         window = np.frombuffer(self.taken, np.uint8, count=old - start, offset=start)
         free = np.flatnonzero(window == 0)
         if len(free) == 0:
@@ -221,12 +222,14 @@ class _MemoryProfile:
         held = self.held_through(slot)
         step = self.steps[0 if forward else 1]
         window = self.rows[:, slot : old + 1] + step[:, : old - slot + 1]
+        x, y, new_held = window
         if forward:
-            window[_X, -1] -= 1
-        np.maximum.accumulate(window[_Y], out=window[_HELD])
-        np.maximum(window[_HELD], held, out=window[_HELD])
-        if (window[_X] + window[_HELD]).max() > cap:
+            x[-1] -= 1
+        y[0] = held  # Y(slot) <= held(slot): the running maximum may start from held
+        np.maximum.accumulate(y, out=new_held)
+        if (x + new_held).max() > cap:
             return False
+        y[0] = self.rows[_Y, slot]
         self.rows[:, slot : old + 1] = window
         self.known = old
         return True
