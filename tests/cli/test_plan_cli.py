@@ -16,7 +16,7 @@ from pipesim.cli.commands import main
 from tests.analysis.test_plan import small_base
 
 SPACE = ("--space", "pipeline.schedule=1f1b,zbv,interleaved-1f1b", "--space",
-         "model.recompute=false")  # fmt: skip
+         "model.recompute=false", "--space", "parallel.dp_overlap=false")  # fmt: skip
 
 
 @pytest.fixture
