@@ -295,16 +295,15 @@ def _squeeze(grids: list[_DeviceGrid], microbatches: int) -> None:
 
 
 def _device_order(grid: _DeviceGrid, device: int, devices: int) -> tuple[Action, ...]:
-    """The device's actions in slot order, W included (step 3)."""
+    """The device's actions in slot order, W included (step 3); no two share a slot."""
     m = grid.microbatches
     stage = (device, 2 * devices - 1 - device)
-    timed = [
-        (slot, Action(stage[_ROWS[k // m][1]], _ROWS[k // m][0], k % m))
-        for k, slot in enumerate(grid.where)
-    ]
+    at: list[Action | None] = [None] * len(grid.taken)
+    for k, slot in enumerate(grid.where):
+        kind, chunk = _ROWS[k // m]
+        at[slot] = Action(stage[chunk], kind, k % m)
     order, weight_slots = grid.weights()
     for flat, slot in zip(order.tolist(), weight_slots.tolist(), strict=True):
         chunk, mb = divmod(flat, m)
-        timed.append((slot, Action(stage[chunk], W, mb)))
-    timed.sort(key=lambda e: e[0])
-    return tuple(action for _, action in timed)
+        at[slot] = Action(stage[chunk], W, mb)
+    return tuple(action for action in at if action is not None)
