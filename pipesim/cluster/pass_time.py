@@ -187,7 +187,12 @@ def exposed_gather_ms(gather_ms: float, compute_ms: float, overlap: bool) -> flo
     return max(gather_ms - compute_ms, 0.0) if overlap else gather_ms
 
 
-def with_parameter_gathers(costs: Costs, gather_ms: Sequence[float], overlap: bool) -> Costs:
+def with_parameter_gathers(
+    costs: Costs,
+    gather_ms: Sequence[float],
+    overlap: bool,
+    reduce_scatter_ms: Sequence[float] | None = None,
+) -> Costs:
     """Stage costs under ZeRO-3, whose parameters live sharded over the data-parallel group.
 
     Every forward and every backward of every microbatch first all-gathers its stage's
@@ -196,20 +201,25 @@ def with_parameter_gathers(costs: Costs, gather_ms: Sequence[float], overlap: bo
     parameters are gathered for the forward and again for the backward, with the gradients'
     reduce-scatter 1.5 times data parallelism's volume per step) and FSDP with
     ``reshard_after_forward``: so ``F`` pays one gather and the backward another.
-    The backward's gather goes to ``I`` (the input gradient needs the weights first), so
-    a split backward ``I + W`` still adds up to ``B``; with ``overlap`` each pays only
-    what its compute does not hide (``exposed_gather_ms``)."""
-    forward, full, inputs = [], [], []
-    for k, gather in enumerate(gather_ms):
-        forward.append(
-            costs.forward_ms[k] + exposed_gather_ms(gather, costs.forward_ms[k], overlap)
-        )
-        backward = exposed_gather_ms(gather, costs.backward_ms[k], overlap)
-        full.append(costs.backward_ms[k] + backward)
-        inputs.append(costs.backward_input_ms[k] + backward)
+    The backward's gather goes to ``I`` (the input gradient needs the weights first);
+    ``reduce_scatter_ms``, where every backward also reduce-scatters its gradients (FSDP
+    and DeepSpeed without a pipeline), goes to ``W``, which produces them; a split
+    backward ``I + W`` still adds up to ``B``. With ``overlap`` a backward pays only what
+    its compute does not hide of its communication (``exposed_gather_ms``), as F does."""
+    scatters = reduce_scatter_ms or (0.0,) * len(gather_ms)
+    forward, full, inputs, weights = [], [], [], []
+    for k, (gather, scatter) in enumerate(zip(gather_ms, scatters, strict=True)):
+        f, b = costs.forward_ms[k], costs.backward_ms[k]
+        forward.append(f + exposed_gather_ms(gather, f, overlap))
+        before = exposed_gather_ms(gather, b, overlap)
+        both = exposed_gather_ms(gather + scatter, b, overlap)
+        full.append(b + both)
+        inputs.append(costs.backward_input_ms[k] + before)
+        weights.append(costs.backward_weight_ms[k] + (both - before))
     return replace(
         costs,
         forward_ms=tuple(forward),
         backward_ms=tuple(full),
         backward_input_ms=tuple(inputs),
+        backward_weight_ms=tuple(weights),
     )

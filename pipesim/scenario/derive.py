@@ -291,7 +291,8 @@ def _step_tail(
     ZeRO-3 every forward and backward also gathers its stage's parameters over the same
     group, charged to the stage costs (``with_parameter_gathers``), or, in torch's lowered
     form, to its UNSHARD posts (one gather each, on the gather stream), and the step's
-    reduction is the reduce-scatter alone."""
+    reduction is the reduce-scatter alone; without a pipeline every backward
+    reduce-scatters its own gradients, and nothing is left for the end of the step."""
     par, (model, partition) = spec.parallel, split
     gpu = gpu_profile(spec.hardware.gpu)
     optimizer = optimizer_step_ms(
@@ -314,7 +315,11 @@ def _step_tail(
             reduction = tuple(r / 2 for r in reduction)
             if any(post.kind == UNSHARD for placed in schedule.posts for _, post in placed):
                 costs = replace(costs, unshard_ms=reduction)  # torch's posts say where
-            else:
+            elif schedule.devices == 1 and not schedule.posts:
+                # no pipeline: FSDP (torchtitan) and DeepSpeed reduce-scatter every backward
+                costs = with_parameter_gathers(costs, reduction, par.dp_overlap, reduction)
+                reduction = (0.0,) * len(reduction)
+            else:  # torch.distributed.pipelining: one reduce-scatter, at REDUCE_GRAD
                 costs = with_parameter_gathers(costs, reduction, par.dp_overlap)
     if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
         return _at_reduce_grad_posts(schedule, costs, reduction, optimizer, stages_on), None

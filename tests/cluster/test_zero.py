@@ -71,6 +71,20 @@ def test_a_gather_is_added_to_each_pass_and_hidden_under_overlap():
     assert hidden.backward_ms == (3.0, 3.0)
 
 
+def test_a_reduce_scatter_per_backward_goes_to_w():
+    costs = uniform_costs(2, 2.0, backward_input_ms=1.5, backward_weight_ms=1.5)
+    plain = with_parameter_gathers(costs, [1.0, 2.5], False, reduce_scatter_ms=[1.0, 2.5])
+    assert plain.forward_ms == (3.0, 4.5)
+    assert plain.backward_input_ms == (2.5, 4.0)
+    assert plain.backward_weight_ms == (2.5, 4.0)
+    assert plain.backward_ms == (5.0, 8.0)
+    hidden = with_parameter_gathers(costs, [1.0, 2.5], True, reduce_scatter_ms=[1.0, 2.5])
+    # B (3.0) hides 1 + 1 whole; of 2.5 + 2.5 it leaves 2.0, all of it after the gather
+    assert hidden.backward_input_ms == (1.5, 1.5)
+    assert hidden.backward_weight_ms == (1.5, 3.5)
+    assert hidden.backward_ms == (3.0, 5.0)
+
+
 def test_zero3_waits_at_the_end_only_for_the_reduce_scatter():
     assert exposed_data_parallel_ms(4.0, 1.0, 3.0, False, gather_weights=False) == 4.0
     assert exposed_data_parallel_ms(4.0, 1.0, 3.0, True, gather_weights=False) == 1.0
@@ -79,25 +93,32 @@ def test_zero3_waits_at_the_end_only_for_the_reduce_scatter():
 
 
 def test_stages_one_and_two_cost_the_same_and_stage_three_gathers(tmp_path):
-    path = scenario_file(tmp_path)
-    (gather,) = gather_ms()
+    # a pipeline of two stages: a gather per pass, one reduce-scatter at the end
+    path = scenario_file(tmp_path, devices=2)
     zero1, zero2, zero3 = (load(path, z) for z in (1, 2, 3))
     assert zero2.costs == zero1.costs and zero2.tail_ms == zero1.tail_ms
-    assert zero3.costs.forward_ms[0] == pytest.approx(zero1.costs.forward_ms[0] + gather)
-    assert zero3.costs.backward_ms[0] == pytest.approx(zero1.costs.backward_ms[0] + gather)
-    assert zero3.costs.backward_weight_ms == zero1.costs.backward_weight_ms
-    # the end of the step: an all-reduce (2 gathers' worth) against a reduce-scatter (1)
-    assert zero1.tail_ms[0] - zero3.tail_ms[0] == pytest.approx(gather)
+    for k, gather in enumerate(gather_ms(devices=2)):
+        assert zero3.costs.forward_ms[k] == pytest.approx(zero1.costs.forward_ms[k] + gather)
+        assert zero3.costs.backward_ms[k] == pytest.approx(zero1.costs.backward_ms[k] + gather)
+        assert zero3.costs.backward_weight_ms[k] == zero1.costs.backward_weight_ms[k]
+        # the end of the step: an all-reduce (2 gathers' worth) against a reduce-scatter (1)
+        assert zero1.tail_ms[k] - zero3.tail_ms[k] == pytest.approx(gather)
+    step1 = run_scenario(zero1).report.makespan_ms
+    assert run_scenario(zero3).report.makespan_ms > step1 + 2 * MICROBATCHES * min(gather_ms(2))
 
 
-def test_zero3_is_slower_than_zero1_by_the_gathers_it_adds(tmp_path):
-    # One device, no bubble: the step is the passes and the tail, so ZeRO-3 adds two
-    # gathers per microbatch and saves one at the end: (2 m - 1) gathers in all.
+def test_without_a_pipeline_every_backward_reduce_scatters(tmp_path):
+    # One device, no bubble: the step is the passes and the tail. ZeRO-3 adds a gather to
+    # every F and a gather and a reduce-scatter to every backward, and leaves no reduction
+    # for the end, where ZeRO-1 all-reduces (2 gathers' worth): (3 m - 2) gathers in all.
     path = scenario_file(tmp_path)
     (gather,) = gather_ms()
-    step1 = run_scenario(load(path, 1)).report.makespan_ms
-    step3 = run_scenario(load(path, 3)).report.makespan_ms
-    assert step3 - step1 == pytest.approx((2 * MICROBATCHES - 1) * gather, rel=1e-9)
+    zero1, zero3 = load(path, 1), load(path, 3)
+    assert zero3.costs.backward_ms[0] == pytest.approx(zero1.costs.backward_ms[0] + 2 * gather)
+    assert zero1.tail_ms[0] - zero3.tail_ms[0] == pytest.approx(2 * gather)
+    step1 = run_scenario(zero1).report.makespan_ms
+    step3 = run_scenario(zero3).report.makespan_ms
+    assert step3 - step1 == pytest.approx((3 * MICROBATCHES - 2) * gather, rel=1e-9)
     assert gather > 1.0  # the 10 GB/s network makes it matter
 
 
