@@ -2,8 +2,8 @@
 
 A test-only oracle for pipesim.schedules.building_blocks. It repeats the block, then
 squeezes each pass into the earliest free slot after its inputs, re-checking the whole
-device's peak memory (an O(m) pass over the grid) after every tried move: quadratic in the
-number of microbatches, slow, but plainly what the method says. The fast generator must
+device's peak memory (an O(m) pass over the grid) after every tried move, and an early
+pass may try O(m) slots: slow, but plainly what the method says. The fast generator must
 produce exactly the same per-device action order for every (p, m).
 """
 
