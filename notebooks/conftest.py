@@ -36,8 +36,10 @@ class _Skipped(pytest.Item):
         return self.path, 0, self.name
 
 
-# Notebooks that run real torch processes take many seconds: left out of the quick loop.
-SLOW_NOTEBOOKS = {"03-calibrate.ipynb"}
+# Notebooks that run real torch processes, or several seconds of simulation, are left out
+# of the quick loop (the full suite runs them all).
+SLOW_NOTEBOOKS = {"02-choose-a-schedule.ipynb", "03-calibrate.ipynb", "04-serving.ipynb",
+                  "05-plan.ipynb"}  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

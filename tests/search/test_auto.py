@@ -71,6 +71,7 @@ PROPERTY = settings(
 )
 
 
+@pytest.mark.slow  # 25 searches: seconds; the full suite runs it
 @PROPERTY
 @given(case=search_cases())
 def test_peak_activation_never_exceeds_the_limit_on_any_device(small_budget, case):
@@ -93,6 +94,7 @@ def test_peak_within_the_limit_up_to_16_devices(small_budget, case):
     assert max(peaks_per_device(found.schedule, costs, topology)) <= limit * (1 + 1e-9)
 
 
+@pytest.mark.slow  # 25 searches: seconds; the full suite runs it
 @PROPERTY
 @given(case=search_cases())
 def test_never_slower_than_a_fixed_recipe_of_the_family_that_fits(small_budget, case):
