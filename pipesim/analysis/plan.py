@@ -23,12 +23,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
+from pipesim.analysis.executor import EXECUTORS, run_chunks
 from pipesim.analysis.plan_rank import emit_mapping, pareto, rank
-from pipesim.analysis.plan_score import Outcome, score_chunk
+from pipesim.analysis.plan_score import score_chunk
 from pipesim.analysis.plan_space import (
     Candidate,
     PlanError,
@@ -43,7 +44,6 @@ from pipesim.scenario.build import build_scenario, parse_spec
 
 Progress = Callable[[int], None]
 AGREEMENT = 1e-9  # relative: the fast evaluator and the engine agree to this
-EXECUTORS = ("local", "dask")
 
 
 class PlanMismatch(RuntimeError):
@@ -210,55 +210,8 @@ def _check_executor(executor: str, scheduler: str | None) -> None:
 def _score_all(spec_data, source, work, jobs, executor, scheduler, progress):
     """``[(index, Outcome)]`` on the chosen executor."""
     key = json.dumps(spec_data, sort_keys=True, default=str)
-    if executor == "dask":
-        return _run_dask(key, spec_data, source, work, scheduler, progress)
-    if jobs <= 1 or len(work) <= 1:
-        outcomes = []
-        for chunk in _chunks(work, 1):
-            done = score_chunk(key, spec_data, source, chunk)
-            outcomes += done
-            if progress is not None:
-                progress(len(done))
-        return outcomes
-    return _run_local(key, spec_data, source, work, jobs, progress)
-
-
-def _run_local(key, spec_data, source, work, jobs, progress):
-    outcomes: list[tuple[int, Outcome]] = []
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(score_chunk, key, spec_data, source, chunk)
-                   for chunk in _chunks(work, jobs)]  # fmt: skip
-        for future in as_completed(futures):
-            done = future.result()
-            outcomes += done
-            if progress is not None:
-                progress(len(done))
-    return outcomes
-
-
-def _run_dask(key, spec_data, source, work, scheduler, progress):
-    try:
-        from distributed import Client
-        from distributed import as_completed as dask_completed
-    except ImportError:
-        raise PlanError(
-            "--executor dask needs dask.distributed: pip install 'pipesim[dask]'"
-        ) from None
-    try:
-        client = Client(scheduler, timeout="10s", set_as_default=False)
-    except OSError as exc:
-        raise PlanError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
-    outcomes = []
-    with client:
-        workers = max(1, len(client.scheduler_info().get("workers", {})))
-        futures = [client.submit(score_chunk, key, spec_data, source, chunk, pure=False)
-                   for chunk in _chunks(work, workers)]  # fmt: skip
-        for future in dask_completed(futures, loop=client.loop):
-            done = future.result()
-            outcomes += done
-            if progress is not None:
-                progress(len(done))
-    return outcomes
+    return run_chunks(partial(score_chunk, key, spec_data, source), work, _chunks, jobs=jobs,
+                      executor=executor, scheduler=scheduler, progress=progress, error=PlanError)  # fmt: skip
 
 
 __all__ = ["Plan", "PlanError", "PlanMismatch", "SweepError", "plan", "run_emitted"]

@@ -22,8 +22,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -31,12 +31,11 @@ import pandas as pd
 import yaml
 
 from pipesim.analysis.compare import scenario_for_schedule
+from pipesim.analysis.executor import run_chunks
 from pipesim.analysis.run import run_scenario
 from pipesim.scenario.build import apply_overrides
 from pipesim.scenario.load import load_yaml
 from pipesim.scenario.schema import ScenarioError
-
-EXECUTORS = ("local", "dask")
 
 
 class SweepError(ValueError):
@@ -159,71 +158,18 @@ def run_sweep(
     """
     keys = [axis.key for axis in axes]
     points = list(enumerate(grid_points(axes)))
-    if executor == "dask":
-        if not scheduler:
-            raise SweepError("--executor dask needs --scheduler tcp://HOST:PORT")
-        results = _run_dask(base, source, keys, points, scheduler, progress)
-    elif executor == "local":
-        results = _run_local(base, source, keys, points, max(1, jobs), progress)
-    else:
-        raise SweepError(f"--executor {executor!r}: allowed: {', '.join(EXECUTORS)}")
+    work = partial(run_chunk, base, source, keys)
+    results = run_chunks(work, points, chunks, jobs=jobs, executor=executor,
+                         scheduler=scheduler, progress=progress, error=SweepError)  # fmt: skip
     rows = [row for _, row in sorted(results, key=lambda item: item[0])]
     return sweep_frame(axes, [raw for _, raw in points], rows)
 
 
-def _chunks(points: list, parts: int) -> list[list]:
+def chunks(points: list, parts: int) -> list[list]:
     """Contiguous chunks, about four per worker: few enough that process start-up and
     pickling stay small next to the work, enough to balance slow and fast points."""
     size = max(1, math.ceil(len(points) / (parts * 4)))
     return [points[i : i + size] for i in range(0, len(points), size)]
-
-
-def _run_local(base, source, keys, points, jobs, progress) -> list:
-    if jobs == 1 or len(points) <= 1:
-        results = []
-        for chunk in _chunks(points, 1):
-            results += run_chunk(base, source, keys, chunk)
-            if progress:
-                progress(len(chunk))
-        return results
-    results = []
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [
-            pool.submit(run_chunk, base, source, keys, chunk) for chunk in _chunks(points, jobs)
-        ]
-        for future in as_completed(futures):
-            done = future.result()
-            results += done
-            if progress:
-                progress(len(done))
-    return results
-
-
-def _run_dask(base, source, keys, points, scheduler, progress) -> list:
-    try:
-        from distributed import Client
-        from distributed import as_completed as dask_completed
-    except ImportError:
-        raise SweepError(
-            "--executor dask needs dask.distributed: pip install 'pipesim[dask]'"
-        ) from None
-    try:
-        client = Client(scheduler, timeout="10s", set_as_default=False)
-    except OSError as exc:
-        raise SweepError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
-    with client:
-        workers = max(1, len(client.scheduler_info().get("workers", {})))
-        futures = [
-            client.submit(run_chunk, base, source, keys, chunk, pure=False)
-            for chunk in _chunks(points, workers)
-        ]
-        results = []
-        for future in dask_completed(futures, loop=client.loop):
-            done = future.result()
-            results += done
-            if progress:
-                progress(len(done))
-    return results
 
 
 def sweep_frame(

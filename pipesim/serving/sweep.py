@@ -16,13 +16,13 @@ workers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 
 import pandas as pd
 
-from pipesim.analysis.sweep import GridAxis, SweepError, grid_points, sweep_frame
+from pipesim.analysis.executor import run_chunks
+from pipesim.analysis.sweep import GridAxis, SweepError, chunks, grid_points, sweep_frame
 from pipesim.scenario.build import apply_overrides, parse_spec
 from pipesim.serving.build import build_serving, run_serving
 from pipesim.serving.export import report_scalars
@@ -66,62 +66,11 @@ def run_serving_sweep(
     ``progress(n)`` as ``n`` more points finish."""
     keys = [axis.key for axis in axes]
     points = list(enumerate(grid_points(axes)))
-    size = max(1, math.ceil(len(points) / (max(1, jobs) * 4)))  # about four chunks a worker
-    chunks = [points[i : i + size] for i in range(0, len(points), size)]
-    if executor == "dask":
-        results = _run_dask(base, source, keys, chunks, scheduler, progress)
-    elif executor != "local":
-        raise SweepError(f"--executor {executor!r}: allowed: local, dask")
-    elif jobs <= 1 or len(chunks) <= 1:
-        results = []
-        for chunk in chunks:
-            results += run_serving_chunk(base, source, keys, chunk)
-            if progress:
-                progress(len(chunk))
-    else:
-        results = _run_local(base, source, keys, chunks, jobs, progress)
+    work = partial(run_serving_chunk, base, source, keys)
+    results = run_chunks(work, points, chunks, jobs=jobs, executor=executor,
+                         scheduler=scheduler, progress=progress, error=SweepError)  # fmt: skip
     rows = [row for _, row in sorted(results, key=lambda item: item[0])]
     return sweep_frame(axes, [raw for _, raw in points], rows)
-
-
-def _run_local(base, source, keys, chunks, jobs, progress) -> list:
-    results = []
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_serving_chunk, base, source, keys, c) for c in chunks]
-        for future in as_completed(futures):
-            done = future.result()
-            results += done
-            if progress:
-                progress(len(done))
-    return results
-
-
-def _run_dask(base, source, keys, chunks, scheduler, progress) -> list:
-    if not scheduler:
-        raise SweepError("--executor dask needs --scheduler tcp://HOST:PORT")
-    try:
-        from distributed import Client
-        from distributed import as_completed as dask_completed
-    except ImportError:
-        raise SweepError(
-            "--executor dask needs dask.distributed: pip install 'pipesim[dask]'"
-        ) from None
-    try:
-        client = Client(scheduler, timeout="10s", set_as_default=False)
-    except OSError as exc:
-        raise SweepError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
-    results = []
-    with client:
-        futures = [
-            client.submit(run_serving_chunk, base, source, keys, chunk, pure=False)
-            for chunk in chunks
-        ]
-        for future in dask_completed(futures, loop=client.loop):
-            done = future.result()
-            results += done
-            if progress:
-                progress(len(done))
-    return results
 
 
 def is_serving(base: dict) -> bool:

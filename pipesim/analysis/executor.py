@@ -1,0 +1,85 @@
+"""Where a batch of independent jobs runs: in this process, in a pool of local processes,
+or on a Dask cluster.
+
+Sweeps, serving sweeps and the planner all have the same shape of work: many points,
+each computed on its own, results gathered and put back in order by the caller. They cut
+the points into chunks (a chunk is what one worker call computes, so per-call costs like
+process start-up and pickling stay small), hand each chunk to ``work``, and gather the
+lists that come back in whatever order the workers finish.
+
+    rows = run_chunks(partial(run_chunk, base, source), points, split, jobs=2)
+
+``split(items, workers)`` cuts the items for that many workers; ``work(chunk)`` returns
+a list; ``progress(n)`` is called as ``n`` more results arrive. dask.distributed is an
+optional extra, imported only when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+EXECUTORS = ("local", "dask")
+
+Split = Callable[[list, int], list[list]]
+
+
+def run_chunks(
+    work: Callable[[list], list],
+    items: list,
+    split: Split,
+    *,
+    jobs: int = 1,
+    executor: str = "local",
+    scheduler: str | None = None,
+    progress: Callable[[int], None] | None = None,
+    error: type[Exception] = ValueError,
+) -> list:
+    """Every result of ``work`` over ``split(items, workers)``, in the order they arrive.
+
+    ``jobs``: local processes (1: this process). ``executor="dask"``: the cluster at
+    ``scheduler`` (``tcp://host:port``). A bad choice raises ``error`` with one line.
+    """
+    if executor == "dask":
+        return _on_dask(work, items, split, scheduler, progress, error)
+    if executor != "local":
+        raise error(f"--executor {executor!r}: allowed: {', '.join(EXECUTORS)}")
+    if jobs <= 1 or len(items) <= 1:
+        results: list = []
+        for chunk in split(items, 1):
+            done = work(chunk)
+            results += done
+            if progress is not None:
+                progress(len(done))
+        return results
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(work, chunk) for chunk in split(items, jobs)]
+        return _gather(as_completed(futures), progress)
+
+
+def _gather(finished: Iterable, progress: Callable[[int], None] | None) -> list:
+    results: list = []
+    for future in finished:
+        done = future.result()
+        results += done
+        if progress is not None:
+            progress(len(done))
+    return results
+
+
+def _on_dask(work, items, split, scheduler, progress, error) -> list:
+    if not scheduler:
+        raise error("--executor dask needs --scheduler tcp://HOST:PORT")
+    try:
+        from distributed import Client
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise error("--executor dask needs dask.distributed: pip install 'pipesim[dask]'") from None
+    try:
+        client = Client(scheduler, timeout="10s", set_as_default=False)
+    except OSError as exc:
+        raise error(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+    with client:
+        workers = max(1, len(client.scheduler_info().get("workers", {})))
+        futures = [client.submit(work, chunk, pure=False) for chunk in split(items, workers)]
+        return _gather(dask_completed(futures, loop=client.loop), progress)
