@@ -149,16 +149,19 @@ def run_sweep(
     executor: str = "local",
     scheduler: str | None = None,
     progress: Progress | None = None,
+    runner: Callable[..., list] | None = None,
 ) -> pd.DataFrame:
     """Run every point of the grid over ``base`` (a scenario mapping read from ``source``).
 
     ``jobs`` local processes (1: in this process), or ``executor="dask"`` on the cluster
-    at ``scheduler`` (``tcp://host:port``). ``progress(n)`` is called as ``n`` more
+    at ``scheduler`` (``tcp://host:port``). ``runner(base, source, keys, chunk)`` computes
+    a chunk's rows (default ``run_chunk``: one training step per point; a module-level
+    function, so worker processes can find it). ``progress(n)`` is called as ``n`` more
     points finish.
     """
     keys = [axis.key for axis in axes]
     points = list(enumerate(grid_points(axes)))
-    work = partial(run_chunk, base, source, keys)
+    work = partial(runner or run_chunk, base, source, keys)
     results = run_chunks(work, points, chunks, jobs=jobs, executor=executor,
                          scheduler=scheduler, progress=progress, error=SweepError)  # fmt: skip
     rows = [row for _, row in sorted(results, key=lambda item: item[0])]

@@ -17,12 +17,10 @@ workers.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import partial
 
 import pandas as pd
 
-from pipesim.analysis.executor import run_chunks
-from pipesim.analysis.sweep import GridAxis, SweepError, chunks, grid_points, sweep_frame
+from pipesim.analysis.sweep import GridAxis, run_sweep
 from pipesim.scenario.build import apply_overrides, parse_spec
 from pipesim.serving.build import build_serving, run_serving
 from pipesim.serving.export import report_scalars
@@ -64,13 +62,8 @@ def run_serving_sweep(
     """Serve every point of the grid over ``base`` (a scenario mapping read from
     ``source``) on ``jobs`` local processes or the Dask cluster at ``scheduler``;
     ``progress(n)`` as ``n`` more points finish."""
-    keys = [axis.key for axis in axes]
-    points = list(enumerate(grid_points(axes)))
-    work = partial(run_serving_chunk, base, source, keys)
-    results = run_chunks(work, points, chunks, jobs=jobs, executor=executor,
-                         scheduler=scheduler, progress=progress, error=SweepError)  # fmt: skip
-    rows = [row for _, row in sorted(results, key=lambda item: item[0])]
-    return sweep_frame(axes, [raw for _, raw in points], rows)
+    return run_sweep(base, source, axes, jobs=jobs, executor=executor, scheduler=scheduler,
+                     progress=progress, runner=run_serving_chunk)  # fmt: skip
 
 
 def is_serving(base: dict) -> bool:
