@@ -122,7 +122,8 @@ def explain_plan(
     """Break down the winner and the runner-up (the best result with another step time,
     else the second) of ranked ``results``."""
     winner = _breakdown(base, source, results[0])
-    others = [r for r in results[1:] if r["step_time_ms"] != results[0]["step_time_ms"]]
+    fastest = round(results[0]["step_time_ms"], 6)  # a nanosecond apart: float noise
+    others = [r for r in results[1:] if round(r["step_time_ms"], 6) != fastest]
     second = others[0] if others else (results[1] if len(results) > 1 else None)
     runner_up = _breakdown(base, source, second) if second is not None else None
     return PlanExplanation(winner, runner_up)

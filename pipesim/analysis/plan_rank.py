@@ -27,6 +27,32 @@ def rank(rows: Sequence[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
     return [row for _, row in ordered]
 
 
+def distinct(ranked: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranked rows with equal outcomes folded into the first (fastest) of them, whose
+    ``equivalent`` counts the others.
+
+    Many candidates are one step under other names: on a pipeline of one stage every
+    schedule and partition runs alike, and ZeRO-3's gathers hidden behind compute cost what
+    ZeRO-2 costs. A table of ten copies of the winner would hide the runner-up. Outcomes
+    are equal when step time and bubble agree to a nanosecond and peak memory to a MiB
+    (float sums in another order differ in the last bits)."""
+    first: dict[tuple, dict[str, Any]] = {}
+    folded: list[dict[str, Any]] = []
+    for row in ranked:
+        key = _outcome(row)
+        if key in first:
+            first[key]["equivalent"] += 1
+        else:
+            first[key] = {**row, "equivalent": 0}
+            folded.append(first[key])
+    return folded
+
+
+def _outcome(row: dict[str, Any]) -> tuple[float, int, float]:
+    return (round(row["step_time_ms"], 6), round(row["peak_memory_bytes"] / 2**20),
+            round(row["bubble_fraction"], 9))  # fmt: skip
+
+
 def pareto(ranked: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The non-dominated rows of a ranked list (fastest first): a row is on the front when
     every faster row holds more memory. The result is ranked too."""
@@ -64,6 +90,8 @@ def describe(row: dict[str, Any]) -> str:
         row["model.partition"],
         _overlap(row),
     ]
+    if row.get("equivalent"):
+        parts.append(f"(+{row['equivalent']} alike)")
     return " ".join(parts)
 
 

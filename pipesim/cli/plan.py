@@ -20,7 +20,7 @@ import yaml
 
 from pipesim.analysis.plan import Plan, PlanMismatch, plan
 from pipesim.analysis.plan_explain import PlanExplanation, explain_plan
-from pipesim.analysis.plan_rank import describe
+from pipesim.analysis.plan_rank import describe, distinct
 from pipesim.analysis.plan_score import METRICS
 from pipesim.analysis.plan_space import AXIS_ATTRIBUTES, PlanError
 from pipesim.cli.options import no_progress_option, set_option
@@ -174,7 +174,7 @@ def render_plan(result: Plan, fmt: str, explanation: PlanExplanation | None = No
     if fmt == "csv":
         return _csv(result.results)
     lines = _summary(result)
-    lines += _table(result.results)
+    lines += _table(distinct(result.results))  # one row per outcome; JSON keeps them all
     if explanation is not None:
         lines += ["", "why the winner wins:", *explanation.sentences()]
     return "\n".join(lines) + "\n"

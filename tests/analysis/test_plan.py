@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pipesim.analysis.plan import Plan, PlanMismatch, confirm_top, plan, run_emitted
 from pipesim.analysis.plan_explain import explain_plan
-from pipesim.analysis.plan_rank import emit_mapping, pareto, rank
+from pipesim.analysis.plan_rank import describe, distinct, emit_mapping, pareto, rank
 from pipesim.analysis.plan_space import (
     PlanError,
     build_space,
@@ -301,3 +301,23 @@ def test_pareto_figure_draws_the_front_in_gib_and_marks_the_winner():
                                       result.results[0]["step_time_ms"])  # fmt: skip
     assert "GPU memory (40 GiB)" in lines
     assert len(ax.collections[0].get_offsets()) == result.scored
+
+
+def test_distinct_folds_equal_outcomes_into_the_fastest_and_counts_them():
+    def row(index, step, memory, bubble=0.1):
+        return (index, {"step_time_ms": step, "peak_memory_bytes": memory,
+                        "bubble_fraction": bubble, "name": index})  # fmt: skip
+
+    rows = [row(0, 10.0, 5 * 2**30), row(1, 10.0 + 1e-9, 5 * 2**30 + 100), row(2, 10.0, 6 * 2**30),
+            row(3, 9.0, 7 * 2**30), row(4, 10.0, 5 * 2**30, bubble=0.2)]  # fmt: skip
+    folded = distinct(rank(rows))
+    assert [(r["name"], r["equivalent"]) for r in folded] == [(3, 0), (0, 1), (4, 0), (2, 0)]
+    assert "(+1 alike)" in describe_row_with(folded[1])
+
+
+def describe_row_with(row):
+    keys = {"parallel.tensor": 1, "pipeline.devices": 1, "parallel.data": 1,
+            "pipeline.schedule": "1f1b", "pipeline.virtual_stages": 1,
+            "pipeline.microbatch_size": 1, "pipeline.microbatches": 4, "model.recompute": False,
+            "parallel.zero_stage": 0, "model.partition": "even"}  # fmt: skip
+    return describe({**keys, **row})
