@@ -136,7 +136,9 @@ def _node_order(sweep: SweepResult) -> np.ndarray:
     end = sweep.end[order]
     tie = np.flatnonzero(end[1:] == end[:-1])
     if len(tie):  # reorder only the nodes that share an end, by when they were due
-        tied = np.unique(np.concatenate([tie, tie + 1]))
+        marked = np.zeros(len(order), dtype=bool)  # both rows of each tie, in order
+        marked[tie] = marked[tie + 1] = True
+        tied = np.flatnonzero(marked)
         group = order[tied]
         order[tied] = group[np.lexsort((sweep.scheduled[group], end[tied]))]
     return order
