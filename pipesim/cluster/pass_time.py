@@ -179,40 +179,61 @@ def exposed_data_parallel_ms(
     return max(half - backward_ms, 0.0) + max(half - forward_ms, 0.0)
 
 
-def exposed_gather_ms(gather_ms: float, compute_ms: float, overlap: bool) -> float:
-    """What a pass waits for its ZeRO-3 parameter gather of ``gather_ms``: all of it, or
-    with ``overlap`` (prefetching the next layer's weights while this one computes, as
-    DeepSpeed's prefetch and FSDP's forward/backward prefetch do) what outlasts the pass's
-    own ``compute_ms``."""
-    return max(gather_ms - compute_ms, 0.0) if overlap else gather_ms
+def exposed_gather_ms(
+    gather_ms: float, compute_ms: float, overlap: bool, layers: int = 1, scatter_ms: float = 0.0
+) -> float:
+    """What a pass waits for its ZeRO-3 communication: the parameter gather of ``gather_ms``
+    before it and, where it has one, the gradient reduce-scatter of ``scatter_ms`` after it.
+
+    Without ``overlap`` the pass waits for all of it. With it, the weights are gathered
+    layer by layer, each layer's while the one before computes (DeepSpeed's parameter
+    prefetch, FSDP's forward and backward prefetch), and each layer's gradients are
+    reduce-scattered while the next one computes. Think of a bucket brigade: the first
+    bucket has to be filled before anyone can pass it on, and the last one handed over
+    after everyone has stopped. Nothing runs before the first layer's gather, and nothing
+    after the last layer's reduce-scatter, so both are exposed whole; every later layer's
+    communication hides under the layer before it, and shows only what outlasts it. With
+    ``L = layers`` and per-layer shares ``g = gather_ms / L``, ``r = scatter_ms / L``,
+    ``c = compute_ms / L`` (the stage's embedding or LM head spread over its layers):
+
+        exposed = g + r + max(0, (L - 1) (g + r - c))
+
+    One layer exposes everything; with fast compute it tends to one layer's share."""
+    if not overlap:
+        return gather_ms + scatter_ms
+    layers = max(layers, 1)
+    per_layer = (gather_ms + scatter_ms) / layers
+    outlasting = (layers - 1) * (per_layer - compute_ms / layers)
+    return per_layer + max(outlasting, 0.0)
 
 
 def with_parameter_gathers(
     costs: Costs,
     gather_ms: Sequence[float],
     overlap: bool,
+    layers: Sequence[int],
     reduce_scatter_ms: Sequence[float] | None = None,
 ) -> Costs:
     """Stage costs under ZeRO-3, whose parameters live sharded over the data-parallel group.
 
     Every forward and every backward of every microbatch first all-gathers its stage's
-    parameters (``gather_ms[k]`` for stage ``k``) and frees them after use, as DeepSpeed's
-    ZeRO-3 does (Rajbhandari et al. 2020, "ZeRO", communication analysis of stage 3: the
-    parameters are gathered for the forward and again for the backward, with the gradients'
-    reduce-scatter 1.5 times data parallelism's volume per step) and FSDP with
-    ``reshard_after_forward``: so ``F`` pays one gather and the backward another.
-    The backward's gather goes to ``I`` (the input gradient needs the weights first);
-    ``reduce_scatter_ms``, where every backward also reduce-scatters its gradients (FSDP
-    and DeepSpeed without a pipeline), goes to ``W``, which produces them; a split
-    backward ``I + W`` still adds up to ``B``. With ``overlap`` a backward pays only what
-    its compute does not hide of its communication (``exposed_gather_ms``), as F does."""
+    parameters (``gather_ms[k]`` for stage ``k`` of ``layers[k]`` layers) and frees them
+    after use, as DeepSpeed's ZeRO-3 does (Rajbhandari et al. 2020, "ZeRO", communication
+    analysis of stage 3: the parameters are gathered for the forward and again for the
+    backward, with the gradients' reduce-scatter 1.5 times data parallelism's volume per
+    step) and FSDP with ``reshard_after_forward``: so ``F`` pays one gather and the
+    backward another. The backward's gather goes to ``I`` (the input gradient needs the
+    weights first); ``reduce_scatter_ms``, where every backward also reduce-scatters its
+    gradients (FSDP and DeepSpeed without a pipeline), goes to ``W``, which produces them;
+    a split backward ``I + W`` still adds up to ``B``. With ``overlap`` each pass pays
+    what ``exposed_gather_ms`` leaves of its communication, layer by layer."""
     scatters = reduce_scatter_ms or (0.0,) * len(gather_ms)
     forward, full, inputs, weights = [], [], [], []
     for k, (gather, scatter) in enumerate(zip(gather_ms, scatters, strict=True)):
-        f, b = costs.forward_ms[k], costs.backward_ms[k]
-        forward.append(f + exposed_gather_ms(gather, f, overlap))
-        before = exposed_gather_ms(gather, b, overlap)
-        both = exposed_gather_ms(gather + scatter, b, overlap)
+        f, b, count = costs.forward_ms[k], costs.backward_ms[k], layers[k]
+        forward.append(f + exposed_gather_ms(gather, f, overlap, count))
+        before = exposed_gather_ms(gather, b, overlap, count)
+        both = exposed_gather_ms(gather, b, overlap, count, scatter)
         full.append(b + both)
         inputs.append(costs.backward_input_ms[k] + before)
         weights.append(costs.backward_weight_ms[k] + (both - before))

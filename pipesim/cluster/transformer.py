@@ -321,6 +321,8 @@ def static_memory(
     zero_stage: int = 0,
     tensor: int = 1,
     training: bool = True,
+    *,
+    pipelined: bool = False,
 ) -> tuple[StaticMemory, ...]:
     """Weights, gradients and optimizer states per GPU of each stage.
 
@@ -329,19 +331,29 @@ def static_memory(
     moments. ZeRO shards over the ``data_parallel`` replicas: stage 1 the 12 optimizer bytes,
     stage 2 the gradients too, stage 3 the weights too. Tensor parallelism divides all of it
     by ``tensor``. Without ``training`` (forward only, inference) only the weights are kept.
+
+    A gradient shard is only a shard once it has been reduce-scattered. Without a pipeline,
+    FSDP and DeepSpeed reduce-scatter after every backward, so each GPU keeps ``1/n`` of the
+    gradients. Under a pipelining runtime (``pipelined``) they are reduced once per step:
+    torch.distributed.pipelining runs every backward with gradient synchronisation off
+    (``set_requires_gradient_sync(False)``) and reduce-scatters at the stage's
+    ``REDUCE_GRAD``, after its last backward (``torch/distributed/pipelining/stage.py``,
+    ``perform_reduce_grad``). Until then the stage's whole gradients (its ``1/tensor``
+    share) accumulate in the model's dtype, so ZeRO-2 and ZeRO-3 keep them unsharded.
     """
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
     if data_parallel < 1 or tensor < 1:
         raise ValueError(f"data_parallel and tensor must be >= 1, got {data_parallel=}, {tensor=}")
     n, width = data_parallel, model.dtype_bytes
+    gradient_shards = n if zero_stage >= 2 and not pipelined else 1
     result = []
     for params in stage_parameters(model, partition):
         local = params / tensor
         result.append(
             StaticMemory(
                 weights_bytes=width * local / (n if zero_stage >= 3 else 1),
-                gradients_bytes=width * local / (n if zero_stage >= 2 else 1) if training else 0.0,
+                gradients_bytes=width * local / gradient_shards if training else 0.0,
                 optimizer_bytes=(
                     OPTIMIZER_BYTES_PER_PARAM * local / (n if zero_stage >= 1 else 1)
                     if training

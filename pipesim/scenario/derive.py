@@ -249,7 +249,10 @@ def model_costs(
     stages_on: list[list[int]] = [[] for _ in range(schedule.devices)]
     for stage, device in enumerate(schedule.placement):
         stages_on[device].append(schedule.model_stage(stage))
-    static = static_memory(model, partition, par.data, par.zero_stage, par.tensor, training)
+    static = static_memory(
+        model, partition, par.data, par.zero_stage, par.tensor, training,
+        pipelined=not _reduces_every_backward(schedule),
+    )  # fmt: skip
     tail = None
     if training:
         costs, tail = _step_tail(spec, schedule, (model, partition), costs, stages_on, source)
@@ -315,12 +318,13 @@ def _step_tail(
             reduction = tuple(r / 2 for r in reduction)
             if any(post.kind == UNSHARD for placed in schedule.posts for _, post in placed):
                 costs = replace(costs, unshard_ms=reduction)  # torch's posts say where
-            elif schedule.devices == 1 and not schedule.posts:
-                # no pipeline: FSDP (torchtitan) and DeepSpeed reduce-scatter every backward
-                costs = with_parameter_gathers(costs, reduction, par.dp_overlap, reduction)
+            elif _reduces_every_backward(schedule):
+                costs = with_parameter_gathers(
+                    costs, reduction, par.dp_overlap, partition, reduction
+                )
                 reduction = (0.0,) * len(reduction)
             else:  # torch.distributed.pipelining: one reduce-scatter, at REDUCE_GRAD
-                costs = with_parameter_gathers(costs, reduction, par.dp_overlap)
+                costs = with_parameter_gathers(costs, reduction, par.dp_overlap, partition)
     if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
         return _at_reduce_grad_posts(schedule, costs, reduction, optimizer, stages_on), None
     tail = []
@@ -334,6 +338,13 @@ def _step_tail(
         )
         tail.append(sum(optimizer[k] for k in stages) + exposed)
     return costs, (tuple(tail) if any(tail) else None)
+
+
+def _reduces_every_backward(schedule: Schedule) -> bool:
+    """Whether ZeRO reduce-scatters the gradients after every backward: without a pipeline
+    (one device, no torch posts) FSDP (torchtitan) and DeepSpeed do; under a pipelining
+    runtime gradients accumulate unsharded until the step's one reduction (REDUCE_GRAD)."""
+    return schedule.devices == 1 and not schedule.posts
 
 
 def _at_reduce_grad_posts(

@@ -191,6 +191,25 @@ def test_zero_stages_divide_by_the_data_parallel_size(zero_stage, weights, grads
     assert split.total_bytes == memory.total_bytes / 2
 
 
+@pytest.mark.parametrize(
+    ("zero_stage", "weights", "grads", "optimizer"),
+    [(0, 2, 2, 12), (1, 2, 2, 3), (2, 2, 2, 3), (3, 0.5, 2, 3)],
+)
+def test_a_pipeline_reduces_the_gradients_once_so_they_stay_whole(
+    zero_stage, weights, grads, optimizer
+):
+    # gradients accumulate unsharded until the step's one reduce-scatter (REDUCE_GRAD)
+    (memory,) = static_memory(TINY, (4,), 4, zero_stage, pipelined=True)
+    params = 4 * 872 + 256
+    assert (memory.weights_bytes, memory.gradients_bytes, memory.optimizer_bytes) == (
+        weights * params,
+        grads * params,
+        optimizer * params,
+    )
+    (split,) = static_memory(TINY, (4,), 4, zero_stage, tensor=2, pipelined=True)
+    assert split.gradients_bytes == memory.gradients_bytes / 2
+
+
 def test_inference_keeps_the_weights_only():
     for zero_stage in (0, 3):
         trained = static_memory(TINY, (2, 2), data_parallel=2, zero_stage=zero_stage)

@@ -14,8 +14,11 @@ import pytest
 
 from pipesim import load_scenario, run_scenario
 from pipesim.cluster.model import TransformerModel, partition_layers, stage_parameters
-from pipesim.cluster.pass_time import exposed_data_parallel_ms, with_parameter_gathers
-from pipesim.cluster.transformer import static_memory
+from pipesim.cluster.pass_time import (
+    exposed_data_parallel_ms,
+    exposed_gather_ms,
+    with_parameter_gathers,
+)
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.trace import UNSHARD
 
@@ -57,32 +60,49 @@ def load(path, zero, overlap=False):
     return load_scenario(path, [f"parallel.zero_stage={zero}", f"parallel.dp_overlap={overlap}"])
 
 
-def test_a_gather_is_added_to_each_pass_and_hidden_under_overlap():
+def test_a_gather_is_added_to_each_pass_and_hidden_layer_by_layer_under_overlap():
     costs = uniform_costs(2, 2.0, backward_input_ms=1.5, backward_weight_ms=1.5)
-    plain = with_parameter_gathers(costs, [1.0, 2.5], overlap=False)
+    plain = with_parameter_gathers(costs, [1.0, 2.5], False, layers=[4, 5])
     assert plain.forward_ms == (3.0, 4.5)
     assert plain.backward_input_ms == (2.5, 4.0)
     assert plain.backward_weight_ms == (1.5, 1.5)
     assert plain.backward_ms == (4.0, 5.5)
-    hidden = with_parameter_gathers(costs, [1.0, 2.5], overlap=True)
-    # 1.0 hides under every pass; 2.5 outlasts F (2.0) by 0.5 but not B (3.0)
-    assert hidden.forward_ms == (2.0, 2.5)
-    assert hidden.backward_input_ms == (1.5, 1.5)
-    assert hidden.backward_ms == (3.0, 3.0)
+    hidden = with_parameter_gathers(costs, [1.0, 2.5], True, layers=[4, 5])
+    # stage 0: 0.25 a layer, under 0.5 (F) and 0.75 (B) a layer: only the first shows.
+    # stage 1: 0.5 a layer; F computes 0.4 a layer, so each of the 4 later gathers
+    # outlasts its layer by 0.1: 0.5 + 4 x 0.1 = 0.9; B's 0.6 a layer hides them.
+    assert hidden.forward_ms == pytest.approx((2.25, 2.9))
+    assert hidden.backward_input_ms == pytest.approx((1.75, 2.0))
+    assert hidden.backward_weight_ms == (1.5, 1.5)
+    assert hidden.backward_ms == pytest.approx((3.25, 3.5))
+    # a one-layer stage has nothing to prefetch under: its gather shows whole
+    assert with_parameter_gathers(costs, [1.0, 2.5], True, layers=[1, 1]) == plain
+
+
+def test_exposed_gather_is_the_first_layer_and_what_outlasts_the_rest():
+    assert exposed_gather_ms(4.0, 8.0, False, layers=4) == 4.0
+    assert exposed_gather_ms(4.0, 8.0, True, layers=4) == 1.0  # 1 a layer under 2 a layer
+    assert exposed_gather_ms(4.0, 2.0, True, layers=4) == 1.0 + 3 * (1.0 - 0.5)
+    assert exposed_gather_ms(4.0, 0.0, True, layers=4) == 4.0  # nothing to hide under
+    assert exposed_gather_ms(4.0, 100.0, True, layers=1) == 4.0
+    # with a reduce-scatter after each layer the last one shows too: (1 + 1) + 3 x (2 - 2)
+    assert exposed_gather_ms(4.0, 8.0, True, layers=4, scatter_ms=4.0) == 2.0
 
 
 def test_a_reduce_scatter_per_backward_goes_to_w():
     costs = uniform_costs(2, 2.0, backward_input_ms=1.5, backward_weight_ms=1.5)
-    plain = with_parameter_gathers(costs, [1.0, 2.5], False, reduce_scatter_ms=[1.0, 2.5])
+    plain = with_parameter_gathers(costs, [1.0, 2.5], False, [4, 5], reduce_scatter_ms=[1.0, 2.5])
     assert plain.forward_ms == (3.0, 4.5)
     assert plain.backward_input_ms == (2.5, 4.0)
     assert plain.backward_weight_ms == (2.5, 4.0)
     assert plain.backward_ms == (5.0, 8.0)
-    hidden = with_parameter_gathers(costs, [1.0, 2.5], True, reduce_scatter_ms=[1.0, 2.5])
-    # B (3.0) hides 1 + 1 whole; of 2.5 + 2.5 it leaves 2.0, all of it after the gather
-    assert hidden.backward_input_ms == (1.5, 1.5)
-    assert hidden.backward_weight_ms == (1.5, 3.5)
-    assert hidden.backward_ms == (3.0, 5.0)
+    hidden = with_parameter_gathers(costs, [1.0, 2.5], True, [4, 5], reduce_scatter_ms=[1.0, 2.5])
+    # stage 0: 0.25 + 0.25 a layer under B's 0.75: the first gather and the last
+    # reduce-scatter show, 0.25 each. Stage 1: 0.5 + 0.5 a layer against 0.6: the first
+    # gather (0.5, to I), the last reduce-scatter (0.5) and 4 x 0.4 outlasting (to W).
+    assert hidden.backward_input_ms == pytest.approx((1.75, 2.0))
+    assert hidden.backward_weight_ms == pytest.approx((1.75, 3.6))
+    assert hidden.backward_ms == pytest.approx((3.5, 5.6))
 
 
 def test_zero3_waits_at_the_end_only_for_the_reduce_scatter():
@@ -122,28 +142,53 @@ def test_without_a_pipeline_every_backward_reduce_scatters(tmp_path):
     assert gather > 1.0  # the 10 GB/s network makes it matter
 
 
-def test_overlap_exposes_only_what_outlasts_each_pass(tmp_path):
+def test_overlap_exposes_the_first_layer_and_what_outlasts_the_second(tmp_path):
+    # two layers a stage: the first layer's gather (half the stage's) shows whole, the
+    # second's while the first layer computes (half the pass), beyond it
     path = scenario_file(tmp_path, devices=2)
     zero1, zero3 = load(path, 1, overlap=True), load(path, 3, overlap=True)
     for k, gather in enumerate(gather_ms(devices=2)):
         f, b = zero1.costs.forward_ms[k], zero1.costs.backward_ms[k]
-        assert zero3.costs.forward_ms[k] == pytest.approx(max(f, gather))
-        assert zero3.costs.backward_ms[k] == pytest.approx(max(b, gather))
+        assert zero3.costs.forward_ms[k] == pytest.approx(f + gather / 2 + max(gather - f, 0) / 2)
+        assert zero3.costs.backward_ms[k] == pytest.approx(b + gather / 2 + max(gather - b, 0) / 2)
+        assert gather > f  # the slow network: the second gather outlasts the first forward
     step1 = run_scenario(zero1).report.makespan_ms
     step3 = run_scenario(zero3).report.makespan_ms
     assert step3 > step1
 
 
-def test_memory_is_the_formula_it_was(tmp_path):
+# Each stage of the two-stage split holds 2 layers of 12 h^2 + 13 h = 12,596,224 weights
+# and a 32,000 x 1,024 embedding (the first) or LM head (the last): 57,960,448 weights.
+# The single device holds 4 layers and both: 115,920,896.
+STAGE_PARAMS, DEVICE_PARAMS = 57_960_448, 115_920_896
+
+
+@pytest.mark.parametrize(
+    ("zero", "pipelined_bytes", "alone_bytes"),
+    [
+        # 2 bf16 weights + 2 bf16 gradients + 12 optimizer bytes per weight
+        (0, 16 * STAGE_PARAMS, 16 * DEVICE_PARAMS),
+        # optimizer states over 16 replicas: 2 + 2 + 12/16
+        (1, 4.75 * STAGE_PARAMS, 4.75 * DEVICE_PARAMS),
+        # under a pipeline the gradients wait unsharded for the step's one reduce-scatter:
+        # 2 + 2 + 12/16 as ZeRO-1; alone each backward reduce-scatters: 2 + 2/16 + 12/16
+        (2, 4.75 * STAGE_PARAMS, 2.875 * DEVICE_PARAMS),
+        # the weights sharded too: 2/16 + 2 + 12/16 under a pipeline, 16/16 alone
+        (3, 2.875 * STAGE_PARAMS, 1 * DEVICE_PARAMS),
+    ],
+)
+def test_a_pipeline_keeps_the_gradients_unsharded(tmp_path, zero, pipelined_bytes, alone_bytes):
+    pipelined = load(scenario_file(tmp_path, devices=2), zero).accounting.static_memory_bytes
+    assert pipelined == (pipelined_bytes, pipelined_bytes)
+    alone = load(scenario_file(tmp_path, devices=1), zero).accounting.static_memory_bytes
+    assert alone == (alone_bytes,)
+
+
+def test_zero_leaves_the_activations_alone(tmp_path):
     path = scenario_file(tmp_path, devices=2)
-    partition = partition_layers(MODEL, 2, "even")
-    for zero in (0, 1, 2, 3):
-        scenario = load(path, zero)
-        expected = static_memory(MODEL, partition, REPLICAS, zero)
-        assert scenario.accounting.static_memory_bytes == pytest.approx(
-            tuple(s.total_bytes for s in expected)
-        )
-        assert scenario.costs.activation_memory_bytes == load(path, 1).costs.activation_memory_bytes
+    activations = load(path, 1).costs.activation_memory_bytes
+    for zero in (0, 2, 3):
+        assert load(path, zero).costs.activation_memory_bytes == activations
 
 
 def test_one_replica_has_nothing_to_gather(tmp_path):
