@@ -8,21 +8,25 @@ What an iteration costs on each stage comes from one of three places:
 * hand-typed: ``costs.prefill_ms`` (a whole prompt of ``decode.prompt_tokens`` tokens
   through one stage) and ``costs.decode_ms`` (one decode step through one stage); an
   iteration costs ``prefill_ms * prefill tokens / prompt_tokens``, plus ``decode_ms`` when
-  it decodes, and a hop between stages costs the link's latency (hand-typed costs carry
-  no message sizes). Without a model there is no memory to size the KV cache from:
+  it decodes, and a hop between stages (and the way back from the last to the first)
+  costs the link's latency (hand-typed costs carry no message sizes). Without a model there is no memory to size the KV cache from:
   ``serving.kv_blocks`` gives it, else the engine's default;
 * a profile (``costs: {profile: FILE}``) with ``prefill`` and ``decode`` timings per
   stage, used as hand-typed figures measured at ``decode.prompt_tokens``;
 * a model (``model:`` and ``hardware.gpu``): every iteration's stage time is the
   roofline of ``pipesim.cluster.inference.stage_iteration_ms`` for that batch, each hop the
-  link time of its hidden states, and the KV cache whatever memory
-  ``gpu_memory_utilization`` leaves once the weights are loaded (``kv_capacity_tokens``),
-  unless ``serving.kv_blocks`` overrides it.
+  link time of its hidden states, the way back the link time of the sampled token ids,
+  and the KV cache whatever memory ``gpu_memory_utilization`` leaves once the weights are
+  loaded (``kv_capacity_tokens``, with the layers split as ``model.partition`` says, so
+  the most loaded stage limits it), unless ``serving.kv_blocks`` overrides it.
 
 GPUs are laid out replica after replica, each replica's stages in order and each stage's
-``tensor`` GPUs side by side, so stage ``s`` of the first replica sits on node
-``s * tensor // gpus_per_node`` (or ``hardware.placement[s]``); every replica's hops are
-costed as the first replica's (replicas are identical copies). Every problem is one
+``tensor`` GPUs side by side, so stage ``s`` of replica ``r`` sits on node
+``(r * pipeline + s) * tensor // gpus_per_node`` (or as ``hardware.placement`` says: one
+node per stage, the same for every replica, or one per stage of every replica in turn).
+Each replica's hops use its own links: a replica inside one node pays the intra-node link
+where one that spans two pays the inter-node link, and the sampled tokens' way back from
+the last stage to the first crosses whatever joins those two. Every problem is one
 ScenarioError naming the file and the key.
 """
 
@@ -33,14 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipesim.cluster.hardware import GpuProfile, gpu_profile
-from pipesim.cluster.inference import (
-    BatchShape,
-    kv_capacity_tokens,
-    stage_boundary_bytes,
-    stage_iteration_ms,
-)
-from pipesim.cluster.model import Efficiency, TransformerModel
+from pipesim.cluster.hardware import gpu_profile
+from pipesim.cluster.inference import kv_capacity_tokens
+from pipesim.cluster.model import Efficiency
 from pipesim.scenario import derive
 from pipesim.scenario.build import parse_spec
 from pipesim.scenario.load import apply_overrides, read_mapping
@@ -48,7 +47,9 @@ from pipesim.scenario.profile import ProfileError, load_profile
 from pipesim.scenario.schema import ScenarioError, ScenarioSpec
 from pipesim.scenario.serving_schema import SloSpec
 from pipesim.serving.engine import simulate_serving
+from pipesim.serving.links import replica_links
 from pipesim.serving.metrics import summarize
+from pipesim.serving.model_costs import ModelIterationCosts
 from pipesim.serving.records import (
     HandTypedCosts,
     ReplicaConfig,
@@ -58,7 +59,6 @@ from pipesim.serving.records import (
 )
 from pipesim.serving.request import Request
 from pipesim.serving.workload import generate_requests
-from pipesim.sim.links import Link
 
 HAND_KEYS = frozenset({"prefill_ms", "decode_ms"})
 
@@ -106,12 +106,13 @@ def serve_config(spec: ScenarioSpec, source: str) -> tuple[ServeConfig, str]:
     _check_sections(spec, source)
     serving = spec.serving
     if spec.model is not None:
-        costs, capacity_blocks = _model_costs(spec, source)
+        replica_costs, capacity_blocks = _model_costs(spec, source)
         costs_from = "model"
     else:
-        costs, costs_from, capacity_blocks = _typed_costs(spec, source), "hand-typed", None
+        replica_costs, costs_from, capacity_blocks = _typed_costs(spec, source), "hand-typed", None
         if spec.costs.profile is not None:
             costs_from = "profile"
+    costs = replica_costs[0]
     blocks = serving.kv_blocks or capacity_blocks
     stages = costs.stages
     if blocks is not None and blocks < stages:
@@ -130,7 +131,11 @@ def serve_config(spec: ScenarioSpec, source: str) -> tuple[ServeConfig, str]:
             block_size=serving.block_size,
             **extra,
         )
-        return ServeConfig(replica, serving.replicas, serving.router), costs_from
+        same = all(c == costs for c in replica_costs)
+        config = ServeConfig(
+            replica, serving.replicas, serving.router, () if same else tuple(replica_costs)
+        )
+        return config, costs_from
     except ValueError as exc:
         raise ScenarioError(f"{source}: serving.{exc}") from None
 
@@ -187,7 +192,8 @@ def _check_gpu_count(spec: ScenarioSpec, source: str) -> None:
 # Hand-typed and profiled costs
 
 
-def _typed_costs(spec: ScenarioSpec, source: str) -> HandTypedCosts:
+def _typed_costs(spec: ScenarioSpec, source: str) -> list[HandTypedCosts]:
+    """One cost model per replica: the same stage times, each replica's own link latencies."""
     stages = pipeline_size(spec)
     if spec.costs.profile is not None:
         prefill, decode = _profile_figures(spec, stages, source)
@@ -201,8 +207,12 @@ def _typed_costs(spec: ScenarioSpec, source: str) -> HandTypedCosts:
         prefill = _per_stage(spec.costs.prefill_ms, "prefill_ms", stages, source)
         decode = _per_stage(spec.costs.decode_ms, "decode_ms", stages, source)
     prompt = _reference_prompt(spec, source)
-    hops = tuple(link.latency_ms for link in stage_links(spec, stages, source))
-    return HandTypedCosts(tuple(prefill), tuple(decode), prompt, hops)
+    return [
+        HandTypedCosts(
+            tuple(prefill), tuple(decode), prompt, tuple(link.latency_ms for link in links)
+        )
+        for links in replica_links(spec, stages, source)
+    ]
 
 
 def _per_stage(value, key: str, stages: int, source: str) -> list[float]:
@@ -263,63 +273,8 @@ def _profile_figures(spec: ScenarioSpec, stages: int, source: str) -> tuple[list
 # Costs from the model
 
 
-def stage_links(spec: ScenarioSpec, stages: int, source: str) -> list[Link]:
-    """The link from stage ``s`` to ``s + 1`` of a replica, for each boundary."""
-    intra, inter = derive._node_links(spec, source)
-    hw, t = spec.hardware, spec.parallel.tensor
-    if hw.placement is not None:
-        if len(hw.placement) != stages:
-            raise ScenarioError(
-                f"{source}: hardware.placement: has {len(hw.placement)} entries, expected "
-                f"{stages} (one node per pipeline stage)"
-            )
-        nodes = list(hw.placement)
-    elif hw.gpus_per_node is not None:
-        nodes = [s * t // hw.gpus_per_node for s in range(stages)]
-    else:
-        nodes = [0] * stages
-    return [intra if nodes[s] == nodes[s + 1] else inter for s in range(stages - 1)]
-
-
-@dataclass(frozen=True, slots=True)
-class ModelIterationCosts:
-    """Iteration costs of a replica from its model: each stage's roofline time for the
-    batch (``stage_iteration_ms``) and each hop's link time for its hidden states.
-
-    The LM head runs for every prompt that finishes in the iteration; the batch shape does
-    not say how many do, so it is estimated as ``prefill_tokens**2 / prefill_attention``
-    (exact for one whole prompt, or several of one length; a small term next to the
-    layers' work in any case).
-    """
-
-    model: TransformerModel
-    partition: tuple[int, ...]
-    gpu: GpuProfile
-    tensor: int
-    tensor_link: Link | None
-    efficiency: Efficiency
-    links: tuple[Link, ...]
-
-    @property
-    def stages(self) -> int:
-        return len(self.partition)
-
-    def stage_ms(self, stage: int, shape: BatchShape) -> float:
-        emitting = 0
-        if shape.prefill_tokens and shape.prefill_attention:
-            emitting = max(1, round(shape.prefill_tokens**2 / shape.prefill_attention))
-        return stage_iteration_ms(
-            self.model, self.partition[stage], self.gpu, shape,
-            first=stage == 0, last=stage == self.stages - 1, tensor=self.tensor,
-            tensor_link=self.tensor_link, efficiency=self.efficiency, emitting=emitting,
-        )  # fmt: skip
-
-    def hop_ms(self, stage: int, shape: BatchShape) -> float:
-        return self.links[stage].transfer_ms(stage_boundary_bytes(self.model, shape))
-
-
-def _model_costs(spec: ScenarioSpec, source: str) -> tuple[ModelIterationCosts, int]:
-    """The model's iteration costs and the KV capacity in blocks."""
+def _model_costs(spec: ScenarioSpec, source: str) -> tuple[list[ModelIterationCosts], int]:
+    """The model's iteration costs, one per replica, and the KV capacity in blocks."""
     hw, par, serving = spec.hardware, spec.parallel, spec.serving
     if hw.gpu is None:
         raise ScenarioError(f"{source}: hardware.gpu: required with a model section")
@@ -336,21 +291,25 @@ def _model_costs(spec: ScenarioSpec, source: str) -> tuple[ModelIterationCosts, 
     try:
         tokens = kv_capacity_tokens(
             model, gpu, tensor=par.tensor, pipeline=stages,
-            gpu_memory_utilization=serving.gpu_memory_utilization,
+            gpu_memory_utilization=serving.gpu_memory_utilization, partition=partition,
         )  # fmt: skip
     except ValueError as exc:
         raise ScenarioError(f"{source}: model: {str(exc).splitlines()[0]}") from None
     intra, _ = derive._node_links(spec, source)
     eff = spec.model.efficiency
-    costs = ModelIterationCosts(
-        model=model,
-        partition=partition,
-        gpu=gpu,
-        tensor=par.tensor,
-        tensor_link=intra if par.tensor > 1 else None,
-        efficiency=Efficiency(eff.max_fraction, eff.half_tokens, eff.launch_overhead_ms),
-        links=tuple(stage_links(spec, stages, source)),
-    )
+    costs = [
+        ModelIterationCosts(
+            model=model,
+            partition=partition,
+            gpu=gpu,
+            tensor=par.tensor,
+            tensor_link=intra if par.tensor > 1 else None,
+            efficiency=Efficiency(eff.max_fraction, eff.half_tokens, eff.launch_overhead_ms),
+            links=tuple(links[: stages - 1]),
+            back_link=links[-1] if stages > 1 else None,
+        )
+        for links in replica_links(spec, stages, source)
+    ]
     return costs, math.floor(tokens / serving.block_size)
 
 

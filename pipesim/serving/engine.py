@@ -7,16 +7,17 @@ Three kinds of SimPy process share one clock:
 * **virtual engines**: per replica, one process per pipeline stage (vLLM's virtual
   engines). Each loops: form a batch (``scheduler``), book its passage through the
   replica's stages (``pipeline``), wait until it leaves the last stage, apply the outcome
-  (tokens out, requests finished, blocks freed). An engine's next iteration therefore
-  waits for its previous one to leave the last stage (the next token needs the previous
-  one), while up to ``stages`` engines keep the pipeline full. As in vLLM, an engine
+  (tokens out, requests finished, blocks freed), and wait for the sampled tokens to
+  travel back to the first stage. An engine's next iteration therefore waits for its
+  previous one to leave the last stage plus that way back (the next token needs the
+  previous one), while up to ``stages`` engines keep the pipeline full. As in vLLM, an engine
   forms its next batch as soon as its previous one is back, even when the first stage is
   still busy with another engine's batch; requests arriving while it waits for the stage
   join the iteration after;
 * the **router** is a plain object the arrival process asks (``router``).
 
-The simulation costs one event per arrival and one per iteration, never one per token or
-per stage: a batch's time on every stage is computed when it is formed.
+The simulation costs one event per arrival and one or two per iteration (the second for
+the way back, when it takes time), never one per token or per stage: a batch's time on every stage is computed when it is formed.
 
 A request is rejected on arrival, before routing (replica -1), when it can never run: its
 prompt and output (``prompt + output - 1`` cached tokens at its last step) need more KV
@@ -71,7 +72,7 @@ def simulate_serving(
     ``progress(1)`` is called once per request as it finishes or is rejected.
     """
     _check_requests(requests)
-    replica_config = config.replica
+    replica_config = config.replica  # limits and KV cache, the same in every replica
     router = Router(config.router, config.replicas)
 
     def on_done(replica: int) -> None:
@@ -81,7 +82,7 @@ def simulate_serving(
             progress(1)
 
     recorder = Recorder(requests, on_done)
-    replicas = [_Replica(replica_config, recorder, r) for r in range(config.replicas)]
+    replicas = [_Replica(config.replica_config(r), recorder, r) for r in range(config.replicas)]
     env = simpy.Environment()
     env.process(_arrivals(env, requests, router, replicas, recorder, replica_config))
     for replica in replicas:
@@ -154,11 +155,14 @@ def _engine_loop(
         shape = batch.shape()
         starts, ends = replica.pipeline.run(clock_s, shape)
         exit_s = ends[-1]
+        back_s = exit_s + replica.pipeline.back_s(shape)
         scheduler.started(batch, starts[0], exit_s)
         recorder.iteration(
             replica.index, e, starts, ends, batch.size, shape.prefill_tokens, shape.decode_seqs
         )
         yield env.timeout(max(exit_s - env.now, 0.0))
-        clock_s = exit_s
         for _ in scheduler.complete(batch, exit_s):
             recorder.on_done(replica.index)
+        if back_s > exit_s:  # the sampled tokens are on their way to the first stage
+            yield env.timeout(max(back_s - env.now, 0.0))
+        clock_s = back_s

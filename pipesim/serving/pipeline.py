@@ -8,7 +8,10 @@ computed the moment it is formed:
     start[0] = max(formed, free[0])
     start[s] = max(end[s-1] + hop[s-1], free[s])      end[s] = start[s] + cost[s]
 
-and ``free[s] = end[s]`` afterwards. This is exact bookkeeping of a first-come-first-served
+and ``free[s] = end[s]`` afterwards. The batch's next iteration can be formed only once
+the tokens it sampled are back on the first stage, at ``end[-1] + hop[-1]`` (``back_s``:
+``costs.hop_ms(stages - 1, shape)``, the way from the last stage to the first; nothing on
+one stage, where the last stage is the first). This is exact bookkeeping of a first-come-first-served
 stage for batches that arrive in pipeline order, and it costs no simulation event per
 stage: the engine waits once per iteration, for ``end[-1]``, when the batch's tokens leave
 the last stage.
@@ -53,3 +56,8 @@ class StagePipeline:
             if stage < last:
                 ready_s = end + costs.hop_ms(stage, shape) * 1e-3
         return starts, ends
+
+    def back_s(self, shape: BatchShape) -> float:
+        """Seconds the sampled tokens of ``shape`` take from the last stage to the first."""
+        last = self._stages - 1
+        return self.costs.hop_ms(last, shape) * 1e-3 if last else 0.0

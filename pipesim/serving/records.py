@@ -16,7 +16,7 @@ reached.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -30,8 +30,10 @@ class IterationCosts(Protocol):
     """What one iteration of a batch costs on each pipeline stage of a replica.
 
     ``stage_ms(stage, shape)``: the compute time of the batch on that stage;
-    ``hop_ms(stage, shape)``: the time its activations take from ``stage`` to ``stage + 1``
-    (called for ``stage < stages - 1`` only; 0 on ideal links).
+    ``hop_ms(stage, shape)``: for ``stage < stages - 1``, the time its activations take from
+    ``stage`` to ``stage + 1``; for ``stage == stages - 1``, the way back: the token ids the
+    last stage sampled travelling to the first stage, which the batch's next iteration
+    needs (called only when there are two stages or more; 0 on ideal links).
     """
 
     @property
@@ -58,8 +60,9 @@ class HandTypedCosts:
     ``decode_ms[s]`` one decode step of the batch through it. An iteration holding ``n``
     prefill tokens and any decoding sequences costs, on stage ``s``,
     ``prefill_ms[s] * n / prompt_tokens + decode_ms[s]`` (the decode term only when it
-    decodes). ``hop_ms[s]`` is the fixed time from stage ``s`` to ``s + 1`` (``stages - 1``
-    entries; empty means ideal links).
+    decodes). ``hops_ms[s]`` is the fixed time from stage ``s`` to ``s + 1``; a last entry
+    ``hops_ms[stages - 1]``, when given, is the sampled tokens' way back from the last stage
+    to the first (``stages - 1`` entries: that way back is free; empty: ideal links).
     """
 
     prefill_ms: tuple[float, ...]
@@ -77,9 +80,10 @@ class HandTypedCosts:
             raise ValueError(
                 f"decode_ms: needs {len(prefill)} entries (one per stage), got {len(decode)}"
             )
-        if len(hops) != len(prefill) - 1:
+        if len(hops) not in (len(prefill) - 1, len(prefill)):
             raise ValueError(
-                f"hop_ms: needs {len(prefill) - 1} entries (one per stage boundary), got {len(hops)}"
+                f"hop_ms: needs {len(prefill) - 1} entries (one per stage boundary) or "
+                f"{len(prefill)} (and the way back from the last stage), got {len(hops)}"
             )
         if self.prompt_tokens < 1:
             raise ValueError(f"prompt_tokens: must be >= 1, got {self.prompt_tokens}")
@@ -96,7 +100,7 @@ class HandTypedCosts:
         return time_ms + (self.decode_ms[stage] if shape.decode_seqs else 0.0)
 
     def hop_ms(self, stage: int, shape: BatchShape) -> float:
-        return self.hops_ms[stage]
+        return self.hops_ms[stage] if stage < len(self.hops_ms) else 0.0
 
 
 def _at_least(name: str, value: int, low: int) -> None:
@@ -145,18 +149,42 @@ class ReplicaConfig:
 
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
-    """``replicas`` identical copies of ``replica`` behind a ``router`` (``round_robin``
-    or ``least_outstanding``: fewest requests assigned and not finished, lowest index on a
-    tie)."""
+    """``replicas`` copies of ``replica`` behind a ``router`` (``round_robin`` or
+    ``least_outstanding``: fewest requests assigned and not finished, lowest index on a
+    tie).
+
+    The copies hold the same model and scheduler, but need not sit on the same links: a
+    replica whose stages span two nodes pays the inter-node link where another stays inside
+    one. ``replica_costs``, when given, holds one cost model per replica (same number of
+    stages as ``replica.costs``); empty means every replica costs as ``replica``.
+    """
 
     replica: ReplicaConfig
     replicas: int = 1
     router: str = "round_robin"
+    replica_costs: tuple[IterationCosts, ...] = ()
 
     def __post_init__(self) -> None:
         _at_least("replicas", self.replicas, 1)
         if self.router not in ROUTERS:
             raise ValueError(f"router: must be one of {', '.join(ROUTERS)}, got {self.router!r}")
+        costs = self.replica_costs
+        if costs and len(costs) != self.replicas:
+            raise ValueError(
+                f"replicas: {self.replicas} replicas but {len(costs)} per-replica cost models"
+            )
+        for r, c in enumerate(costs):
+            if c.stages != self.replica.stages:
+                raise ValueError(
+                    f"replicas: replica {r} has {c.stages} stages, the first "
+                    f"{self.replica.stages}; every replica must have the same pipeline"
+                )
+
+    def replica_config(self, index: int) -> ReplicaConfig:
+        """Replica ``index``'s configuration: ``replica`` with its own costs."""
+        if not self.replica_costs:
+            return self.replica
+        return replace(self.replica, costs=self.replica_costs[index])
 
 
 @dataclass(frozen=True, slots=True)

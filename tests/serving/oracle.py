@@ -1,7 +1,8 @@
 """A token-by-token serving simulator without SimPy, to pin the engine's timelines.
 
 It follows the same rules as pipesim.serving (vLLM v0 virtual engines, FCFS admission,
-newest-first preemption by recomputation, in-order stages), but the plain way: every
+newest-first preemption by recomputation, in-order stages, a batch's next iteration formed
+once its sampled tokens are back on the first stage), but the plain way: every
 decode step walks every running sequence, every token's time is written down, and a heap
 of (time, tie, event) drives the clock. Each sequence is a dict.
 """
@@ -119,6 +120,7 @@ def finish_batch(engine: Engine, batch: dict, exit_s: float) -> int:
 def simulate(config, requests) -> list[dict]:
     """Every request as a dict: arrival, first_scheduled, tokens (times), preemptions."""
     rc = config.replica
+    costs = [config.replica_config(r).costs for r in range(config.replicas)]
     replicas = [
         [Engine(rc.engine_kv_blocks) for _ in range(rc.stages)] for _ in range(config.replicas)
     ]
@@ -145,12 +147,14 @@ def simulate(config, requests) -> list[dict]:
                 for seq, _ in batch["prefill"]:
                     if math.isnan(seq["first_scheduled"]):
                         seq["first_scheduled"] = start
-            end = start + rc.costs.stage_ms(s, shape) / 1e3
+            end = start + costs[rep].stage_ms(s, shape) / 1e3
             free_s[rep][s] = end
             if s < rc.stages - 1:
-                ready = end + rc.costs.hop_ms(s, shape) / 1e3
+                ready = end + costs[rep].hop_ms(s, shape) / 1e3
+        # the sampled tokens go back from the last stage to the first (none on one stage)
+        back = end + (costs[rep].hop_ms(rc.stages - 1, shape) / 1e3 if rc.stages > 1 else 0.0)
         tie += 1
-        heapq.heappush(events, (end, tie, "done", (rep, e, batch)))
+        heapq.heappush(events, (end, tie, "done", (rep, e, batch, back)))
 
     while events:
         now, _, kind, data = heapq.heappop(events)
@@ -183,8 +187,14 @@ def simulate(config, requests) -> list[dict]:
             replicas[rep][e].waiting.append(seq)
             if not replicas[rep][e].busy:
                 launch(rep, e, now)
-        else:
-            rep, e, batch = data
+        elif kind == "done":
+            rep, e, batch, back = data
             outstanding[rep] -= finish_batch(replicas[rep][e], batch, now)
-            launch(rep, e, now)
+            if back > now:
+                tie += 1
+                heapq.heappush(events, (back, tie, "back", (rep, e)))
+            else:
+                launch(rep, e, now)
+        else:
+            launch(*data, now)
     return seqs

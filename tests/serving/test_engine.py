@@ -17,12 +17,14 @@ def serve(costs, requests, **replica):
 
 def test_one_request_alone_pays_every_stage_and_hop():
     # 3 stages; a 100-token prompt costs 10, 20, 30 ms; a decode step 1, 2, 3 ms;
-    # hops 0.5 and 0.25 ms between the stages.
-    costs = HandTypedCosts((10.0, 20.0, 30.0), (1.0, 2.0, 3.0), 100, (0.5, 0.25))
+    # hops 0.5 and 0.25 ms between the stages, and 0.125 ms for the sampled token's way
+    # back from stage 2 to stage 0. The first token is out when the prefill leaves stage 2;
+    # every later one needs the one before it back on stage 0 first.
+    costs = HandTypedCosts((10.0, 20.0, 30.0), (1.0, 2.0, 3.0), 100, (0.5, 0.25, 0.125))
     result = serve(costs, [Request(0, 1.0, 100, 4)])
     r = result.requests
     ttft_ms = 10 + 0.5 + 20 + 0.25 + 30
-    tpot_ms = 1 + 0.5 + 2 + 0.25 + 3
+    tpot_ms = 0.125 + 1 + 0.5 + 2 + 0.25 + 3
     assert r.first_scheduled_s[0] == 1.0
     assert r.ttft_s[0] * 1e3 == pytest.approx(ttft_ms)
     assert r.tpot_s[0] * 1e3 == pytest.approx(tpot_ms)
@@ -30,8 +32,9 @@ def test_one_request_alone_pays_every_stage_and_hop():
     log = result.iterations
     assert log.prefill_tokens.tolist() == [100, 0, 0, 0]
     assert log.decode_seqs.tolist() == [0, 1, 1, 1]
-    # the second iteration starts on stage 0 when the first has left the last stage
-    np.testing.assert_allclose(log.start_s[1, 0], log.end_s[0, -1])
+    # the second iteration starts on stage 0 when the first has left the last stage and
+    # its token has come back
+    np.testing.assert_allclose((log.start_s[1, 0] - log.end_s[0, -1]) * 1e3, 0.125, rtol=1e-9)
     np.testing.assert_allclose((log.start_s[0] - 1.0) * 1e3, [0, 10.5, 10.5 + 20.25], rtol=1e-9)
     report = summarize(result)
     assert report.itl_ms.mean == pytest.approx(tpot_ms)
@@ -134,7 +137,7 @@ def test_progress_counts_every_request_once():
         (lambda c: ServeConfig(ReplicaConfig(c), router="random"), "router"),
         (lambda c: HandTypedCosts((1.0, 1.0), (1.0,), 4), "decode_ms"),
         (lambda c: HandTypedCosts((1.0, -1.0), (1.0, 1.0), 4), "prefill_ms"),
-        (lambda c: HandTypedCosts((1.0, 1.0), (1.0, 1.0), 4, (1.0, 2.0)), "hop_ms"),
+        (lambda c: HandTypedCosts((1.0, 1.0), (1.0, 1.0), 4, (1.0, 2.0, 3.0)), "hop_ms"),
     ],
 )
 def test_bad_configurations_name_their_field(build, field):

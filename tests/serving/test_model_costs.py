@@ -1,6 +1,7 @@
 """The engine with costs derived from a model: one request alone pays, for its prefill and
 for each decode step, the roofline time of every stage and the link time of every hop, with
-the KV context growing by one token a step."""
+the KV context growing by one token a step; each decode step also waits for the token the
+step before sampled to come back from the last stage to the first."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ MODEL = TransformerModel(
 )  # fmt: skip
 GPU = gpu_profile("h100-sxm")
 LINK = Link(latency_us=5.0, bandwidth_gbps=25.0, name="test")
+BACK = Link(latency_us=7.0, bandwidth_gbps=0.001, name="slow way back")  # 8 bytes: 8 us
 PARTITION = (5, 3)
 
 
@@ -41,15 +43,18 @@ def pass_ms(shape: BatchShape) -> float:
 def test_one_request_alone_with_model_costs():
     costs = ModelIterationCosts(
         model=MODEL, partition=PARTITION, gpu=GPU, tensor=1, tensor_link=None,
-        efficiency=Efficiency(), links=(LINK,),
+        efficiency=Efficiency(), links=(LINK,), back_link=BACK,
     )  # fmt: skip
     prompt, output = 300, 6
     result = simulate_serving(ServeConfig(ReplicaConfig(costs)), [Request(0, 0.0, prompt, output)])
     r = result.requests
     ttft_ms = pass_ms(BatchShape(prefill_tokens=prompt, prefill_attention=prompt * prompt))
-    # decode step g (g = 1 .. output-1) extends a context of prompt + g tokens
+    # decode step g (g = 1 .. output-1) extends a context of prompt + g tokens, once the
+    # one token id sampled before it is back: 7 us latency + 8 bytes at 1 MB/s = 0.015 ms
+    back_ms = 0.007 + 0.008
     decode_ms = [
-        pass_ms(BatchShape(decode_seqs=1, decode_context=prompt + g)) for g in range(1, output)
+        back_ms + pass_ms(BatchShape(decode_seqs=1, decode_context=prompt + g))
+        for g in range(1, output)
     ]
     assert r.ttft_s[0] * 1e3 == pytest.approx(ttft_ms, rel=1e-12)
     assert (r.finish_s[0] - r.first_token_s[0]) * 1e3 == pytest.approx(sum(decode_ms), rel=1e-12)
