@@ -16,6 +16,7 @@ from pipesim.analysis.plan_space import (
     build_space,
     enumerate_space,
 )
+from pipesim.cluster.transformer import TransformerModel, stage_parameters
 from pipesim.plot.pareto import pareto_figure
 from pipesim.scenario.build import parse_spec
 from pipesim.scenario.schema import ScenarioError
@@ -256,6 +257,28 @@ def test_keys_that_reach_only_the_tail_never_share_costs_wrongly():
              "model.partition=even", "parallel.tp_overlap=true")  # fmt: skip
     result = plan(small_base(), SOURCE, 8, space, top=1000, confirm=1000)
     assert result.confirmed == result.scored > 20
+
+
+def test_under_a_pipeline_zero2_saves_nothing_and_zero3_only_the_weights():
+    """Two pipeline stages over 4 replicas: the gradients wait whole for the step's one
+    reduce-scatter, so ZeRO-2 is ZeRO-1 in time and memory, and ZeRO-3 saves each device
+    3/4 of its stage's bf16 weights, 1.5 bytes a parameter, never the gradients' share."""
+    space = ("pipeline.schedule=1f1b", "pipeline.devices=2", "parallel.tensor=1",
+             "pipeline.microbatch_size=1", "parallel.zero_stage=1,2,3", "model.recompute=true",
+             "model.partition=even", "parallel.dp_overlap=false", "parallel.tp_overlap=false")  # fmt: skip
+    result = plan(small_base(), SOURCE, 8, space, top=10, confirm=0)
+    rows = {row["parallel.zero_stage"]: row for row in result.results}
+    assert sorted(rows) == [1, 2, 3]
+    for key in ("step_time_ms", "peak_memory_bytes_per_device"):
+        assert rows[2][key] == rows[1][key]
+    spec = parse_spec(small_base(), SOURCE).model
+    model = TransformerModel(layers=spec.layers, hidden=spec.hidden, heads=spec.heads,
+                             kv_heads=spec.kv_heads, mlp=spec.mlp, ffn_hidden=spec.ffn_hidden,
+                             seq_len=spec.seq_len, vocab=spec.vocab)  # fmt: skip
+    saved = [one - three for one, three in zip(rows[1]["peak_memory_bytes_per_device"],
+                                               rows[3]["peak_memory_bytes_per_device"],
+                                               strict=True)]  # fmt: skip
+    assert saved == [1.5 * params for params in stage_parameters(model, (8, 8))]
 
 
 @pytest.mark.slow
