@@ -1,5 +1,6 @@
 """ZeRO's price: stages 1 and 2 move one all-reduce's bytes per step, stage 3 gathers the
-parameters before every forward and every backward.
+parameters before every forward and every backward; under a pipeline the gradients wait
+whole for the step's one reduce-scatter, so ZeRO-2 and ZeRO-3 do not shard them.
 
 The job below is 16 data-parallel replicas of a one- or two-stage pipeline, one GPU per
 node, over a slow 10 GB/s network without latency, so a ring all-gather of ``B`` bytes
@@ -11,6 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipesim import load_scenario, run_scenario
 from pipesim.cluster.model import TransformerModel, partition_layers, stage_parameters
@@ -228,3 +231,23 @@ def test_torch_unshard_posts_gather_once_each_instead_of_every_pass(tmp_path):
                          strict=True))  # fmt: skip
     assert durations == pytest.approx(dict(enumerate(gather_ms(devices=4))))
     assert not (run_scenario(zero1).trace.kind == UNSHARD).any()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gather=st.floats(0, 100),
+    scatter=st.floats(0, 100),
+    compute=st.floats(0, 1000),
+    layers=st.integers(1, 128),
+)
+def test_overlap_exposes_the_larger_of_two_lower_bounds(gather, scatter, compute, layers):
+    # A pass can hide neither its first layer's communication nor more of it than the
+    # compute of the other L - 1 layers: the layered overlap meets exactly the larger bound.
+    comm = gather + scatter
+    exposed = exposed_gather_ms(gather, compute, True, layers, scatter)
+    bound = max(comm / layers, comm - compute * (layers - 1) / layers)
+    assert exposed == pytest.approx(bound, rel=1e-9, abs=1e-9)
+    assert exposed <= exposed_gather_ms(gather, compute, False, layers, scatter) + 1e-9
+    # more layers to prefetch under, or more compute, never exposes more
+    assert exposed_gather_ms(gather, compute, True, layers + 1, scatter) <= exposed + 1e-9
+    assert exposed_gather_ms(gather, compute + 1, True, layers, scatter) <= exposed + 1e-9
