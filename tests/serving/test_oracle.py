@@ -1,5 +1,6 @@
 """The engine against a token-by-token oracle (tests/serving/oracle.py) on random workloads:
-the same request lifetimes, preemptions and inter-token gaps, to rounding."""
+the same request lifetimes, preemptions and inter-token gaps, to rounding, with the sampled
+tokens' way back from the last stage and, at times, replicas on links of their own."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ class ShapeCosts:
     engine_blocks=st.integers(2, 30),
     base_ms=st.lists(st.floats(0.1, 5.0), min_size=3, max_size=3),
     hop=st.floats(0.0, 1.0),
+    own_links=st.booleans(),
     count=st.integers(1, 25),
     seed=st.integers(0, 2**16),
     rate=st.floats(10.0, 3000.0),
@@ -65,6 +67,7 @@ def test_engine_matches_the_token_by_token_oracle(
     engine_blocks,
     base_ms,
     hop,
+    own_links,
     count,
     seed,
     rate,
@@ -78,7 +81,9 @@ def test_engine_matches_the_token_by_token_oracle(
         block_size=block_size,
         kv_blocks=engine_blocks * stages,
     )
-    config = ServeConfig(replica, replicas=replicas, router=router)
+    # with own_links, replica r's hops (and its tokens' way back) take (1 + r) times longer
+    own = tuple(ShapeCosts(stages, costs.base_ms, hop * (1 + r)) for r in range(replicas))
+    config = ServeConfig(replica, replicas, router, own if own_links else ())
     rng = np.random.default_rng(seed)
     times = np.cumsum(rng.exponential(1 / rate, count))
     requests = [

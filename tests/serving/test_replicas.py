@@ -12,6 +12,7 @@ import math
 import pytest
 import yaml
 
+from pipesim.cluster.hardware import link_profile
 from pipesim.cluster.inference import BatchShape
 from pipesim.scenario.schema import ScenarioError
 from pipesim.serving.build import load_serving, run_serving
@@ -111,3 +112,22 @@ def test_kv_capacity_follows_an_uneven_partition(tmp_path):
     path = write(tmp_path, model=model, hardware=hardware, parallel={"tensor": 4}, costs={},
                  serving={"workload": {"rate": 1.0, "requests": 1}, "gpu_memory_utilization": 0.9})  # fmt: skip
     assert load_serving(path).config.replica.kv_blocks == even // 16
+
+
+def test_model_costs_per_replica_cross_nodes_where_their_gpus_do(tmp_path):
+    # nodes of 6 GPUs, replicas of 2 stages x 2 tensor GPUs: replica 0 holds GPUs 0-3 on
+    # node 0; replica 1's stage 0 holds GPUs 4-5 (node 0), its stage 1 GPUs 6-7 (node 1)
+    hardware = {"gpu": "h100-sxm", "gpus_per_node": 6, "intra_node_link": "nvlink4",
+                "inter_node_link": "ib-ndr"}  # fmt: skip
+    model = {**LLAMA_70B, "layers": 8}
+    path = write(tmp_path, model=model, hardware=hardware, parallel={"tensor": 2}, costs={},
+                 serving={"workload": {"rate": 1.0, "requests": 1}, "replicas": 2})  # fmt: skip
+    config = load_serving(path).config
+    costs = [config.replica_config(r).costs for r in (0, 1)]
+    nvlink, infiniband = link_profile("nvlink4"), link_profile("ib-ndr")
+    assert [c.links for c in costs] == [(nvlink,), (infiniband,)]
+    assert [c.back_link for c in costs] == [nvlink, infiniband]
+    assert costs[0].tensor_link == costs[1].tensor_link  # a stage's tensor GPUs share a node
+    shape = BatchShape(prefill_tokens=512, prefill_attention=512 * 512)
+    assert costs[0].stage_ms(1, shape) == costs[1].stage_ms(1, shape)
+    assert costs[0].hop_ms(0, shape) < costs[1].hop_ms(0, shape)
