@@ -51,11 +51,8 @@ class LengthSpec(Strict):
             "lognormal": ("mean", "cv"),
             "empirical": ("samples",),
         }[self.distribution]
-        missing = [name for name in needed if not getattr(self, name)]
-        if missing and not (self.distribution == "lognormal" and missing == ["cv"]):
+        if any(getattr(self, name) in (None, []) for name in needed):
             raise ValueError(f"the {self.distribution} distribution needs {', '.join(needed)}")
-        if self.distribution == "lognormal" and self.cv is None:
-            raise ValueError("the lognormal distribution needs mean, cv")
         if self.distribution == "uniform" and self.low > self.high:  # type: ignore[operator]
             raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
         if self.min is not None and self.max is not None and self.min > self.max:
