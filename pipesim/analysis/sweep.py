@@ -116,7 +116,7 @@ def run_point(base: dict, source: str, keys: Sequence[str], raw: Sequence[str]) 
         scenario, _ = scenario_for_schedule(data, source, name)
         return run_scenario(scenario).scalars()
     except Exception as exc:  # noqa: BLE001 - one bad point is a row, never a lost sweep
-        return {"error": _one_line(exc, source)}
+        return {"error": error_line(exc, source)}
 
 
 def run_chunk(base: dict, source: str, keys: Sequence[str], chunk: Sequence) -> list:
@@ -124,7 +124,10 @@ def run_chunk(base: dict, source: str, keys: Sequence[str], chunk: Sequence) -> 
     return [(index, run_point(base, source, keys, raw)) for index, raw in chunk]
 
 
-def _one_line(exc: BaseException, source: str) -> str:
+def error_line(exc: BaseException, source: str) -> str:
+    """Why a point did not run, in one line for its row: the first line of the error
+    without the scenario's name, prefixed with the exception's type unless it is one of
+    pipesim's own user errors."""
     text = str(exc).strip().splitlines()
     line = text[0] if text else type(exc).__name__
     line = line.removeprefix(f"{source}: ")

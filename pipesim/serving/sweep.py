@@ -20,13 +20,12 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from pipesim.analysis.sweep import GridAxis, run_sweep
+from pipesim.analysis.sweep import GridAxis, error_line, run_sweep
 from pipesim.scenario.build import apply_overrides, parse_spec
 from pipesim.serving.build import build_serving, run_serving
 from pipesim.serving.export import report_scalars
 
 Progress = Callable[[int], None]
-KNOWN_ERRORS = ("ScenarioError", "ScheduleError")
 
 
 def run_serving_point(base: dict, source: str, keys: Sequence[str], raw: Sequence[str]) -> dict:
@@ -37,11 +36,7 @@ def run_serving_point(base: dict, source: str, keys: Sequence[str], raw: Sequenc
         scenario = build_serving(parse_spec(data, source), source)
         return report_scalars(run_serving(scenario).report)
     except Exception as exc:  # noqa: BLE001 - one bad point is a row, never a lost sweep
-        lines = str(exc).strip().splitlines()
-        line = (lines[0] if lines else type(exc).__name__).removeprefix(f"{source}: ")
-        if type(exc).__name__ not in KNOWN_ERRORS:
-            line = f"{type(exc).__name__}: {line}"
-        return {"error": line}
+        return {"error": error_line(exc, source)}
 
 
 def run_serving_chunk(base: dict, source: str, keys: Sequence[str], chunk: Sequence) -> list:
