@@ -64,10 +64,6 @@ class Candidate:
         """The scenario keys this candidate sets, named as ``--space`` names them."""
         return {key: getattr(self, attr) for key, attr in AXIS_ATTRIBUTES.items()}
 
-    def overrides(self) -> list[str]:
-        """``--set`` overrides that turn the base scenario into this candidate."""
-        return [f"{key}={_yaml_scalar(value)}" for key, value in self.keys().items()]
-
 
 # Scenario key -> Candidate attribute, in the order results show them.
 AXIS_ATTRIBUTES = {
@@ -119,12 +115,6 @@ class Space:
     widths: tuple[int, ...] = ()  # what tensor parallelism must divide: heads, kv heads, FFN
     node_gpus: int = 0  # GPUs per node (tensor parallelism stays inside one)
     max_actions: int = 10_000_000  # the scenario's size guard (pipeline.max_actions)
-
-
-def _yaml_scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _divisors(number: int) -> list[int]:
@@ -258,11 +248,6 @@ def check_size(space: Space) -> None:
         )
 
 
-def space_size(space: Space) -> int:
-    """How many candidates ``enumerate_space`` yields, counted without building them."""
-    return sum(1 for _ in enumerate_space(space))
-
-
 def enumerate_space(space: Space) -> Iterator[tuple[Candidate | None, str | None]]:
     """Every point of the space in a fixed order, as ``(candidate, None)`` or, for a
     combination that cannot form a job, ``(None, reason)``."""
@@ -345,5 +330,4 @@ __all__ = [
     "default_axes",
     "enumerate_space",
     "parse_space",
-    "space_size",
 ]
