@@ -45,11 +45,9 @@ from pipesim.scenario.schema import ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
-from pipesim.sim.costs import Costs
 from pipesim.sim.evaluate import evaluate
 from pipesim.sim.links import Topology
 from pipesim.sim.metrics import Accounting, Report, build_report
-from pipesim.sim.trace import Trace
 
 METRICS = ("step_time_ms", "tokens_per_second", "mfu", "peak_memory_bytes", "bubble_fraction")
 
@@ -63,17 +61,6 @@ class Outcome:
     reason: str | None = None
     row: dict[str, Any] | None = None
     timeline: str = ""  # a digest of the timeline's inputs: equal digests, one timeline
-
-
-def timeline(
-    schedule: Schedule,
-    costs: Costs,
-    topology: Topology,
-    tail_ms: tuple[float, ...] | None,
-    tail_after_flush: bool,
-) -> tuple[Trace, str]:
-    """One step's exact timeline, and the name of the evaluator that computed it."""
-    return evaluate(schedule, costs, topology, tail_ms=tail_ms, tail_after_flush=tail_after_flush)
 
 
 def candidate_spec(spec: ScenarioSpec, c: Candidate) -> ScenarioSpec:
@@ -105,8 +92,7 @@ class Scorer:
         self._programs: dict[tuple, MemoryProgram] = {}
         self._derived: dict[tuple, derive.ModelCosts] = {}
         self._topologies: dict[tuple, Topology] = {}
-        self._timelines: dict[tuple, tuple[Report, str]] = {}
-        self.timelines_simulated = 0
+        self._timelines: dict[tuple, tuple[Report, str, str]] = {}
 
     def score(self, c: Candidate) -> Outcome:
         """Prune or score one candidate."""
@@ -130,19 +116,17 @@ class Scorer:
         # alone (the ZeRO stage where the optimizer step does not change) share one
         shared = (key, derived.costs, derived.tail_ms, where, not c.dp_overlap)
         if shared not in self._timelines:
-            trace, evaluator = timeline(schedule, derived.costs, topology, derived.tail_ms,
-                                        not c.dp_overlap)  # fmt: skip
+            trace, evaluator = evaluate(schedule, derived.costs, topology, tail_ms=derived.tail_ms,
+                                        tail_after_flush=not c.dp_overlap)  # fmt: skip
             memory = memory_timelines_bulk(trace, schedule, derived.costs)
             report = build_report(
                 trace, schedule, derived.costs, c.microbatch_size, scenario=self.spec.name,
                 seq_len=self.spec.model.seq_len, topology=topology,
                 accounting=derived.accounting, memory=memory,
             )  # fmt: skip
-            self._timelines[shared] = (report, evaluator)
-            self.timelines_simulated += 1
-        report, evaluator = self._timelines[shared]
-        report = restated(report, derived.accounting)
-        return self._outcome(c, report, evaluator, _digest(shared))
+            self._timelines[shared] = (report, evaluator, _digest(shared))
+        report, evaluator, digest = self._timelines[shared]
+        return self._outcome(c, restated(report, derived.accounting), evaluator, digest)
 
     def _refused(self, exc: ScenarioError) -> str:
         text = str(exc).splitlines()[0].removeprefix(f"{self.source}: ")
@@ -188,7 +172,6 @@ class Scorer:
         capacity = scenario.accounting.memory_capacity_bytes
         if _exceeds_before(scenario, capacity):
             return Outcome(reason=capacity_reason(capacity))
-        self.timelines_simulated += 1
         report = simulate_step(scenario).report
         return self._outcome(c, report, report.evaluator, f"search:{c}")
 
@@ -249,4 +232,4 @@ def score_chunk(
     return [(index, scorer.score(c)) for index, c in chunk]
 
 
-__all__ = ["METRICS", "Outcome", "Scorer", "candidate_spec", "score_chunk", "timeline"]
+__all__ = ["METRICS", "Outcome", "Scorer", "candidate_spec", "score_chunk"]
