@@ -40,10 +40,9 @@ def run_chunks(
     ``jobs``: local processes (1: this process). ``executor="dask"``: the cluster at
     ``scheduler`` (``tcp://host:port``). A bad choice raises ``error`` with one line.
     """
+    check_executor(executor, scheduler, error)
     if executor == "dask":
         return _on_dask(work, items, split, scheduler, progress, error)
-    if executor != "local":
-        raise error(f"--executor {executor!r}: allowed: {', '.join(EXECUTORS)}")
     if jobs <= 1 or len(items) <= 1:
         results: list = []
         for chunk in split(items, 1):
@@ -57,6 +56,15 @@ def run_chunks(
         return _gather(as_completed(futures), progress)
 
 
+def check_executor(executor: str, scheduler: str | None, error: type[Exception]) -> None:
+    """Raise ``error`` with one line where the executor is unknown or Dask has no scheduler
+    (callers that do work before ``run_chunks`` check first)."""
+    if executor not in EXECUTORS:
+        raise error(f"--executor {executor!r}: allowed: {', '.join(EXECUTORS)}")
+    if executor == "dask" and not scheduler:
+        raise error("--executor dask needs --scheduler tcp://HOST:PORT")
+
+
 def _gather(finished: Iterable, progress: Callable[[int], None] | None) -> list:
     results: list = []
     for future in finished:
@@ -68,8 +76,6 @@ def _gather(finished: Iterable, progress: Callable[[int], None] | None) -> list:
 
 
 def _on_dask(work, items, split, scheduler, progress, error) -> list:
-    if not scheduler:
-        raise error("--executor dask needs --scheduler tcp://HOST:PORT")
     try:
         from distributed import Client
         from distributed import as_completed as dask_completed

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from pipesim.analysis.executor import EXECUTORS, run_chunks
+from pipesim.analysis.executor import check_executor, run_chunks
 from pipesim.analysis.plan_rank import emit_mapping, pareto, rank
 from pipesim.analysis.plan_score import score_chunk
 from pipesim.analysis.plan_space import (
@@ -112,7 +112,7 @@ def plan(
     are simulated again from their emitted scenarios with the SimPy engine.
     """
     started = time.perf_counter()
-    _check_executor(executor, scheduler)
+    check_executor(executor, scheduler, PlanError)  # before the space is built
     spec = parse_spec(base, source)
     searched = build_space(spec, source, gpus, space)
     points = list(enumerate_space(searched))
@@ -198,13 +198,6 @@ def _chunks(work: list[tuple[int, Candidate]], parts: int) -> list[list[tuple[in
 def _share_key(c: Candidate) -> tuple:
     return (c.schedule, c.devices, c.microbatches, c.virtual_stages, c.tensor,
             c.microbatch_size, c.recompute, c.partition)  # fmt: skip
-
-
-def _check_executor(executor: str, scheduler: str | None) -> None:
-    if executor not in EXECUTORS:
-        raise PlanError(f"--executor {executor!r}: allowed: {', '.join(EXECUTORS)}")
-    if executor == "dask" and not scheduler:
-        raise PlanError("--executor dask needs --scheduler tcp://HOST:PORT")
 
 
 def _score_all(spec_data, source, work, jobs, executor, scheduler, progress):
