@@ -41,6 +41,7 @@ from pipesim.analysis.critical import (
     SENDING,
     UPSTREAM,
 )
+from pipesim.analysis.plan_memory import capacity_reason
 from pipesim.analysis.plan_rank import describe, emit_mapping
 from pipesim.analysis.plan_score import Scorer
 from pipesim.analysis.plan_space import AXIS_ATTRIBUTES, Candidate
@@ -209,9 +210,10 @@ def _memory_forced(base: dict[str, Any], source: str, row: dict[str, Any]) -> tu
                       replace(candidate, microbatch_size=double,
                               microbatches=candidate.microbatches // 2)))  # fmt: skip
     scorer = Scorer(base, source)
+    too_big = capacity_reason(scorer.capacity)  # the reason memory pruning gives
     forced = []
     for choice, how, other in flips:
         outcome = scorer.score(other)
-        if outcome.reason is not None and "GiB" in outcome.reason:
+        if outcome.reason is not None and outcome.reason.startswith(too_big):
             forced.append(f"{choice} is forced by memory: {how} the peak would {outcome.reason}")
     return tuple(forced)
