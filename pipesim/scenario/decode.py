@@ -23,10 +23,11 @@ In every case the last device sends only the sampled token ids back to device 0
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipesim.cluster.hardware import gpu_profile
+from pipesim.cluster.hardware import GpuProfile, gpu_profile
 from pipesim.cluster.inference import (
     TOKEN_ID_BYTES,
     BatchShape,
@@ -34,7 +35,7 @@ from pipesim.cluster.inference import (
     stage_boundary_bytes,
     stage_iteration_ms,
 )
-from pipesim.cluster.model import Efficiency, TransformerModel
+from pipesim.cluster.model import TransformerModel
 from pipesim.cluster.transformer import model_flops_per_step, static_memory
 from pipesim.scenario import derive
 from pipesim.scenario.profile import Profile, ProfileError, load_profile
@@ -251,8 +252,7 @@ def _model_costs(
     p, steps, prompt = schedule.devices, spec.decode.tokens, spec.decode.prompt_tokens
     model, partition = derive._model_and_partition(spec, p, source)
     intra, _ = derive._node_links(spec, source)
-    eff = spec.model.efficiency
-    efficiency = Efficiency(eff.max_fraction, eff.half_tokens, eff.launch_overhead_ms)
+    efficiency = derive._efficiency(spec)
     tp_link = intra if par.tensor > 1 else None
     forward, sent = [], []
     for step in range(steps):
@@ -283,7 +283,7 @@ def _step_shape(step: int, group_size: int, prompt: int) -> BatchShape:
 def _accounting(
     model: TransformerModel,
     partition: tuple[int, ...],
-    gpu,
+    gpu: GpuProfile,
     tensor: int,
     sequences: int,
     spec: ScenarioSpec,
@@ -297,10 +297,10 @@ def _accounting(
         w.total_bytes + layers * kv_per_layer * final_context * sequences
         for w, layers in zip(weights, partition, strict=True)
     )
-    prompt_flops = model_flops_per_step(_at_length(model, spec.decode.prompt_tokens), sequences,
-                                        forward_only=True)  # fmt: skip
-    token_flops = _at_length(model, 1)
-    decode_flops = model_flops_per_step(token_flops, sequences, forward_only=True) * (
+    prompt = replace(model, seq_len=spec.decode.prompt_tokens)
+    prompt_flops = model_flops_per_step(prompt, sequences, forward_only=True)
+    token = replace(model, seq_len=1)
+    decode_flops = model_flops_per_step(token, sequences, forward_only=True) * (
         spec.decode.tokens - 1
     )
     return Accounting(
@@ -309,12 +309,6 @@ def _accounting(
         flops_per_step=prompt_flops + decode_flops,
         peak_flops=gpu.peak_tflops * 1e12 * len(partition) * tensor,
     )
-
-
-def _at_length(model: TransformerModel, length: int) -> TransformerModel:
-    """The model with its sequence length set (FLOP counts per sequence use it)."""
-    fields = {name: getattr(model, name) for name in model.__dataclass_fields__}
-    return TransformerModel(**{**fields, "seq_len": length})
 
 
 def _first_line(exc: BaseException) -> str:
