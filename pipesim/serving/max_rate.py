@@ -170,11 +170,15 @@ def find_max_rate(
         )
     if slo.ttft_ms is None and slo.tpot_ms is None:
         raise MaxRateError(f"{where}.slo: --max-rate needs slo.ttft_ms or slo.tpot_ms")
-    runs: dict[float, ServeRun] = {}
+    # The answer is always the latest rate that met the SLO (the bracket's and every
+    # bisection step's ``low``), so only that run is kept, not one per probe.
+    kept: list[ServeRun] = []
 
     def probe(rate: float) -> Probe:
-        found, runs[rate] = slo_probe(scenario, rate)
+        found, run = slo_probe(scenario, rate)
+        if found.meets_slo:
+            kept[:] = [run]
         return found
 
     answer = bisect_rate(probe, float(workload.rate), rel_tolerance, progress)
-    return answer, runs[answer.rate_rps]
+    return answer, kept[0]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.serving.build import load_serving
-from pipesim.serving.max_rate import MaxRateError, Probe, bisect_rate, find_max_rate
+from pipesim.serving.max_rate import MaxRateError, Probe, bisect_rate, find_max_rate, slo_probe
 
 
 def threshold_probe(limit: float, seen: list[float] | None = None):
@@ -107,6 +107,8 @@ def test_a_deterministic_queue_serves_up_to_one_request_per_service_time(tmp_pat
     assert answer.low_rps <= limit < answer.high_rps
     assert answer.high_rps - answer.low_rps <= 0.005 * answer.high_rps
     assert run.report.ttft_ms.p99 <= 30.0 and run.report.completed == 200
+    # the run handed back is the one at the answer's rate, not another probe's
+    assert run.report == slo_probe(load_serving(str(path)), answer.rate_rps)[1].report
     again, _ = find_max_rate(load_serving(str(path)), rel_tolerance=0.005)
     assert again == answer
 
