@@ -289,9 +289,11 @@ def _accounting(
     spec: ScenarioSpec,
 ) -> Accounting:
     """Static memory per device: its weights and the KV cache of every sequence at its
-    final length, for its layers; FLOPs of every token produced, for MFU."""
+    final length (the prompt and every token but the last), for its layers; FLOPs of every
+    token produced, for MFU."""
     weights = static_memory(model, partition, tensor=tensor, training=False)
-    final_context = spec.decode.prompt_tokens + spec.decode.tokens
+    # the last sampled token is never run through the model: its key and value are not kept
+    final_context = spec.decode.prompt_tokens + spec.decode.tokens - 1
     kv_per_layer = kv_cache_bytes_per_token(model, tensor) / model.layers
     static = tuple(
         w.total_bytes + layers * kv_per_layer * final_context * sequences

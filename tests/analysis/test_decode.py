@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pipesim.analysis.run import run_scenario
 from pipesim.cluster.inference import BatchShape, stage_boundary_bytes, stage_iteration_ms
 from pipesim.cluster.model import TransformerModel
+from pipesim.cluster.transformer import static_memory
 from pipesim.scenario.build import build_scenario, parse_spec
 from pipesim.scenario.schema import ScenarioError
 from pipesim.schedules import decode
@@ -180,7 +181,16 @@ def test_model_costs_are_the_inference_costs_of_each_step():
     assert costs.forward_ms[4] < costs.forward_ms[0]  # a step is far cheaper than a prompt
     result = run_scenario(built)
     assert result.report.mfu is not None and 0 < result.report.mfu < 1
-    assert result.report.per_device[0].static_memory_bytes > 0
+    # weights of each device's 4 layers, plus the KV cache of its layers for all 2 x 4
+    # sequences at their final context, the prompt and the first two of their three tokens
+    # (the last is sampled, never run): K and V of 4 kv heads of width 64 in bf16,
+    # 2 * 4 * 64 * 2 = 1024 bytes a token a layer
+    weights = static_memory(model, (4, 4), training=False)
+    kv_bytes = 4 * 1024 * 102 * 8
+    assert [d.static_memory_bytes for d in result.report.per_device] == [
+        weights[0].total_bytes + kv_bytes,
+        weights[1].total_bytes + kv_bytes,
+    ]
 
 
 def test_model_decode_with_tensor_parallelism_adds_allreduces():
