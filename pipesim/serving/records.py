@@ -22,8 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from pipesim.cluster.inference import BatchShape
-
-ROUTERS = ("round_robin", "least_outstanding")
+from pipesim.serving.router import ROUTERS
 
 
 class IterationCosts(Protocol):

@@ -10,6 +10,8 @@ requests, as vLLM does.
 
 from __future__ import annotations
 
+ROUTERS = ("round_robin", "least_outstanding")
+
 
 class Router:
     """Picks replicas and keeps count of each one's outstanding requests."""
@@ -17,8 +19,8 @@ class Router:
     __slots__ = ("policy", "outstanding", "_turn")
 
     def __init__(self, policy: str, replicas: int) -> None:
-        if policy not in ("round_robin", "least_outstanding"):
-            raise ValueError(f"router: unknown policy {policy!r}")
+        if policy not in ROUTERS:
+            raise ValueError(f"router: must be one of {', '.join(ROUTERS)}, got {policy!r}")
         self.policy = policy
         self.outstanding = [0] * replicas
         self._turn = 0
