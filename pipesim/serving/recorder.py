@@ -22,8 +22,8 @@ from pipesim.serving.request import Request
 
 
 class Recorder:
-    """The run's notebook. ``on_done(request_id)`` is called once per request, when it
-    finishes or is rejected."""
+    """The run's notebook. ``on_done(replica)`` is called once per request, when it
+    finishes (with the replica that served it) or is rejected (with -1)."""
 
     def __init__(self, requests: Sequence[Request], on_done: Callable[[int], None]) -> None:
         n = len(requests)
