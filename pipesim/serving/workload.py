@@ -220,10 +220,10 @@ def _number(path: Path, row: int, column: str, cell: str) -> float:
         raise ScenarioError(
             f"{path}: row {row}, column {column}: {cell.strip()[:40]!r} is not a number"
         ) from None
-    if not math.isfinite(value) or value < 0 or value > 1e12:
+    if not math.isfinite(value) or value < 0 or value > MAX_ARRIVAL_S:
         raise ScenarioError(
             f"{path}: row {row}, column {column}: {cell.strip()[:40]}; expected seconds "
-            "from 0 to 1e12"
+            f"from 0 to {MAX_ARRIVAL_S:g}"
         )
     return value
 
