@@ -43,7 +43,7 @@ def build(devices: int, groups: int, tokens: int) -> Schedule:
     )
     device_actions = tuple(
         tuple(
-            Action(step * devices + rank, F, group)
+            Action(stage_of(step, rank, devices), F, group)
             for step in range(tokens)
             for group in range(groups)
         )

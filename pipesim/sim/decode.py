@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipesim.schedules.decode import NAME, stage_of
+from pipesim.schedules.decode import stage_of, step_of
 from pipesim.schedules.ir import F, Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
@@ -80,10 +80,6 @@ class DecodeMetrics:
         }
 
 
-def is_decode(schedule: Schedule) -> bool:
-    return schedule.name == NAME
-
-
 def token_end_ms(trace: Trace, schedule: Schedule) -> np.ndarray:
     """``ends[i, t]``: when group ``i``'s token step ``t`` ends on the last device."""
     p, k = schedule.devices, schedule.microbatches
@@ -91,7 +87,7 @@ def token_end_ms(trace: Trace, schedule: Schedule) -> np.ndarray:
     last = (trace.lane == COMPUTE) & (trace.device == p - 1)
     ends = np.full((k, steps), np.nan)
     stage, group = trace.stage[last], trace.microbatch[last]
-    ends[group, stage // p] = trace.end[last]
+    ends[group, step_of(stage, p)] = trace.end[last]
     return ends
 
 
@@ -187,6 +183,6 @@ def row_names(trace: Trace) -> list[str]:
         if stage < 0 or kind not in (KIND_CODE[F], SEND_F):
             names.append(trace.name(row))
             continue
-        text = f"t{stage // p} g{group}"
+        text = f"t{step_of(stage, p)} g{group}"
         names.append(f"{text}->{peer}" if lane == COMM else text)
     return names
