@@ -150,7 +150,7 @@ def render_table(run: ServeRun, search: MaxRate | None = None) -> str:
                        "sequences")  # fmt: skip
     line("KV cache in use", f"mean {report.kv_utilization.mean:.1%}, peak "
                             f"{report.kv_utilization.peak:.1%} of "
-                            f"{scenario.config.replica.kv_blocks:,} blocks per replica")  # fmt: skip
+                            f"{run.result.kv_blocks[0]:,} blocks per replica")  # fmt: skip
     line("bubble fraction", f"{report.bubble_fraction:.4f}")
     lines += ["", f"  {'latency (ms)':<20}{'mean':>11}{'p50':>11}{'p90':>11}{'p99':>11}"]
     for label, stats in (("TTFT", report.ttft_ms), ("TPOT", report.tpot_ms),
