@@ -72,12 +72,11 @@ def kv_cache_bytes_per_token(model: TransformerModel, tensor: int = 1) -> int:
     ``2 * layers * kv_heads * head_dim * dtype_bytes`` (keys and values), the heads divided
     among ``tensor`` ranks (``kv_heads_per_rank``). Llama-2-70B in bf16 (80 layers, 8 KV
     heads of 128): 2 * 80 * 8 * 128 * 2 = 327,680 bytes with tensor=1."""
-    per_layer = 2 * kv_heads_per_rank(model, tensor) * model.head_dim * model.dtype_bytes
-    return model.layers * per_layer
+    return model.layers * _kv_bytes_per_token_per_layer(model, tensor)
 
 
 def _kv_bytes_per_token_per_layer(model: TransformerModel, tensor: int) -> int:
-    return kv_cache_bytes_per_token(model, tensor) // model.layers
+    return 2 * kv_heads_per_rank(model, tensor) * model.head_dim * model.dtype_bytes
 
 
 def stage_iteration_flops(
