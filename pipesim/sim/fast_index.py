@@ -15,8 +15,8 @@ The graph has two kinds of node:
   dedicated channel serves them.
 
 Each node waits for at most one message (a group: one per member that needs an input)
-and sends at most one (a group: one per member). ``input_of`` and ``output_of`` hold the
-message number, -1 for none, or ``-2 - g`` for group ``g``'s lists.
+and sends at most one (a group: one per member). The sweep graph's ``input_of`` and
+``output_of`` hold the message number, -1 for none, or ``-2 - g`` for group ``g``'s lists.
 
 The index also answers whether the schedule is one the engine would run without
 complaint (every cell in the right order, exactly once); where it is not, the fast
@@ -50,13 +50,14 @@ class ScheduleIndex:
 
     Per node: ``node_device``, ``node_kind`` (a KIND_CODE), ``node_stage`` and
     ``node_microbatch`` (-1 for a group), ``node_model_stage`` (the layer group whose cost
-    it takes; -1 for a group), ``node_action`` (object array), ``input_of`` and
-    ``output_of``. ``bounds[d]:bounds[d+1]`` are device d's nodes. ``graph``: what the
-    sweep walks (``pipesim.sim.fast_sweep.SweepGraph``).
+    it takes; -1 for a group), ``node_action`` (object array). ``bounds[d]:bounds[d+1]``
+    are device d's nodes. ``graph``: what the sweep walks, each node's input and output
+    message among it (``pipesim.sim.fast_sweep.SweepGraph``).
     Per message: ``message_node`` (its producer), ``message_src``/``message_dst``
-    (devices), ``message_model_stage`` (the boundary whose activation bytes it carries),
-    ``message_kind`` (SEND_F or SEND_B), ``message_stage``/``message_microbatch`` (the
-    producing atom), ``message_atom`` (object array), ``message_consumer`` (its node).
+    (devices), ``message_kind`` (SEND_F or SEND_B), ``message_stage`` and
+    ``message_microbatch`` (the producing atom), ``message_atom`` (object array).
+    ``routes[route_of]`` is each message's sender, receiver and the boundary whose
+    activation bytes it carries.
     ``groups``: per group, ``(node, inputs, outputs, members as (kind, model stage))``.
     ``fault``: None when the engine would run the schedule as listed, else what is wrong.
     """
@@ -69,14 +70,10 @@ class ScheduleIndex:
     node_microbatch: np.ndarray
     node_model_stage: np.ndarray
     node_action: np.ndarray
-    input_of: np.ndarray
-    output_of: np.ndarray
     graph: SweepGraph
     message_node: np.ndarray
-    message_consumer: np.ndarray
     message_src: np.ndarray
     message_dst: np.ndarray
-    message_model_stage: np.ndarray
     message_kind: np.ndarray
     message_stage: np.ndarray
     message_microbatch: np.ndarray
@@ -208,14 +205,10 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
         node_stage=np.zeros(nodes, dtype=np.int64),
         node_microbatch=np.zeros(nodes, dtype=np.int64),
         node_model_stage=np.zeros(nodes, dtype=np.int64),
-        input_of=none,
-        output_of=none,
         graph=SweepGraph(none, none, none, none, none, none, none),
         message_node=none,
-        message_consumer=none,
         message_src=none,
         message_dst=none,
-        message_model_stage=none,
         message_kind=none,
         message_stage=none,
         message_microbatch=none,
@@ -247,7 +240,7 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_obj
     other = np.where(ahead, stage[sender] + 1, stage[sender] - 1)
     receiver = consumer[np.where(ahead, 0, 1), other * width + microbatch[sender]]
     placement = np.asarray(schedule.placement, dtype=np.int64)
-    message_node, message_consumer = atoms.node[sender], atoms.node[receiver]
+    message_node = atoms.node[sender]
     sender_stage = stage[sender]
     src, dst = placement[sender_stage], placement[other]
     boundary = model_stage[np.minimum(sender_stage, other)]
@@ -258,14 +251,10 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_obj
         else np.fromiter(atoms.actions, dtype=object, count=len(atoms.actions))
     )
     return dict(
-        input_of=inputs,
-        output_of=outputs,
         graph=_sweep_graph(schedule, inputs, outputs, groups),
         message_node=message_node,
-        message_consumer=message_consumer,
         message_src=src,
         message_dst=dst,
-        message_model_stage=boundary,
         **_routes(src, dst, boundary),
         message_kind=np.where(ahead, SEND_F, SEND_B),
         message_stage=sender_stage,
