@@ -16,6 +16,7 @@ Every problem is a ScenarioError naming the field.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pipesim.cluster.hardware import UnknownProfileError, build_topology, gpu_profile, link_profile
@@ -221,19 +222,15 @@ def model_costs(
     if hw.gpu is None:
         raise ScenarioError(f"{source}: hardware.gpu: required with a model section")
     gpu = gpu_profile(hw.gpu)
-    model, partition = _model_and_partition(spec, schedule.model_stages, source)
     intra, _ = _node_links(spec, source)
     efficiency = _efficiency(spec)
-    if spec.model.partition == "balanced":  # balance stage times (TP communication aside)
-        tp = TensorParallel(
-            par.tensor,
-            0.0,
-            par.sequence_parallel,
-            par.tp_overlap,
-            efficiency.tensor_overlap_fraction,
-        )
-        loads = time_loads(model, microbatch_size, gpu, efficiency, tp)
-        partition = partition_layers(model, len(partition), "balanced", loads=loads)
+    # "balanced" balances stage times (TP communication aside)
+    tp = TensorParallel(par.tensor, 0.0, par.sequence_parallel, par.tp_overlap,
+                        efficiency.tensor_overlap_fraction)  # fmt: skip
+    model, partition = _model_and_partition(
+        spec, schedule.model_stages, source,
+        lambda model: time_loads(model, microbatch_size, gpu, efficiency, tp),
+    )  # fmt: skip
     costs = stage_costs(
         model,
         partition,
@@ -368,8 +365,13 @@ def _at_reduce_grad_posts(
 
 
 def _model_and_partition(
-    spec: ScenarioSpec, stages: int, source: str
+    spec: ScenarioSpec,
+    stages: int,
+    source: str,
+    loads_of: Callable[[TransformerModel], tuple[int, int, int]] | None = None,
 ) -> tuple[TransformerModel, tuple[int, ...]]:
+    """The scenario's model and its layers split over ``stages``; ``"balanced"`` equalises
+    ``loads_of(model)`` (``partition_layers``'s ``loads``), by default FLOPs."""
     m = spec.model
     try:
         model = TransformerModel(
@@ -386,6 +388,9 @@ def _model_and_partition(
             tied_embeddings=m.tied_embeddings,
             flash_attention=m.flash_attention,
         )
-        return model, partition_layers(model, stages, m.partition)
+        balanced = loads_of is not None and m.partition == "balanced"
+        return model, partition_layers(
+            model, stages, m.partition, loads=loads_of(model) if balanced else None
+        )
     except ValueError as exc:
         raise ScenarioError(f"{source}: model: {exc}") from None
