@@ -182,7 +182,7 @@ def _build(schedule: Schedule) -> ScheduleIndex:
         node_kind[owners] = atoms.kind[simple_atoms]
         node_stage[owners] = atoms.stage[simple_atoms]
         node_microbatch[owners] = atoms.microbatch[simple_atoms]
-    graph = _messages(schedule, atoms, model_stage, is_group, node_object)
+    graph = _messages(schedule, atoms, model_stage, is_group, node_object, bounds)
     return ScheduleIndex(
         **base,
         node_kind=node_kind,
@@ -219,7 +219,9 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
     )
 
 
-def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_object) -> dict:
+def _messages(
+    schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_object, bounds
+) -> dict:
     """The messages between atoms, and each node's input and output message."""
     stages = schedule.stages
     owner = np.asarray(schedule._stage_chain, dtype=np.int64)
@@ -251,7 +253,7 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_obj
         else np.fromiter(atoms.actions, dtype=object, count=len(atoms.actions))
     )
     return dict(
-        graph=_sweep_graph(schedule, inputs, outputs, groups),
+        graph=_sweep_graph(bounds, inputs, outputs, groups),
         message_node=message_node,
         message_src=src,
         message_dst=dst,
@@ -322,10 +324,8 @@ def _wire(atoms, sender, receiver, model_stage, is_group) -> tuple:
     return inputs, outputs, tuple(groups)
 
 
-def _sweep_graph(schedule: Schedule, inputs, outputs, groups) -> SweepGraph:
+def _sweep_graph(bounds: tuple[int, ...], inputs, outputs, groups) -> SweepGraph:
     """The arrays the sweep walks: device ranges, inputs, outputs, the groups' lists."""
-    lengths = [len(actions) for actions in schedule.device_actions]
-    bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     members_in = [np.asarray(g[1], dtype=np.int64) for g in groups]
     members_out = [np.asarray(g[2], dtype=np.int64) for g in groups]
 
@@ -335,7 +335,8 @@ def _sweep_graph(schedule: Schedule, inputs, outputs, groups) -> SweepGraph:
         flat = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
         return first, flat.astype(np.int64)
 
-    return SweepGraph(bounds, inputs, outputs, *packed(members_in), *packed(members_out))
+    return SweepGraph(np.asarray(bounds, dtype=np.int64), inputs, outputs,
+                      *packed(members_in), *packed(members_out))  # fmt: skip
 
 
 def remember(index: ScheduleIndex, key, value) -> None:
