@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipesim.schedules.ir import Kind, Schedule
+from pipesim.schedules.ir import Action, Kind, Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.memory import (
     GIVE_BACK,
@@ -66,17 +66,8 @@ def memory_program(schedule: Schedule) -> MemoryProgram:
     group, kept, grad, starts = [], [], [], [0]
     for actions in schedule.device_actions:
         for action in actions:
-            if action.sub_actions is None:  # the common case: one atom
-                change = _CHANGE.get(action.kind)
-                if change is not None:
-                    group.append(group_of[action.stage])
-                    kept.append(change[0])
-                    grad.append(change[1])
-                continue
-            atoms = action.sub_actions
-            for atom in [a for a in atoms if a.kind == Kind.F] + [
-                a for a in atoms if a.kind != Kind.F
-            ]:
+            atoms = action.atoms if action.sub_actions is None else _forwards_first(action)
+            for atom in atoms:
                 change = _CHANGE.get(atom.kind)
                 if change is not None:
                     group.append(group_of[atom.stage])
@@ -89,6 +80,12 @@ def memory_program(schedule: Schedule) -> MemoryProgram:
         np.asarray(grad, dtype=np.float64),
         np.asarray(starts, dtype=np.int64),
     )
+
+
+def _forwards_first(group: Action) -> list[Action]:
+    """A group's atoms, its forwards (which take memory) before the rest (which give it
+    back), each part in its own order."""
+    return sorted(group.sub_actions, key=lambda atom: atom.kind != Kind.F)
 
 
 def peak_activation_bytes(program: MemoryProgram, costs: Costs) -> np.ndarray:
