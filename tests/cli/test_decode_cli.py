@@ -11,6 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from pipesim import load_scenario
 from pipesim.cli.commands import main
 
 FILL = str(Path(__file__).parents[2] / "scenarios" / "decode-pipeline-fill.yaml")
@@ -83,10 +84,18 @@ def test_model_derived_decode_runs(tmp_path):
         "hardware": {"gpu": "a100-sxm-80gb", "link": "nvlink3"},
     }  # fmt: skip
     del data["costs"]
-    result = invoke("run", write(tmp_path, data), "--format", "json")
+    path = write(tmp_path, data)
+    result = invoke("run", path, "--format", "json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["ttft_ms"] > 0 and report["tpot_ms"] > 0
+    # group 0 goes first everywhere: its prefill on device 0, the hidden states' hop, its
+    # prefill on device 1, where its first token is sampled
+    built = load_scenario(path)
+    prefill_ms, hop = built.costs.forward_ms, built.topology.link(0, 1)
+    first = prefill_ms[0] + hop.transfer_ms(built.costs.activation_bytes[0]) + prefill_ms[1]
+    assert report["group_ttft_ms"][0] == pytest.approx(first, rel=1e-12)
+    assert report["ttft_ms"] == pytest.approx(sum(report["group_ttft_ms"]) / 2, rel=1e-12)
+    assert report["tpot_ms"] > 0
     assert report["analytic"] is None  # a step's cost grows with the context
     assert 0 < report["mfu"] < 1
 
