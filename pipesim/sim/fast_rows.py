@@ -241,10 +241,10 @@ def _tails(index: ScheduleIndex, tail_ms, after_flush: bool, sweep: SweepResult,
     rank = np.where(busy, node_rank[np.maximum(stops - 1, 0)] if len(node_rank) else -1, -1)
     finished = np.lexsort((rank, free))  # devices in the order they finish
     if after_flush:
-        trigger = int(finished[-1]) if devices else -1
-        finished = np.concatenate([[trigger], finished[:-1]]) if devices else finished
-        named = int(ref[trigger]) if devices and busy[trigger] else -1
-        start = np.full(devices, float(free.max()) if devices else 0.0)
+        trigger = int(finished[-1])  # some device has a tail, so there is one
+        finished = np.concatenate([[trigger], finished[:-1]])
+        named = int(ref[trigger]) if busy[trigger] else -1
+        start = np.full(devices, float(free.max()))
         cause = np.full(devices, CAUSE_FLUSH, dtype=np.int8)
         refs = np.full(devices, named, dtype=np.int64)
     else:
