@@ -39,7 +39,6 @@ from pathlib import Path
 
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.inference import kv_capacity_tokens
-from pipesim.cluster.model import Efficiency
 from pipesim.scenario import derive
 from pipesim.scenario.build import parse_spec
 from pipesim.scenario.load import apply_overrides, read_mapping
@@ -296,7 +295,7 @@ def _model_costs(spec: ScenarioSpec, source: str) -> tuple[list[ModelIterationCo
     except ValueError as exc:
         raise ScenarioError(f"{source}: model: {str(exc).splitlines()[0]}") from None
     intra, _ = derive._node_links(spec, source)
-    eff = spec.model.efficiency
+    efficiency = derive._efficiency(spec)  # as decode mode and training read model.efficiency
     costs = [
         ModelIterationCosts(
             model=model,
@@ -304,7 +303,7 @@ def _model_costs(spec: ScenarioSpec, source: str) -> tuple[list[ModelIterationCo
             gpu=gpu,
             tensor=par.tensor,
             tensor_link=intra if par.tensor > 1 else None,
-            efficiency=Efficiency(eff.max_fraction, eff.half_tokens, eff.launch_overhead_ms),
+            efficiency=efficiency,
             links=tuple(links[: stages - 1]),
             back_link=links[-1] if stages > 1 else None,
         )

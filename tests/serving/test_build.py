@@ -151,6 +151,20 @@ def test_model_costs_one_request_is_the_sum_of_stage_rooflines_and_hops(tmp_path
     assert report.tpot_ms.mean == pytest.approx((step_1 + step_2) / 2, rel=1e-9)
 
 
+def test_model_efficiency_reaches_the_serving_costs_whole(tmp_path):
+    # every field of model.efficiency, as decode mode and training read it
+    given = {"max_fraction": 0.5, "half_tokens": 256.0, "launch_overhead_ms": 0.01,
+             "attention_fraction": 0.4, "memory_fraction": 0.6, "tensor_overlap_fraction": 0.3}  # fmt: skip
+    path = scenario(
+        tmp_path,
+        parallel={"tensor": 8},
+        model={**LLAMA_70B, "efficiency": given},
+        hardware=H100_NODE,
+        serving={"workload": {"rate": 1.0, "requests": 1}},
+    )
+    assert load_serving(path).config.replica.costs.efficiency == Efficiency(**given)
+
+
 # ---------------------------------------------------------------------------
 # What cannot run: one line naming the file and the key
 
