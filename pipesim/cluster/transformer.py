@@ -78,11 +78,11 @@ class TransformerModel:
                 raise ValueError(f"model {name} must be a positive integer, got {value!r}")
         if self.hidden % self.heads:
             raise ValueError(
-                f"hidden must be divisible by heads, got {self.hidden=}, {self.heads=}"
+                f"hidden must be divisible by heads, got hidden={self.hidden}, heads={self.heads}"
             )
         if self.heads % self.kv_heads:  # type: ignore[operator]
             raise ValueError(
-                f"heads must be divisible by kv_heads, got {self.heads=}, {self.kv_heads=}"
+                f"kv_heads must divide heads, got heads={self.heads}, kv_heads={self.kv_heads}"
             )
 
     @property
