@@ -17,10 +17,11 @@ node, what the tensor-parallel all-reduces cost; on that link without recomputat
 the forward pass run again inside the backward costs. Subtracting the runner-up's
 terms from the winner's says where the difference comes from.
 
-Some choices are not made for speed but forced by memory. For the winner, each knob that
-trades memory for time (recomputation on, a higher ZeRO stage, a smaller microbatch) is
-turned back the other way; where that candidate exceeds the GPU's memory, the choice was
-forced, and the explanation says so with the peak it would have needed.
+Some choices are not made for speed but forced by memory. For the winner and the
+runner-up, each knob that trades memory for time (recomputation on, a higher ZeRO stage, a
+smaller microbatch) is turned back one step the other way; where that candidate is pruned
+for memory (the same walk as the planner's pruning), the choice was forced, and the
+explanation says so.
 """
 
 from __future__ import annotations
@@ -194,7 +195,7 @@ def _idle_terms(result: Result, device: int) -> dict[str, float]:
 
 
 def _memory_forced(base: dict[str, Any], source: str, row: dict[str, Any]) -> tuple[str, ...]:
-    """The winner's memory-saving choices that memory forced: the other way, it does not
+    """The plan's memory-saving choices that memory forced: the other way, it does not
     fit (the same walk as the pruning)."""
     candidate = Candidate(**{attr: row[key] for key, attr in AXIS_ATTRIBUTES.items()})
     flips = []
