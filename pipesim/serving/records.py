@@ -72,7 +72,7 @@ class HandTypedCosts:
     def __post_init__(self) -> None:
         prefill = _milliseconds("prefill_ms", self.prefill_ms)
         decode = _milliseconds("decode_ms", self.decode_ms)
-        hops = _milliseconds("hop_ms", self.hops_ms) or (0.0,) * (len(prefill) - 1)
+        hops = _milliseconds("hops_ms", self.hops_ms) or (0.0,) * (len(prefill) - 1)
         if not prefill:
             raise ValueError("prefill_ms: needs one entry per stage, got none")
         if len(decode) != len(prefill):
@@ -81,7 +81,7 @@ class HandTypedCosts:
             )
         if len(hops) not in (len(prefill) - 1, len(prefill)):
             raise ValueError(
-                f"hop_ms: needs {len(prefill) - 1} entries (one per stage boundary) or "
+                f"hops_ms: needs {len(prefill) - 1} entries (one per stage boundary) or "
                 f"{len(prefill)} (and the way back from the last stage), got {len(hops)}"
             )
         if self.prompt_tokens < 1:

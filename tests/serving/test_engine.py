@@ -137,7 +137,8 @@ def test_progress_counts_every_request_once():
         (lambda c: ServeConfig(ReplicaConfig(c), router="random"), "router"),
         (lambda c: HandTypedCosts((1.0, 1.0), (1.0,), 4), "decode_ms"),
         (lambda c: HandTypedCosts((1.0, -1.0), (1.0, 1.0), 4), "prefill_ms"),
-        (lambda c: HandTypedCosts((1.0, 1.0), (1.0, 1.0), 4, (1.0, 2.0, 3.0)), "hop_ms"),
+        (lambda c: HandTypedCosts((1.0, 1.0), (1.0, 1.0), 4, (1.0, 2.0, 3.0)), "hops_ms"),
+        (lambda c: HandTypedCosts((1.0, 1.0), (1.0, 1.0), 4, (-1.0,)), "hops_ms"),
     ],
 )
 def test_bad_configurations_name_their_field(build, field):
