@@ -95,12 +95,6 @@ class _DeviceGrid:
         forwards = 2 * microbatches
         self.memory = _MemoryProfile(self.where[:forwards], self.where[forwards:], self.taken)
 
-    def slots(self, kind: Kind) -> np.ndarray:
-        """``slots[chunk, microbatch]`` of the device's ``kind`` passes."""
-        half = 2 * self.microbatches
-        rows = self.where[:half] if kind == F else self.where[half:]
-        return np.array(rows, np.int64).reshape(2, self.microbatches)
-
     def pull(self, k: int, ready: int, cap: int) -> None:
         """Move pass k to the first free slot in [ready, its slot) that keeps peak <= cap."""
         old = self.where[k]
@@ -139,7 +133,7 @@ class _DeviceGrid:
         each one's W. The k-th W takes the first free slot at or after both its I's end and
         the slot after the (k-1)-th W: a running maximum over free-slot indices.
         """
-        backward = self.slots(I).ravel()
+        backward = np.array(self.where[2 * self.microbatches :], np.int64)  # rows I0, I1
         order = np.argsort(backward, kind="stable")
         free = np.flatnonzero(np.frombuffer(self.taken, np.uint8) == 0)
         first = np.searchsorted(free, backward[order] + 1)
