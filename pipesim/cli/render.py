@@ -308,7 +308,12 @@ def render_sweep_table(frame: pd.DataFrame) -> str:
                 shown[label] = [_cell(v, fmt) for v in frame[key]]
         label = "peak memory" if memory == "peak_memory_bytes_max" else "peak activations"
         shown[label] = ["-" if pd.isna(v) else format_bytes(float(v)) for v in frame[memory]]
-    errors = [str(e) for e in frame["error"]]
+    return sweep_rows(shown, [str(e) for e in frame["error"]])
+
+
+def sweep_rows(shown: dict[str, list[str]], errors: list[str]) -> str:
+    """Columns of cells, right-aligned under their names, and the reason of each row that
+    did not run after its cells (an ``error`` heading only when some row has one)."""
     widths = {name: max(len(name), *(len(c) for c in cells)) for name, cells in shown.items()}
     lines = ["  ".join(name.rjust(widths[name]) for name in shown)]
     if any(errors):

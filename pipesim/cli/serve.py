@@ -28,6 +28,7 @@ from pipesim.cli.output import (
     write_outputs,
 )
 from pipesim.cli.progress import open_ended_bar, progress_bar
+from pipesim.cli.render import sweep_rows
 from pipesim.plot.serving import serving_figure, serving_sweep_figure
 from pipesim.serving.build import ServeRun, ServingScenario, load_serving, run_serving
 from pipesim.serving.export import report_scalars, requests_csv, to_chrome_trace
@@ -211,15 +212,7 @@ def render_serving_sweep_table(frame: pd.DataFrame) -> str:
     for label, key, fmt in SWEEP_COLUMNS:
         if key in frame:
             shown[label] = ["-" if pd.isna(v) else fmt.format(float(v)) for v in frame[key]]
-    errors = [str(e) for e in frame["error"]]
-    widths = {name: max(len(name), *(len(c) for c in cells)) for name, cells in shown.items()}
-    lines = [
-        "  ".join(name.rjust(widths[name]) for name in shown) + ("  error" if any(errors) else "")
-    ]
-    for i, error in enumerate(errors):
-        cells = "  ".join(shown[name][i].rjust(widths[name]) for name in shown)
-        lines.append((cells + (f"  {error}" if error else "")).rstrip())
-    return "\n".join(lines) + "\n"
+    return sweep_rows(shown, [str(e) for e in frame["error"]])
 
 
 def sweep_functions(base: dict, run_sweep, sweep_figure, render_sweep_table) -> tuple:
