@@ -23,20 +23,20 @@ In every case the last device sends only the sampled token ids back to device 0
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipesim.cluster.hardware import GpuProfile, gpu_profile
+from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.inference import (
     TOKEN_ID_BYTES,
     BatchShape,
     kv_cache_bytes_per_token,
     stage_boundary_bytes,
+    stage_iteration_flops,
     stage_iteration_ms,
 )
 from pipesim.cluster.model import TransformerModel
-from pipesim.cluster.transformer import model_flops_per_step, static_memory
+from pipesim.cluster.transformer import static_memory
 from pipesim.scenario import derive
 from pipesim.scenario.profile import Profile, ProfileError, load_profile
 from pipesim.scenario.schema import ScenarioError, ScenarioSpec
@@ -254,21 +254,33 @@ def _model_costs(
     intra, _ = derive._node_links(spec, source)
     efficiency = derive._efficiency(spec)
     tp_link = intra if par.tensor > 1 else None
-    forward, sent = [], []
+    forward, sent, group_flops = [], [], 0.0
     for step in range(steps):
         shape = _step_shape(step, group_size, prompt)
+        emitting = group_size if step == 0 else 0
         for s, layers in enumerate(partition):
             forward.append(
                 stage_iteration_ms(
                     model, layers, gpu, shape, first=s == 0, last=s == p - 1,
                     tensor=par.tensor, tensor_link=tp_link, efficiency=efficiency,
-                    emitting=group_size if step == 0 else 0,
+                    emitting=emitting,
                 )
             )  # fmt: skip
             sent.append(stage_boundary_bytes(model, shape))
+            group_flops += sum(
+                stage_iteration_flops(model, layers, shape, last=s == p - 1, emitting=emitting)
+            )
     costs = _costs(forward, sent, p, group_size, 0.0)
     groups = schedule.microbatches
-    accounting = _accounting(model, partition, gpu, par.tensor, groups * group_size, spec)
+    static = _static_memory(model, partition, par.tensor, groups * group_size, spec)
+    accounting = Accounting(
+        static_memory_bytes=static,
+        memory_capacity_bytes=gpu.memory_bytes,
+        # MFU counts what the costs run: every step's layers, its attention over the
+        # context so far, and the LM head where a token is sampled
+        flops_per_step=group_flops * groups,
+        peak_flops=gpu.peak_tflops * 1e12 * p * par.tensor,
+    )
     return costs, accounting
 
 
@@ -280,36 +292,22 @@ def _step_shape(step: int, group_size: int, prompt: int) -> BatchShape:
     return BatchShape(decode_seqs=group_size, decode_context=group_size * (prompt + step))
 
 
-def _accounting(
+def _static_memory(
     model: TransformerModel,
     partition: tuple[int, ...],
-    gpu: GpuProfile,
     tensor: int,
     sequences: int,
     spec: ScenarioSpec,
-) -> Accounting:
+) -> tuple[float, ...]:
     """Static memory per device: its weights and the KV cache of every sequence at its
-    final length (the prompt and every token but the last), for its layers; FLOPs of every
-    token produced, for MFU."""
+    final length (the prompt and every token but the last), for its layers."""
     weights = static_memory(model, partition, tensor=tensor, training=False)
     # the last sampled token is never run through the model: its key and value are not kept
     final_context = spec.decode.prompt_tokens + spec.decode.tokens - 1
     kv_per_layer = kv_cache_bytes_per_token(model, tensor) / model.layers
-    static = tuple(
+    return tuple(
         w.total_bytes + layers * kv_per_layer * final_context * sequences
         for w, layers in zip(weights, partition, strict=True)
-    )
-    prompt = replace(model, seq_len=spec.decode.prompt_tokens)
-    prompt_flops = model_flops_per_step(prompt, sequences, forward_only=True)
-    token = replace(model, seq_len=1)
-    decode_flops = model_flops_per_step(token, sequences, forward_only=True) * (
-        spec.decode.tokens - 1
-    )
-    return Accounting(
-        static_memory_bytes=static,
-        memory_capacity_bytes=gpu.memory_bytes,
-        flops_per_step=prompt_flops + decode_flops,
-        peak_flops=gpu.peak_tflops * 1e12 * len(partition) * tensor,
     )
 
 

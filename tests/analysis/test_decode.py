@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.analysis.run import run_scenario
+from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.inference import BatchShape, stage_boundary_bytes, stage_iteration_ms
 from pipesim.cluster.model import TransformerModel
-from pipesim.cluster.transformer import static_memory
+from pipesim.cluster.transformer import layer_parameters, static_memory
 from pipesim.scenario.build import build_scenario, parse_spec
 from pipesim.scenario.schema import ScenarioError
 from pipesim.schedules import decode
@@ -191,6 +192,21 @@ def test_model_costs_are_the_inference_costs_of_each_step():
         weights[0].total_bytes + kv_bytes,
         weights[1].total_bytes + kv_bytes,
     ]
+
+
+def test_model_decode_flops_are_every_step_at_its_context():
+    built = scenario(
+        devices=2, groups=3, tokens=3, prompt=100, size=4, costs={},
+        model=SMALL_MODEL, hardware={"gpu": "h100-sxm"},
+    )  # fmt: skip
+    model = TransformerModel(**SMALL_MODEL)
+    layer = 2 * layer_parameters(model)  # FLOPs per token per layer, 2 per weight
+    attention = 4 * 1024  # per token per layer and token of context (QK^T and scores x V)
+    head = 2 * 1024 * 32000  # the LM head, for each sampled token
+    prefill = 8 * (layer * 100 + attention * 100 * 100) + head  # one prompt, 100 tokens
+    steps = sum(8 * (layer + attention * (100 + t)) + head for t in (1, 2))  # then 2 tokens
+    assert built.accounting.flops_per_step == pytest.approx(3 * 4 * (prefill + steps), rel=1e-12)
+    assert built.accounting.peak_flops == 2 * gpu_profile("h100-sxm").peak_tflops * 1e12
 
 
 def test_model_decode_with_tensor_parallelism_adds_allreduces():
