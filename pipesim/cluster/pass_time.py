@@ -180,7 +180,7 @@ def exposed_data_parallel_ms(
 
 
 def exposed_gather_ms(
-    gather_ms: float, compute_ms: float, overlap: bool, layers: int = 1, scatter_ms: float = 0.0
+    gather_ms: float, pass_ms: float, overlap: bool, layers: int = 1, scatter_ms: float = 0.0
 ) -> float:
     """What a pass waits for its ZeRO-3 communication: the parameter gather of ``gather_ms``
     before it and, where it has one, the gradient reduce-scatter of ``scatter_ms`` after it.
@@ -194,7 +194,7 @@ def exposed_gather_ms(
     after the last layer's reduce-scatter, so both are exposed whole; every later layer's
     communication hides under the layer before it, and shows only what outlasts it. With
     ``L = layers`` and per-layer shares ``g = gather_ms / L``, ``r = scatter_ms / L``,
-    ``c = compute_ms / L`` (the stage's embedding or LM head spread over its layers):
+    ``c = pass_ms / L`` (the stage's embedding or LM head spread over its layers):
 
         exposed = g + r + max(0, (L - 1) (g + r - c))
 
@@ -203,7 +203,7 @@ def exposed_gather_ms(
         return gather_ms + scatter_ms
     layers = max(layers, 1)
     per_layer = (gather_ms + scatter_ms) / layers
-    outlasting = (layers - 1) * (per_layer - compute_ms / layers)
+    outlasting = (layers - 1) * (per_layer - pass_ms / layers)
     return per_layer + max(outlasting, 0.0)
 
 
