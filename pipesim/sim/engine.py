@@ -93,18 +93,24 @@ def simulate(
     computing), or, with ``tail_after_flush=False``, as soon as the device's own last
     action ends (overlapped with the other devices' cool-down).
     """
+    check_arguments(schedule, costs, tail_ms)
+    topology = topology or Topology(schedule.devices)
+    run = _Run(schedule, costs, topology, duration_scale, link_scale)
+    if tail_ms is not None:
+        run.tail_ms, run.tail_after_flush = tuple(tail_ms), tail_after_flush
+    with no_cyclic_gc():
+        return run.execute()
+
+
+def check_arguments(schedule: Schedule, costs: Costs, tail_ms: Sequence[float] | None) -> None:
+    """ValueError where ``costs`` or ``tail_ms`` do not fit ``schedule`` (checked by every
+    evaluator before it runs)."""
     if costs.stages < schedule.model_stages:
         raise ValueError(
             f"costs cover {costs.stages} stages, the schedule needs {schedule.model_stages}"
         )
-    topology = topology or Topology(schedule.devices)
-    run = _Run(schedule, costs, topology, duration_scale, link_scale)
-    if tail_ms is not None:
-        if len(tail_ms) != schedule.devices:
-            raise ValueError(f"tail_ms has {len(tail_ms)} entries, expected {schedule.devices}")
-        run.tail_ms, run.tail_after_flush = tuple(tail_ms), tail_after_flush
-    with no_cyclic_gc():
-        return run.execute()
+    if tail_ms is not None and len(tail_ms) != schedule.devices:
+        raise ValueError(f"tail_ms has {len(tail_ms)} entries, expected {schedule.devices}")
 
 
 class _Run:
@@ -379,4 +385,4 @@ class _Run:
         self.next_row()
 
 
-__all__ = ["DeadlockError", "simulate"]
+__all__ = ["DeadlockError", "check_arguments", "simulate"]

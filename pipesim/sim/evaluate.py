@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
-from pipesim.sim.engine import DurationScale, simulate
+from pipesim.sim.engine import DurationScale, check_arguments, simulate
 from pipesim.sim.fast import fast_simulate, unsupported
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import Trace
@@ -67,7 +67,7 @@ def evaluate(
     )
     if evaluator == "simpy":
         return simulate(schedule, costs, topology, **engine_kwargs), "simpy"
-    _check_sizes(schedule, costs, tail_ms)
+    check_arguments(schedule, costs, tail_ms)  # the engine's checks, for the sweep too
     reason = fast_unsupported(
         schedule, costs, topology, duration_scale=duration_scale, link_scale=link_scale
     )
@@ -81,16 +81,6 @@ def evaluate(
     elif evaluator == "fast":
         raise ValueError(f"the fast evaluator cannot run this scenario: {reason}")
     return simulate(schedule, costs, topology, **engine_kwargs), "simpy"
-
-
-def _check_sizes(schedule: Schedule, costs: Costs, tail_ms: Sequence[float] | None) -> None:
-    """The engine's own argument checks, made before either evaluator runs."""
-    if costs.stages < schedule.model_stages:
-        raise ValueError(
-            f"costs cover {costs.stages} stages, the schedule needs {schedule.model_stages}"
-        )
-    if tail_ms is not None and len(tail_ms) != schedule.devices:
-        raise ValueError(f"tail_ms has {len(tail_ms)} entries, expected {schedule.devices}")
 
 
 __all__ = ["EVALUATORS", "evaluate", "fast_unsupported"]

@@ -283,6 +283,15 @@ def test_invalid_and_deadlocked_schedules_raise_the_engines_errors():
         evaluate(schedule_from_lists(cycle), costs, evaluator="fast")
 
 
+def test_costs_or_tails_that_do_not_fit_the_schedule_are_refused_by_every_evaluator():
+    schedule = get_schedule("1f1b", 4, 8)
+    for evaluator in EVALUATORS:
+        with pytest.raises(ValueError, match="^costs cover 3 stages, the schedule needs 4$"):
+            evaluate(schedule, uniform_costs(3), evaluator=evaluator)
+        with pytest.raises(ValueError, match="^tail_ms has 3 entries, expected 4$"):
+            evaluate(schedule, uniform_costs(4), tail_ms=[1.0] * 3, evaluator=evaluator)
+
+
 def test_one_schedule_under_many_costs_reuses_its_index():
     schedule = get_schedule("zbv", 4, 8, 2)
     assert schedule_index(schedule) is schedule_index(get_schedule("zbv", 4, 8, 2))
