@@ -64,17 +64,23 @@ HAND_KEYS = frozenset({"prefill_ms", "decode_ms"})
 
 @dataclass(frozen=True, slots=True)
 class ServingScenario:
-    """A checked serving scenario: the engine's configuration, the requests, the SLO, and
-    where the costs came from (``hand-typed``, ``profile`` or ``model``)."""
+    """A checked serving scenario: the engine's configuration, the requests, the spec they
+    were built from (its name and SLO with it), and where the costs came from
+    (``hand-typed``, ``profile`` or ``model``)."""
 
-    name: str
-    description: str
     config: ServeConfig
     requests: tuple[Request, ...]
-    slo: SloSpec
     spec: ScenarioSpec
     source: str
     costs_from: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def slo(self) -> SloSpec:
+        return self.spec.serving.slo
 
 
 def load_serving(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> ServingScenario:
@@ -88,16 +94,7 @@ def build_serving(spec: ScenarioSpec, source: str) -> ServingScenario:
     run)."""
     config, costs_from = serve_config(spec, source)
     requests = generate_requests(spec.serving.workload, Path(source).parent, source)
-    return ServingScenario(
-        name=spec.name,
-        description=spec.description,
-        config=config,
-        requests=tuple(requests),
-        slo=spec.serving.slo,
-        spec=spec,
-        source=source,
-        costs_from=costs_from,
-    )
+    return ServingScenario(config, tuple(requests), spec, source, costs_from)
 
 
 def serve_config(spec: ScenarioSpec, source: str) -> tuple[ServeConfig, str]:
