@@ -30,9 +30,8 @@ from pipesim.cluster.efficiency import Efficiency, attention_ms, compute_ms, mem
 from pipesim.cluster.hardware import GpuProfile
 from pipesim.cluster.memory_bound import (
     OPTIMIZER_STEP_BYTES_PER_PARAM,
-    embedding_memory_bound_bytes,
     layer_memory_bound_bytes,
-    lm_head_memory_bound_bytes,
+    stage_memory_bound_bytes,
 )
 from pipesim.cluster.transformer import (
     TransformerModel,
@@ -120,18 +119,20 @@ def stage_pass_times(
     backward_weight = layers * layer.backward_weight_ms
     if model.recompute:
         backward_input += forward
-    if first:
-        moved = embedding_memory_bound_bytes(model, microbatch_size)
-        forward += memory_ms(moved.forward, gpu, efficiency)
-        backward_input += memory_ms(moved.backward, gpu, efficiency)
+    # the embedding's and the LM head's memory-bound bytes: the stage's bytes without layers
+    ends = stage_memory_bound_bytes(
+        model, 0, microbatch_size, first=first, last=last,
+        tensor=tp.degree, sequence_parallel=tp.sequence_parallel,
+    )  # fmt: skip
+    forward += memory_ms(ends.forward, gpu, efficiency)
+    backward_input += memory_ms(ends.backward, gpu, efficiency)
     if last:
         tokens = microbatch_size * model.seq_len
         head = compute_ms(
             lm_head_flops(model, microbatch_size).forward / tp.degree, gpu, efficiency, tokens
         )
-        moved = lm_head_memory_bound_bytes(model, microbatch_size, tp.degree, tp.sequence_parallel)
-        forward += head + memory_ms(moved.forward, gpu, efficiency)
-        backward_input += head + memory_ms(moved.backward, gpu, efficiency)
+        forward += head
+        backward_input += head
         backward_weight += head
     return PassTimes(forward, backward_input, backward_weight)
 
