@@ -40,6 +40,7 @@ from pipesim.analysis.plan_space import (
 )
 from pipesim.analysis.run import Result, run_scenario
 from pipesim.analysis.sweep import SweepError
+from pipesim.cluster.hardware import gpu_profile
 from pipesim.scenario.build import build_scenario, parse_spec
 
 Progress = Callable[[int], None]
@@ -68,6 +69,7 @@ class Plan:
     # (step_time_ms, peak_memory_bytes) of every scored candidate, in space order
     points: tuple[tuple[float, float], ...] = field(repr=False, default=())
     axes: dict[str, list[Any]] = field(default_factory=dict)  # the values each axis took
+    capacity_bytes: float = 0.0  # one GPU's memory, what the candidates were pruned against
 
     def to_dict(self) -> dict[str, Any]:
         """What ``--format json`` prints."""
@@ -139,9 +141,10 @@ def plan(
     ranked = rank(rows)
     shown = ranked[: max(top, confirm, 1)]
     scored = tuple((row["step_time_ms"], row["peak_memory_bytes"]) for _, row in rows)
+    capacity = float(gpu_profile(spec.hardware.gpu).memory_bytes)
     result = Plan(len(points), dict(sorted(pruned.items())), len(rows), 0, 0.0,
                   shown[:top], pareto(ranked), timelines, base, source, scored,
-                  axes_tried(searched))  # fmt: skip
+                  axes_tried(searched), capacity)  # fmt: skip
     confirmed = confirm_top(result, confirm, shown)
     return replace(result, confirmed=confirmed, wall_s=time.perf_counter() - started)
 

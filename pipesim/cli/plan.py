@@ -37,7 +37,6 @@ from pipesim.cli.output import (
     write_outputs,
 )
 from pipesim.cli.progress import progress_bar
-from pipesim.cluster.hardware import gpu_profile
 from pipesim.plot.pareto import pareto_figure
 from pipesim.scenario.build import apply_overrides, read_mapping
 
@@ -121,8 +120,7 @@ def _plan_body(scenario, gpus, overrides, space, confirm, top, fmt, output, emit
     if emit:
         files.append((emit, _emit_text(result, suffix_of(emit))))
     if pareto_path:
-        capacity = _capacity(base)
-        figure = pareto_figure(result, capacity)
+        figure = pareto_figure(result)
         files.append((pareto_path, figure_bytes(figure, suffix_of(pareto_path))))
     if explanation is not None and fmt == "csv":
         for line in explanation.sentences():
@@ -144,13 +142,6 @@ def _gpus(text: str) -> int:
     if not 1 <= value <= 1 << 20:
         raise PlanError(f"--gpus {value}: must be from 1 to 1048576")
     return value
-
-
-def _capacity(base: dict) -> float:
-    try:
-        return float(gpu_profile(base["hardware"]["gpu"]).memory_bytes)
-    except (KeyError, TypeError, ValueError):
-        return 0.0
 
 
 def _emit_text(result: Plan, suffix: str) -> str:

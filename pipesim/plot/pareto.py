@@ -23,8 +23,11 @@ def _label(row: dict) -> str:
             + (" rc" if row["model.recompute"] else ""))  # fmt: skip
 
 
-def pareto_figure(plan: Plan, capacity_bytes: float = 0.0, title: str = ""):
-    """A figure of every scored candidate and the Pareto front of ``plan``."""
+def pareto_figure(plan: Plan, capacity_bytes: float | None = None, title: str = ""):
+    """A figure of every scored candidate and the Pareto front of ``plan``, with the GPU's
+    memory (``capacity_bytes``, by default the plan's; 0: none) as a vertical line."""
+    if capacity_bytes is None:
+        capacity_bytes = plan.capacity_bytes
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.0, 5.0), layout="constrained")
     if plan.points:

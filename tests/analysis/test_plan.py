@@ -324,6 +324,10 @@ def test_pareto_figure_draws_the_front_in_gib_and_marks_the_winner():
                                       result.results[0]["step_time_ms"])  # fmt: skip
     assert "GPU memory (40 GiB)" in lines
     assert len(ax.collections[0].get_offsets()) == result.scored
+    assert result.capacity_bytes == CAPACITY_BYTES  # the line's default: the plan's GPU
+    default = pareto_figure(result).axes[0]
+    assert [line.get_xdata()[0] for line in default.get_lines()
+            if line.get_label() == "GPU memory (40 GiB)"] == [40.0]  # fmt: skip
 
 
 def test_distinct_folds_equal_outcomes_into_the_fastest_and_counts_them():
