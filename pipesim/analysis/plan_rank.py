@@ -32,8 +32,9 @@ def distinct(ranked: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ``equivalent`` counts the others.
 
     Many candidates are one step under other names: on a pipeline of one stage every
-    schedule and partition runs alike, and ZeRO-3's gathers hidden behind compute cost what
-    ZeRO-2 costs. A table of ten copies of the winner would hide the runner-up. Outcomes
+    schedule and partition runs alike, and under a pipeline ZeRO-2 keeps whole gradients
+    until the step's one reduce-scatter, so it is ZeRO-1 in time and memory. A table of ten
+    copies of the winner would hide the runner-up. Outcomes
     are equal when step time and bubble agree to a nanosecond and peak memory to a MiB
     (float sums in another order differ in the last bits)."""
     first: dict[tuple, dict[str, Any]] = {}
