@@ -139,6 +139,24 @@ def test_closed_forms_hold_for_any_prefill_and_latency(p, k, prefill, step, late
     assert ends[:, -1] - ends[:, -2] == pytest.approx(np.full(k, exact.tpot_ms), rel=1e-12)
 
 
+def test_the_tokens_way_back_is_its_own_hop_in_the_closed_form():
+    """p = 3, k = 2, D = 1 ms, 0.1 ms latency and 1 GB/s: a decode step's 64 bytes take
+    0.1 + 64e-6 ms a hop forward, the sampled token id's 8 bytes 0.1 + 8e-6 ms back, so a
+    group's token goes round in 3 D + 2 (0.1 + 64e-6) + (0.1 + 8e-6), longer than k D."""
+    result = run(
+        devices=3, groups=2, tokens=12,
+        costs={"prefill_ms": 1.0, "decode_ms": 1.0, "activation_bytes": 64},
+        hardware={"link": {"latency_us": 100.0, "bandwidth_gbps": 1.0}},
+    )  # fmt: skip
+    period = 3 + 2 * (0.1 + 64e-6) + (0.1 + 8e-6)
+    assert result.decode.analytic.tpot_ms == pytest.approx(period, rel=1e-12)
+    ttft = 1.5 + 2 * (1 + 0.1 + 512e-6)  # (k + 1) / 2 P + (p - 1)(P + c of a prompt)
+    assert result.decode.analytic.ttft_ms == pytest.approx(ttft, rel=1e-12)
+    assert result.decode.ttft_ms == pytest.approx(ttft, rel=1e-12)
+    ends = token_end_ms(result.trace, result.scenario.schedule)
+    assert ends[:, -1] - ends[:, -2] == pytest.approx(np.full(2, period), rel=1e-12)
+
+
 def test_no_closed_form_with_a_per_action_overhead():
     result = run(groups=2, costs={"prefill_ms": 1.0, "decode_ms": 1.0, "overhead_ms": 0.1})
     assert result.decode.analytic is None
