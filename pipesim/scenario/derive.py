@@ -300,11 +300,11 @@ def _step_tail(
     )
     reduction, compute = (0.0,) * len(partition), costs  # compute: before any gathers
     if par.data > 1:
-        intra, inter = _node_links(spec, source)
-        per_node = gpus_per_node(spec, schedule.devices)
+        (intra, inter), per_node = _node_links(spec, source), gpus_per_node(spec, schedule.devices)
         link = data_parallel_link(par.tensor, par.data, per_node, intra, inter)
-        # Replicas laid out tensor-innermost: a node holds per_node / tensor of them.
-        sharing = 1 if link is intra else math.gcd(par.data, max(per_node // par.tensor, 1))
+        # Replicas tensor-innermost: a node holds per_node / tensor of them, or all of them
+        inside = par.tensor * par.data <= per_node  # data_parallel_link's test
+        sharing = 1 if inside else math.gcd(par.data, per_node // par.tensor)
         reduction = data_parallel_allreduce_ms(
             model, partition, par.data, link, par.tensor,
             ranks_per_node=sharing, intra_node_link=intra,

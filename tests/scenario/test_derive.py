@@ -329,3 +329,13 @@ def test_replicas_sharing_a_node_reduce_inside_it_first(tmp_path):
     )
     flat = data_parallel_allreduce_ms(model, partition, 4, ndr)
     assert all(h < f for h, f in zip(reduce, flat, strict=True))
+    # One link named for both levels: still reduced inside each node first (the same
+    # bandwidth term as a flat ring, 2 + 2 latencies instead of 6)
+    data["hardware"] = {"gpu": "h100-sxm", "gpus_per_node": 2, "link": "ib-ndr"}
+    path.write_text(json.dumps(data))
+    same = data_parallel_allreduce_ms(
+        model, partition, 4, ndr, ranks_per_node=2, intra_node_link=ndr
+    )
+    assert load_scenario(path).tail_ms == pytest.approx(
+        tuple(o + r for o, r in zip(optimizer, same, strict=True))
+    )
