@@ -51,8 +51,10 @@ def run_chunks(
             if progress is not None:
                 progress(len(done))
         return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(work, chunk) for chunk in split(items, jobs)]
+    chunks = split(items, jobs)
+    # no more processes than chunks: a fork-started pool starts all of its workers at once
+    with ProcessPoolExecutor(max_workers=min(jobs, len(chunks))) as pool:
+        futures = [pool.submit(work, chunk) for chunk in chunks]
         return _gather(as_completed(futures), progress)
 
 

@@ -1,0 +1,53 @@
+"""The executor shared by sweeps, serving sweeps and the planner: every result comes back
+once, whatever the number of jobs, and a pool never starts more processes than chunks."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import pipesim.analysis.executor as executor
+from pipesim.analysis.executor import check_executor, run_chunks
+
+
+def squares(chunk: list) -> list:
+    return [x * x for x in chunk]
+
+
+def halves(items: list, workers: int) -> list[list]:
+    """Two chunks, whatever the number of workers."""
+    middle = len(items) // 2
+    return [items[:middle], items[middle:]]
+
+
+def test_every_result_comes_back_once_in_process_and_in_a_pool(monkeypatch):
+    started = []
+
+    class Recording(executor.ProcessPoolExecutor):
+        def __init__(self, max_workers: int) -> None:
+            started.append(max_workers)
+            super().__init__(max_workers=max_workers)
+
+    monkeypatch.setattr(executor, "ProcessPoolExecutor", Recording)
+    seen: list[int] = []
+    here = run_chunks(squares, list(range(7)), halves, jobs=1, progress=seen.append)
+    pooled = run_chunks(squares, list(range(7)), halves, jobs=16)
+    assert sorted(here) == sorted(pooled) == [x * x for x in range(7)]
+    assert seen == [3, 4]  # one update per chunk, as it arrives
+    assert started == [2]  # 16 jobs asked for, two chunks to run
+
+
+@pytest.mark.parametrize(
+    ("name", "scheduler", "message"),
+    [
+        ("threads", None, "--executor 'threads': allowed: local, dask"),
+        ("dask", None, "--executor dask needs --scheduler tcp://HOST:PORT"),
+    ],
+)
+def test_a_bad_executor_is_one_line_of_the_callers_error(name, scheduler, message):
+    exact = f"^{re.escape(message)}$"
+    with pytest.raises(RuntimeError, match=exact):
+        check_executor(name, scheduler, RuntimeError)
+    with pytest.raises(LookupError, match=exact):
+        run_chunks(squares, [1, 2], halves, executor=name, scheduler=scheduler, error=LookupError)
