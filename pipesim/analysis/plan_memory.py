@@ -25,15 +25,6 @@ import numpy as np
 
 from pipesim.schedules.ir import Action, Kind, Schedule
 from pipesim.sim.costs import Costs
-from pipesim.sim.memory import (
-    GIVE_BACK,
-    TAKE,
-    _Events,
-    _simple_events,
-    _timelines,
-    memory_timelines,
-)
-from pipesim.sim.trace import COMPUTE, KIND_CODE, Trace
 
 # (coefficient of the activation, coefficient of its weight-gradient part) per change
 _TAKE = (1.0, 0.0)
@@ -113,43 +104,3 @@ def exceeds(peak_bytes: np.ndarray, static_bytes: tuple[float, ...], capacity: f
 def capacity_reason(capacity_bytes: float) -> str:
     """The pruning reason for memory, as the user reads it."""
     return f"exceed {capacity_bytes / 2**30:.0f} GiB on some device"
-
-
-# ---------------------------------------------------------------------------
-# The engine's memory accounting, in bulk for schedules of overlapped groups
-
-_GIVE_BACK_AT_END = {Kind.B: (-1.0, 0.0, -1), Kind.I: (-1.0, 1.0, -1), Kind.W: (0.0, -1.0, 0)}
-
-
-def memory_timelines_bulk(trace: Trace, schedule: Schedule, costs: Costs):
-    """``pipesim.sim.memory.memory_timelines``, equal array for array, with the members of
-    overlapped groups (DualPipe's F&B pairs) gathered in one pass instead of one NumPy call
-    each; a schedule without groups goes to the original."""
-    groups = np.flatnonzero((trace.lane == COMPUTE) & (trace.kind == KIND_CODE[Kind.OVERLAP_F_B]))
-    if not len(groups) or not schedule.is_training:
-        return memory_timelines(trace, schedule, costs)
-    simple = _Events()
-    _simple_events(simple, trace, schedule, costs)
-    kept = np.asarray(costs.activation_memory_bytes, dtype=np.float64)
-    weight_grad = np.asarray(costs.weight_grad_memory_bytes, dtype=np.float64)
-    rows, at_end, group, coef_kept, coef_grad, count = [], [], [], [], [], []
-    for row in groups.tolist():  # members in row order, each group's in its own order
-        for member in trace.actions[row].sub_actions:
-            change = (1.0, 0.0, 1) if member.kind == Kind.F else _GIVE_BACK_AT_END[member.kind]
-            rows.append(row)
-            at_end.append(member.kind != Kind.F)
-            group.append(schedule.model_stage(member.stage))
-            coef_kept.append(change[0])
-            coef_grad.append(change[1])
-            count.append(change[2])
-    rows_array, end = np.asarray(rows, dtype=np.int64), np.asarray(at_end, dtype=bool)
-    group_array = np.asarray(group, dtype=np.int64)
-    change = (np.asarray(coef_kept) * kept[group_array]
-              + np.asarray(coef_grad) * weight_grad[group_array])  # fmt: skip
-    simple.device.append(trace.device[rows_array])
-    simple.time.append(np.where(end, trace.end[rows_array], trace.start[rows_array]))
-    simple.row.append(rows_array)
-    simple.order.append(np.where(end, GIVE_BACK, TAKE))
-    simple.change_bytes.append(change)
-    simple.change_count.append(np.asarray(count, dtype=np.float64))
-    return _timelines(simple, trace.devices)

@@ -33,7 +33,6 @@ from pipesim.analysis.plan_memory import (
     capacity_reason,
     exceeds,
     memory_program,
-    memory_timelines_bulk,
     peak_activation_bytes,
 )
 from pipesim.analysis.plan_space import Candidate
@@ -47,6 +46,7 @@ from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
 from pipesim.sim.evaluate import evaluate
 from pipesim.sim.links import Topology
+from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import Accounting, Report, build_report
 
 METRICS = ("step_time_ms", "tokens_per_second", "mfu", "peak_memory_bytes", "bubble_fraction")
@@ -118,7 +118,7 @@ class Scorer:
         if shared not in self._timelines:
             trace, evaluator = evaluate(schedule, derived.costs, topology, tail_ms=derived.tail_ms,
                                         tail_after_flush=not c.dp_overlap)  # fmt: skip
-            memory = memory_timelines_bulk(trace, schedule, derived.costs)
+            memory = memory_timelines(trace, schedule, derived.costs)
             report = build_report(
                 trace, schedule, derived.costs, c.microbatch_size, scenario=self.spec.name,
                 seq_len=self.spec.model.seq_len, topology=topology,

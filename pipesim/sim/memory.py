@@ -89,26 +89,45 @@ def _simple_events(events: _Events, trace: Trace, schedule: Schedule, costs: Cos
     events.add(trace, rows, trace.end[rows], -weight_grad[group], 0, GIVE_BACK)
 
 
+# A group member's change: (coefficient of its activation, of its weight-gradient part,
+# in-flight count, at the group's end); an F takes at the start.
+_MEMBER_CHANGE = {
+    Kind.F: (1.0, 0.0, 1, False),
+    Kind.B: (-1.0, 0.0, -1, True),
+    Kind.I: (-1.0, 1.0, -1, True),
+    Kind.W: (0.0, -1.0, 0, True),
+}
+_FORWARD_ENDS = (-1.0, 0.0, -1, True)  # inference: an F gives its activation back at its end
+
+
 def _overlapped_events(events: _Events, trace: Trace, schedule: Schedule, costs: Costs) -> None:
     """A group (an overlapped F&B pair, or any group torch's CSV holds) takes its forwards'
-    activations at its start and gives back what its backwards free at its end."""
-    kept, weight_grad = costs.activation_memory_bytes, costs.weight_grad_memory_bytes
-    training = schedule.is_training
+    activations at its start and gives back what its backwards free at its end; every
+    member of every group is collected first and added as one batch of events."""
     groups = np.flatnonzero((trace.lane == COMPUTE) & (trace.kind == KIND_CODE[Kind.OVERLAP_F_B]))
-    for row in groups:
-        start, end = [trace.start[row]], [trace.end[row]]
+    if not len(groups):
+        return
+    changes, rows, layer_groups = [], [], []
+    for row in groups.tolist():  # each group's members in their own order
         for member in trace.actions[row].sub_actions:
-            group = schedule.model_stage(member.stage)
-            if member.kind == Kind.F:
-                events.add(trace, [row], start, [kept[group]], 1, TAKE)
-                if not training:
-                    events.add(trace, [row], end, [-kept[group]], -1, GIVE_BACK)
-            elif member.kind == Kind.B:
-                events.add(trace, [row], end, [-kept[group]], -1, GIVE_BACK)
-            elif member.kind == Kind.I:
-                events.add(trace, [row], end, [weight_grad[group] - kept[group]], -1, GIVE_BACK)
-            else:
-                events.add(trace, [row], end, [-weight_grad[group]], 0, GIVE_BACK)
+            member_changes = [_MEMBER_CHANGE[member.kind]]
+            if member.kind == Kind.F and not schedule.is_training:
+                member_changes.append(_FORWARD_ENDS)
+            for change in member_changes:
+                changes.append(change)
+                rows.append(row)
+                layer_groups.append(schedule.model_stage(member.stage))
+    kept_coef, grad_coef, count, at_end = (np.asarray(c) for c in zip(*changes, strict=True))
+    group = np.asarray(layer_groups, dtype=np.int64)
+    kept = np.asarray(costs.activation_memory_bytes, dtype=np.float64)[group]
+    weight_grad = np.asarray(costs.weight_grad_memory_bytes, dtype=np.float64)[group]
+    rows_array = np.asarray(rows, dtype=np.int64)
+    events.device.append(trace.device[rows_array])
+    events.time.append(np.where(at_end, trace.end[rows_array], trace.start[rows_array]))
+    events.row.append(rows_array)
+    events.order.append(np.where(at_end, GIVE_BACK, TAKE))
+    events.change_bytes.append(kept_coef * kept + grad_coef * weight_grad)
+    events.change_count.append(count.astype(np.float64))
 
 
 def _timelines(events: _Events, devices: int) -> tuple[MemoryTimeline, ...]:
