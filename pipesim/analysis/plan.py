@@ -177,9 +177,13 @@ def confirm_top(result: Plan, count: int, ranked: Sequence[dict[str, Any]]) -> i
     return done
 
 
-def run_emitted(mapping: dict[str, Any], source: str, evaluator: str = "auto") -> Result:
-    """What ``pipesim run --evaluator EVALUATOR`` does with an emitted scenario."""
-    return run_scenario(build_scenario(parse_spec(mapping, source), source), evaluator=evaluator)
+def run_emitted(
+    mapping: dict[str, Any], source: str, evaluator: str = "auto", *, critical_path: bool = False
+) -> Result:
+    """What ``pipesim run --evaluator EVALUATOR`` does with an emitted scenario (with
+    ``critical_path``: ``pipesim run --explain``)."""
+    scenario = build_scenario(parse_spec(mapping, source), source)
+    return run_scenario(scenario, evaluator=evaluator, critical_path=critical_path)
 
 
 def _peak(result: Result) -> float:

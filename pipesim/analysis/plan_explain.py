@@ -42,12 +42,12 @@ from pipesim.analysis.critical import (
     SENDING,
     UPSTREAM,
 )
+from pipesim.analysis.plan import run_emitted
 from pipesim.analysis.plan_memory import capacity_reason
 from pipesim.analysis.plan_rank import describe, emit_mapping
 from pipesim.analysis.plan_score import Scorer
 from pipesim.analysis.plan_space import AXIS_ATTRIBUTES, Candidate
-from pipesim.analysis.run import Result, run_scenario
-from pipesim.scenario.build import build_scenario, parse_spec
+from pipesim.analysis.run import Result
 from pipesim.sim.trace import COMM
 
 TERMS = (
@@ -132,8 +132,7 @@ def explain_plan(
 
 
 def _run(base: dict[str, Any], source: str, row: dict[str, Any], critical: bool = False) -> Result:
-    scenario = build_scenario(parse_spec(emit_mapping(base, row), source), source)
-    return run_scenario(scenario, critical_path=critical)
+    return run_emitted(emit_mapping(base, row), source, critical_path=critical)
 
 
 def _breakdown(base: dict[str, Any], source: str, row: dict[str, Any]) -> Breakdown:
