@@ -108,7 +108,7 @@ def compiled(function, helpers=()):
 def compiled_kernel():
     """The compiled ``sweep_kernel``, or None (see ``compiled``)."""
     return compiled(
-        sweep_kernel, (_first_active, _run_device, _all_sent, _group_input, _ship_group)
+        sweep_kernel, (_first_active, _run_device, _all_sent, _group_input, _ship_group, _send)
     )
 
 
@@ -236,10 +236,8 @@ def _first_active(graph, state):
 def _run_device(graph, times, overhead_ms, hold, state, device):
     """Run ``device`` on while its next node's input is known; return where it stopped."""
     input_of, output_of, duration = graph[1], graph[2], times[0]
-    channel, occupancy, latency = times[1], times[2], times[3]
     end, start, cause, cause_ref, scheduled = state[0], state[1], state[2], state[3], state[4]
-    arrival, begin, behind, sent = state[5], state[6], state[7], state[8]
-    channel_free, channel_last = state[10], state[11]
+    arrival, sent = state[5], state[8]
     free, free_ref, at = state[12], state[13], state[14]
     nodes = len(input_of)
     i, stop, t, ref = at[device], graph[0][device + 1], free[device], free_ref[device]
@@ -261,22 +259,9 @@ def _run_device(graph, times, overhead_ms, hold, state, device):
         t = ready + duration[i] + overhead_ms
         end[i], ref, k = t, i, output_of[i]
         if k >= 0:
-            c = channel[k]
-            sent[k], behind[k] = t, -1
-            if c < 0:
-                arrival[k], begin[k] = t, t
-            else:
-                f = channel_free[c]
-                if f > t:
-                    behind[k] = channel_last[c]
-                b = f if f > t else t
-                begin[k] = b
-                f = b + occupancy[k]
-                channel_free[c], channel_last[c] = f, k
-                a = f + latency[k]
-                arrival[k] = a
-                if hold and a > t:
-                    t, ref = a, nodes + k
+            a = _send(times, state, k, t)
+            if hold and a > t:
+                t, ref = a, nodes + k
         elif k != -1:
             t, ref = _ship_group(graph, -2 - k, times, hold, state, (i, t))
         i += 1
@@ -313,30 +298,38 @@ def _ship_group(graph, g, times, hold, state, node_end):
     device falls free and what frees it: its end (the node), or with ``hold`` the latest
     arrival after it (among equal ones the last sent)."""
     first, outputs, nodes = graph[5], graph[6], len(graph[1])
-    channel, occupancy, latency = times[1], times[2], times[3]
-    arrival, begin, behind, sent = state[5], state[6], state[7], state[8]
-    channel_free, channel_last = state[10], state[11]
     node, end = node_end
     free, ref = end, node
     for q in range(first[g], first[g + 1]):
         m = outputs[q]
-        c = channel[m]
-        sent[m], behind[m] = end, -1
-        if c < 0:
-            arrival[m], begin[m] = end, end
-            continue
-        f = channel_free[c]
-        if f > end:
-            behind[m] = channel_last[c]
-        b = f if f > end else end
-        begin[m] = b
-        f = b + occupancy[m]
-        channel_free[c], channel_last[c] = f, m
-        a = f + latency[m]
-        arrival[m] = a
+        a = _send(times, state, m, end)
         if hold and a > end and a >= free:
             free, ref = a, nodes + m
     return free, ref
+
+
+def _send(times, state, k, t):
+    """Send message k at time t: delivered at once without a channel, else queued behind
+    its channel's last message (``behind``: that one, where the channel is still busy at
+    t), on it for its occupancy, then its latency; return its arrival."""
+    channel, occupancy, latency = times[1], times[2], times[3]
+    arrival, begin, behind, sent = state[5], state[6], state[7], state[8]
+    channel_free, channel_last = state[10], state[11]
+    c = channel[k]
+    sent[k], behind[k] = t, -1
+    if c < 0:
+        arrival[k], begin[k] = t, t
+        return t
+    f = channel_free[c]
+    if f > t:
+        behind[k] = channel_last[c]
+    b = f if f > t else t
+    begin[k] = b
+    f = b + occupancy[k]
+    channel_free[c], channel_last[c] = f, k
+    a = f + latency[k]
+    arrival[k] = a
+    return a
 
 
 __all__ = [
