@@ -56,20 +56,13 @@ def test_derived_axes_filter():
     assert all(c.tensor * c.devices * c.data == 8 for c in kept)
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    name=st.sampled_from(sorted(POLICIES)),
-    devices=st.integers(2, 4),
-    microbatches=st.integers(1, 10),
-    seed=st.integers(0, 2**31),
-)
-def test_memory_walk_equals_the_engines_peak(name, devices, microbatches, seed):
-    """The walk in device order gives each device's peak activation bytes without a
-    timeline; it equals what the engine's memory accounting finds."""
+def random_case(name, devices, microbatches, seed):
+    """A policy's schedule with random per-stage times and memory (some kept for W), or
+    None where the policy refuses the sizes."""
     try:
         schedule = get_schedule(name, devices, microbatches, fit_virtual_stages(name, 2))
     except ScheduleError:
-        return
+        return None
     rng = np.random.default_rng(seed)
     stages = schedule.model_stages
     kept = rng.uniform(1, 10, stages)
@@ -82,6 +75,23 @@ def test_memory_walk_equals_the_engines_peak(name, devices, microbatches, seed):
         activation_memory_bytes=list(kept),
         weight_grad_memory_bytes=list(kept * rng.uniform(0, 1, stages)),
     )
+    return schedule, costs
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(sorted(POLICIES)),
+    devices=st.integers(2, 4),
+    microbatches=st.integers(1, 10),
+    seed=st.integers(0, 2**31),
+)
+def test_memory_walk_equals_the_engines_peak(name, devices, microbatches, seed):
+    """The walk in device order gives each device's peak activation bytes without a
+    timeline; it equals what the engine's memory accounting finds."""
+    case = random_case(name, devices, microbatches, seed)
+    if case is None:
+        return
+    schedule, costs = case
     trace = simulate(schedule, costs)
     engine = [float(max(t.activation_bytes.max(), 0.0)) if len(t.time) else 0.0
               for t in memory_timelines(trace, schedule, costs)]  # fmt: skip
@@ -100,24 +110,12 @@ def test_memory_timelines_equal_a_member_by_member_count(name, devices, microbat
     """The engine's accounting (groups collected in one batch) against a plain walk over
     every row, a group member by member, sorted as the accounting says: by time, then
     row, then a row's takes before its give-backs."""
-    try:
-        schedule = get_schedule(name, devices, microbatches, fit_virtual_stages(name, 2))
-    except ScheduleError:
+    case = random_case(name, devices, microbatches, seed)
+    if case is None:
         return
-    rng = np.random.default_rng(seed)
-    stages = schedule.model_stages
-    kept = rng.uniform(1, 10, stages)
-    costs = uniform_costs(
-        stages,
-        forward_ms=list(rng.uniform(1, 2, stages)),
-        backward_ms=list(rng.uniform(2, 4, stages)),
-        backward_input_ms=list(rng.uniform(1, 2, stages)),
-        backward_weight_ms=list(rng.uniform(1, 2, stages)),
-        activation_memory_bytes=list(kept),
-        weight_grad_memory_bytes=list(kept * rng.uniform(0, 1, stages)),
-    )
+    schedule, costs = case
     trace = simulate(schedule, costs)
-    wg = costs.weight_grad_memory_bytes
+    kept, wg = costs.activation_memory_bytes, costs.weight_grad_memory_bytes
     change = {Kind.F: lambda g: (kept[g], 1), Kind.B: lambda g: (-kept[g], -1),
               Kind.I: lambda g: (wg[g] - kept[g], -1), Kind.W: lambda g: (-wg[g], 0)}  # fmt: skip
     events: list[list[tuple]] = [[] for _ in range(devices)]
