@@ -24,13 +24,25 @@ def one_run(devices: int, groups: int, tokens: int) -> dict:
     spec = {
         "schema_version": 1,
         "name": "bench-decode",
-        "pipeline": {"mode": "decode", "devices": devices, "microbatches": groups,
-                     "microbatch_size": 4, "max_actions": 10**9},
+        "pipeline": {
+            "mode": "decode",
+            "devices": devices,
+            "microbatches": groups,
+            "microbatch_size": 4,
+            "max_actions": 10**9,
+        },
         "decode": {"tokens": tokens, "prompt_tokens": 256},
-        "model": {"layers": 32, "hidden": 4096, "heads": 32, "ffn_hidden": 11008,
-                  "mlp": "gated", "seq_len": 4096, "vocab": 32000},
+        "model": {
+            "layers": 32,
+            "hidden": 4096,
+            "heads": 32,
+            "ffn_hidden": 11008,
+            "mlp": "gated",
+            "seq_len": 4096,
+            "vocab": 32000,
+        },
         "hardware": {"gpu": "a100-sxm-80gb", "link": "nvlink3"},
-    }  # fmt: skip
+    }
     start = time.perf_counter()
     scenario = build_scenario(parse_spec(spec, "bench"), "bench")
     built = time.perf_counter()
@@ -54,8 +66,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16384)
     args = parser.parse_args()
     print(f"decode: {args.devices} devices, {args.groups} groups")  # noqa: T201
-    print(f"{'tokens':>8} {'actions':>10} {'build s':>9} {'simulate s':>11} {'names s':>8} "  # noqa: T201
-          f"{'actions/s':>10}")  # fmt: skip
+    print(
+        f"{'tokens':>8} {'actions':>10} {'build s':>9} {'simulate s':>11} {'names s':>8} "  # noqa: T201
+        f"{'actions/s':>10}"
+    )
     tokens = 128
     while tokens <= args.max_tokens:
         run = one_run(args.devices, args.groups, tokens)

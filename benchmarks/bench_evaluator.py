@@ -159,8 +159,10 @@ def main() -> None:
         return
     if not args.no_numba:
         print(f"numba: compiling the sweep (once per install) {compile_seconds():.2f} s")
-    print(f"{'schedule':<18}{'actions':>9}{'engine/s':>11}{'first/s':>12}{'again/s':>12}"
-          f"{'x first':>9}{'x again':>9}{'warm s':>8}")  # fmt: skip
+    print(
+        f"{'schedule':<18}{'actions':>9}{'engine/s':>11}{'first/s':>12}{'again/s':>12}"
+        f"{'x first':>9}{'x again':>9}{'warm s':>8}"
+    )
     for name in SCHEDULES:
         for size in [s for s in SIZES if s <= args.max]:
             row = _in_fresh_process("--one", name, str(size), *flags)

@@ -47,20 +47,25 @@ def costs_for(shape: str, stages: int, chunks: int) -> tuple[Costs, Topology | N
     scale = 1.0 / chunks
     if shape == "uniform":
         costs = uniform_costs(
-            stages, scale, backward_input_ms=scale, backward_weight_ms=scale,
-            activation_memory_bytes=GiB * scale, weight_grad_memory_bytes=GiB * scale / 4,
-        )  # fmt: skip
+            stages,
+            scale,
+            backward_input_ms=scale,
+            backward_weight_ms=scale,
+            activation_memory_bytes=GiB * scale,
+            weight_grad_memory_bytes=GiB * scale / 4,
+        )
         return costs, None
     forward = [scale * (1.0 + 0.2 * math.sin(1.7 * k + 0.3)) for k in range(stages)]
     forward[-1] *= 1.6
     costs = uniform_costs(
-        stages, forward,
+        stages,
+        forward,
         backward_input_ms=[1.1 * f for f in forward],
         backward_weight_ms=[0.8 * f for f in forward],
         activation_bytes=16 * MiB,
         activation_memory_bytes=[GiB * f for f in forward],
         weight_grad_memory_bytes=[GiB * f / 4 for f in forward],
-    )  # fmt: skip
+    )
     devices = stages // chunks
     return costs, Topology(devices, Link(latency_us=20.0, bandwidth_gbps=100.0, name="bench"))
 
@@ -91,8 +96,12 @@ def best_fixed(policy: str, devices: int, microbatches: int, costs, topology, li
 def run_case(policy: str, shape: str, devices: int, microbatches: int, bar: bool) -> None:
     chunks = AUTO_POLICIES[policy]
     costs, topology = costs_for(shape, devices * chunks, chunks)
-    with tqdm(unit="candidate", desc=f"{policy} p={devices} m={microbatches}",
-              disable=not bar, leave=False) as progress:  # fmt: skip
+    with tqdm(
+        unit="candidate",
+        desc=f"{policy} p={devices} m={microbatches}",
+        disable=not bar,
+        leave=False,
+    ) as progress:
 
         def tried(count: int) -> None:  # the search reports each candidate it tries
             progress.update(count)
@@ -100,8 +109,7 @@ def run_case(policy: str, shape: str, devices: int, microbatches: int, bar: bool
         start = time.perf_counter()
         found = search_schedule(policy, devices, microbatches, costs, topology, progress=tried)
         seconds = time.perf_counter() - start
-    fixed, fixed_ms = best_fixed(policy, devices, microbatches, costs, topology,
-                                 found.limit_bytes)  # fmt: skip
+    fixed, fixed_ms = best_fixed(policy, devices, microbatches, costs, topology, found.limit_bytes)
     gain = f"{1 - found.makespan_ms / fixed_ms:+.1%}" if math.isfinite(fixed_ms) else "-"
     print(
         f"{policy:<8} {shape:<8} p={devices:<3} m={microbatches:<4} {seconds:>8.2f} s "

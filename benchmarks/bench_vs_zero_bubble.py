@@ -111,10 +111,17 @@ def their_loop_order(zb, p: int, m: int, fiw, comm: float, max_units: float):
     and the end time their own timing model gives it (a check of the conversion)."""
     f, i, w = fiw
     config = zb.GraphConfig(
-        cost_f=[f] * p, cost_b=[i] * p, cost_w=[w] * p, cost_comm=float(comm),
-        mem_f=[MEM_F] * p, mem_b=[MEM_B] * p, mem_w=[MEM_W] * p,
-        max_mem=[max_units] * p, n_stages=p, n_micro=m,
-    )  # fmt: skip
+        cost_f=[f] * p,
+        cost_b=[i] * p,
+        cost_w=[w] * p,
+        cost_comm=float(comm),
+        mem_f=[MEM_F] * p,
+        mem_b=[MEM_B] * p,
+        mem_w=[MEM_W] * p,
+        max_mem=[max_units] * p,
+        n_stages=p,
+        n_micro=m,
+    )
     graph = zb.Graph.build_graph(p, m, config)
     _, order, end_times = zb.initial_solution(graph, print_result=False)
     rows = [[] for _ in range(p)]
@@ -130,10 +137,17 @@ def their_v_order(zb, zbv, p: int, m: int, fiw, comm: float, max_units: float):
     half = (MEM_F / 2, MEM_B / 2, MEM_W / 2)
     graph = zbv.PipelineGraph(p, m, f, i, w, float(comm), *half, max_mem=max_units)
     config = zb.GraphConfig(
-        cost_f=[f] * p, cost_b=[i] * p, cost_w=[w] * p, cost_comm=float(comm),
-        mem_f=[half[0]] * p, mem_b=[half[1]] * p, mem_w=[half[2]] * p,
-        max_chunks=2, n_stages=p, n_micro=m,
-    )  # fmt: skip
+        cost_f=[f] * p,
+        cost_b=[i] * p,
+        cost_w=[w] * p,
+        cost_comm=float(comm),
+        mem_f=[half[0]] * p,
+        mem_b=[half[1]] * p,
+        mem_w=[half[2]] * p,
+        max_chunks=2,
+        n_stages=p,
+        n_micro=m,
+    )
     with contextlib.redirect_stdout(io.StringIO()):  # it prints one summary line
         local = graph.create_schedule(config)
     kinds = {"F": "F", "B": "I", "W": "W"}
@@ -165,11 +179,13 @@ def run_case(zb, zbv, policy: str, p: int, m: int, shape: str, comm: float, k: i
     fiw = COST_SHAPES[shape]
     stages = p * chunks
     costs = uniform_costs(
-        stages, fiw[0] / chunks,
-        backward_input_ms=fiw[1] / chunks, backward_weight_ms=fiw[2] / chunks,
+        stages,
+        fiw[0] / chunks,
+        backward_input_ms=fiw[1] / chunks,
+        backward_weight_ms=fiw[2] / chunks,
         activation_memory_bytes=MEM_F * UNIT / chunks,
         weight_grad_memory_bytes=-MEM_W * UNIT / chunks,
-    )  # fmt: skip
+    )
     topology = Topology(p, Link(latency_us=comm * 1000.0)) if comm else None
     _, one_f_one_b_peak = measure(get_schedule("1f1b", p, m, 1), costs_loop(fiw, p), topology)
     limit = k * one_f_one_b_peak
@@ -201,9 +217,13 @@ def run_case(zb, zbv, policy: str, p: int, m: int, shape: str, comm: float, k: i
 def costs_loop(fiw, p: int):
     """The same model as one chunk per device, to measure 1F1B's peak (the limit basis)."""
     return uniform_costs(
-        p, fiw[0], backward_input_ms=fiw[1], backward_weight_ms=fiw[2],
-        activation_memory_bytes=MEM_F * UNIT, weight_grad_memory_bytes=-MEM_W * UNIT,
-    )  # fmt: skip
+        p,
+        fiw[0],
+        backward_input_ms=fiw[1],
+        backward_weight_ms=fiw[2],
+        activation_memory_bytes=MEM_F * UNIT,
+        weight_grad_memory_bytes=-MEM_W * UNIT,
+    )
 
 
 def main() -> None:

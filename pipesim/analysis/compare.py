@@ -207,7 +207,11 @@ def compare_schedules(
 def _ranked(rows: list[CompareRow]) -> tuple[CompareRow, ...]:
     """Order by p50 makespan, ties by p99 (rows that did not run last), and number them."""
     ran = [row for row in rows if row.result is not None]
-    ran.sort(key=lambda row: (row.result.monte_carlo.makespan_ms.p50,
-                              row.result.monte_carlo.makespan_ms.p99))  # fmt: skip
+    ran.sort(
+        key=lambda row: (
+            row.result.monte_carlo.makespan_ms.p50,
+            row.result.monte_carlo.makespan_ms.p99,
+        )
+    )
     numbered = [replace(row, rank=rank) for rank, row in enumerate(ran, start=1)]
     return tuple(numbered + [row for row in rows if row.result is None])

@@ -241,8 +241,9 @@ def _gaps_before(index: _Index, row: int) -> list[IdleGap]:
     }
     ready = _ready_later(index, row, start)
     if ready is not None:
-        gap = IdleGap(device, free, start, IN_ORDER, **common, other=index.name(ready[0]),
-                      other_ms=ready[1])  # fmt: skip
+        gap = IdleGap(
+            device, free, start, IN_ORDER, **common, other=index.name(ready[0]), other_ms=ready[1]
+        )
         return [*gaps, gap]
     via = index.name(carrier) if carrier != producer else None
     if carrier != producer and index.cause[carrier] == CAUSE_CHANNEL:
@@ -306,8 +307,9 @@ def _tail_gaps(index: _Index, device: int) -> list[IdleGap]:
     for extra in index.extra_rows[device]:
         if index.start[extra] > time:
             gaps.append(IdleGap(device, time, index.start[extra], DONE, other=after))
-        gaps.append(IdleGap(device, index.start[extra], index.end[extra], COLLECTIVE,
-                            via=index.name(extra)))  # fmt: skip
+        gaps.append(
+            IdleGap(device, index.start[extra], index.end[extra], COLLECTIVE, via=index.name(extra))
+        )
         time = index.end[extra]
     if index.makespan > time:
         gaps.append(IdleGap(device, time, index.makespan, DONE, other=after))

@@ -142,9 +142,21 @@ def plan(
     shown = ranked[: max(top, confirm, 1)]
     scored = tuple((row["step_time_ms"], row["peak_memory_bytes"]) for _, row in rows)
     capacity = float(gpu_profile(spec.hardware.gpu).memory_bytes)
-    result = Plan(len(points), dict(sorted(pruned.items())), len(rows), 0, 0.0,
-                  shown[:top], pareto(ranked), timelines, base, source, scored,
-                  axes_tried(searched), capacity)  # fmt: skip
+    result = Plan(
+        len(points),
+        dict(sorted(pruned.items())),
+        len(rows),
+        0,
+        0.0,
+        shown[:top],
+        pareto(ranked),
+        timelines,
+        base,
+        source,
+        scored,
+        axes_tried(searched),
+        capacity,
+    )
     confirmed = confirm_top(result, confirm, shown)
     return replace(result, confirmed=confirmed, wall_s=time.perf_counter() - started)
 
@@ -164,8 +176,10 @@ def confirm_top(result: Plan, count: int, ranked: Sequence[dict[str, Any]]) -> i
     done = 0
     for rank_index, row in enumerate(ranked[:count]):
         engine = run_emitted(emit_mapping(result.base, row), result.source, "simpy")
-        for key, found in (("step_time_ms", engine.report.step_time_ms),
-                           ("peak_memory_bytes", _peak(engine))):  # fmt: skip
+        for key, found in (
+            ("step_time_ms", engine.report.step_time_ms),
+            ("peak_memory_bytes", _peak(engine)),
+        ):
             expected = row[key]
             if abs(found - expected) > AGREEMENT * max(abs(expected), 1e-300):
                 raise PlanMismatch(
@@ -203,15 +217,31 @@ def _chunks(work: list[tuple[int, Candidate]], parts: int) -> list[list[tuple[in
 
 
 def _share_key(c: Candidate) -> tuple:
-    return (c.schedule, c.devices, c.microbatches, c.virtual_stages, c.tensor,
-            c.microbatch_size, c.recompute, c.partition)  # fmt: skip
+    return (
+        c.schedule,
+        c.devices,
+        c.microbatches,
+        c.virtual_stages,
+        c.tensor,
+        c.microbatch_size,
+        c.recompute,
+        c.partition,
+    )
 
 
 def _score_all(spec_data, source, work, jobs, executor, scheduler, progress):
     """``[(index, Outcome)]`` on the chosen executor."""
     key = json.dumps(spec_data, sort_keys=True, default=str)
-    return run_chunks(partial(score_chunk, key, spec_data, source), work, _chunks, jobs=jobs,
-                      executor=executor, scheduler=scheduler, progress=progress, error=PlanError)  # fmt: skip
+    return run_chunks(
+        partial(score_chunk, key, spec_data, source),
+        work,
+        _chunks,
+        jobs=jobs,
+        executor=executor,
+        scheduler=scheduler,
+        progress=progress,
+        error=PlanError,
+    )
 
 
 __all__ = ["Plan", "PlanError", "PlanMismatch", "SweepError", "plan", "run_emitted"]

@@ -106,8 +106,13 @@ class PlanExplanation:
         def one(b: Breakdown | None) -> dict[str, Any] | None:
             if b is None:
                 return None
-            return {"label": b.label, "step_time_ms": b.step_time_ms, "device": b.device,
-                    "terms_ms": b.terms_ms, "memory_forced": list(b.forced)}  # fmt: skip
+            return {
+                "label": b.label,
+                "step_time_ms": b.step_time_ms,
+                "device": b.device,
+                "terms_ms": b.terms_ms,
+                "memory_forced": list(b.forced),
+            }
 
         return {"winner": one(self.winner), "runner_up": one(self.runner_up)}
 
@@ -139,8 +144,9 @@ def _breakdown(base: dict[str, Any], source: str, row: dict[str, Any]) -> Breakd
     result = _run(base, source, row, critical=True)
     report = result.report
     idle = result.explanation.idle_by_cause()
-    device = min(report.per_device,
-                 key=lambda d: (idle.get(d.device, {}).get(DONE, 0.0), -d.busy_ms)).device  # fmt: skip
+    device = min(
+        report.per_device, key=lambda d: (idle.get(d.device, {}).get(DONE, 0.0), -d.busy_ms)
+    ).device
     terms = dict.fromkeys(TERMS, 0.0)
     for term, ms in _idle_terms(result, device).items():
         terms[term] += ms
@@ -202,13 +208,24 @@ def _memory_forced(base: dict[str, Any], source: str, row: dict[str, Any]) -> tu
         flips.append(("recompute on", "without it", replace(candidate, recompute=False)))
     if candidate.zero_stage > 0:
         lower = candidate.zero_stage - 1
-        flips.append((f"ZeRO stage {candidate.zero_stage}", f"at ZeRO stage {lower}",
-                      replace(candidate, zero_stage=lower)))  # fmt: skip
+        flips.append(
+            (
+                f"ZeRO stage {candidate.zero_stage}",
+                f"at ZeRO stage {lower}",
+                replace(candidate, zero_stage=lower),
+            )
+        )
     double = candidate.microbatch_size * 2
     if candidate.microbatches % 2 == 0:
-        flips.append((f"microbatch size {candidate.microbatch_size}", f"with microbatch size {double}",
-                      replace(candidate, microbatch_size=double,
-                              microbatches=candidate.microbatches // 2)))  # fmt: skip
+        flips.append(
+            (
+                f"microbatch size {candidate.microbatch_size}",
+                f"with microbatch size {double}",
+                replace(
+                    candidate, microbatch_size=double, microbatches=candidate.microbatches // 2
+                ),
+            )
+        )
     scorer = Scorer(base, source)
     too_big = capacity_reason(scorer.capacity)  # the reason memory pruning gives
     forced = []

@@ -22,8 +22,9 @@ from pipesim.analysis.plan_space import AXIS_ATTRIBUTES
 def rank(rows: Sequence[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
     """``(space index, row)`` pairs -> rows, fastest first (ties: less memory, then the
     earlier index)."""
-    ordered = sorted(rows, key=lambda item: (item[1]["step_time_ms"],
-                                             item[1]["peak_memory_bytes"], item[0]))  # fmt: skip
+    ordered = sorted(
+        rows, key=lambda item: (item[1]["step_time_ms"], item[1]["peak_memory_bytes"], item[0])
+    )
     return [row for _, row in ordered]
 
 
@@ -50,8 +51,11 @@ def distinct(ranked: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _outcome(row: dict[str, Any]) -> tuple[float, int, float]:
-    return (round(row["step_time_ms"], 6), round(row["peak_memory_bytes"] / 2**20),
-            round(row["bubble_fraction"], 9))  # fmt: skip
+    return (
+        round(row["step_time_ms"], 6),
+        round(row["peak_memory_bytes"] / 2**20),
+        round(row["bubble_fraction"], 9),
+    )
 
 
 def pareto(ranked: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

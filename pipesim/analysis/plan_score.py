@@ -67,17 +67,27 @@ def candidate_spec(spec: ScenarioSpec, c: Candidate) -> ScenarioSpec:
     """The base spec with the candidate's keys set (no validation: the space already
     holds only values the schema accepts)."""
     pipeline = spec.pipeline.model_copy(
-        update={"schedule": c.schedule, "devices": c.devices, "virtual_stages": c.virtual_stages,
-                "microbatch_size": c.microbatch_size, "microbatches": c.microbatches}
-    )  # fmt: skip
+        update={
+            "schedule": c.schedule,
+            "devices": c.devices,
+            "virtual_stages": c.virtual_stages,
+            "microbatch_size": c.microbatch_size,
+            "microbatches": c.microbatches,
+        }
+    )
     model = spec.model.model_copy(
         update={"recompute": c.recompute, "partition": c.partition, "microbatch_size": None}
     )
     parallel = spec.parallel.model_copy(
-        update={"tensor": c.tensor, "data": c.data, "zero_stage": c.zero_stage,
-                "sequence_parallel": c.sequence_parallel, "dp_overlap": c.dp_overlap,
-                "tp_overlap": c.tp_overlap}
-    )  # fmt: skip
+        update={
+            "tensor": c.tensor,
+            "data": c.data,
+            "zero_stage": c.zero_stage,
+            "sequence_parallel": c.sequence_parallel,
+            "dp_overlap": c.dp_overlap,
+            "tp_overlap": c.tp_overlap,
+        }
+    )
     return spec.model_copy(update={"pipeline": pipeline, "model": model, "parallel": parallel})
 
 
@@ -116,14 +126,25 @@ class Scorer:
         # alone (the ZeRO stage where the optimizer step does not change) share one
         shared = (key, derived.costs, derived.tail_ms, where, not c.dp_overlap)
         if shared not in self._timelines:
-            trace, evaluator = evaluate(schedule, derived.costs, topology, tail_ms=derived.tail_ms,
-                                        tail_after_flush=not c.dp_overlap)  # fmt: skip
+            trace, evaluator = evaluate(
+                schedule,
+                derived.costs,
+                topology,
+                tail_ms=derived.tail_ms,
+                tail_after_flush=not c.dp_overlap,
+            )
             memory = memory_timelines(trace, schedule, derived.costs)
             report = build_report(
-                trace, schedule, derived.costs, c.microbatch_size, scenario=self.spec.name,
-                seq_len=self.spec.model.seq_len, topology=topology,
-                accounting=derived.accounting, memory=memory,
-            )  # fmt: skip
+                trace,
+                schedule,
+                derived.costs,
+                c.microbatch_size,
+                scenario=self.spec.name,
+                seq_len=self.spec.model.seq_len,
+                topology=topology,
+                accounting=derived.accounting,
+                memory=memory,
+            )
             self._timelines[shared] = (report, evaluator, _digest(shared))
         report, evaluator, digest = self._timelines[shared]
         return self._outcome(c, restated(report, derived.accounting), evaluator, digest)
@@ -145,8 +166,11 @@ class Scorer:
         return self._schedules[key]
 
     def _model_costs(self, spec: ScenarioSpec, schedule: Schedule, c: Candidate):
-        where = (schedule.placement, tuple(map(schedule.model_stage, range(schedule.stages))),
-                 schedule.has_reduce_grad_posts)  # fmt: skip
+        where = (
+            schedule.placement,
+            tuple(map(schedule.model_stage, range(schedule.stages))),
+            schedule.has_reduce_grad_posts,
+        )
         # every key of the candidate but the policy's name and chunk count, which reach the
         # costs only through where the stages sit
         key = (where, schedule.microbatches, replace(c, schedule="", virtual_stages=0))
@@ -203,8 +227,14 @@ def restated(report: Report, accounting: Accounting) -> Report:
     for d in report.per_device:
         static = float(accounting.static_memory_bytes[d.device])
         total = static + d.peak_activation_bytes
-        per_device.append(replace(d, static_memory_bytes=static, peak_memory_bytes=total,
-                                  oom=bool(capacity) and total > capacity))  # fmt: skip
+        per_device.append(
+            replace(
+                d,
+                static_memory_bytes=static,
+                peak_memory_bytes=total,
+                oom=bool(capacity) and total > capacity,
+            )
+        )
     return replace(report, per_device=tuple(per_device), oom=any(d.oom for d in per_device))
 
 

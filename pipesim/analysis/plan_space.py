@@ -158,8 +158,10 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
         raise PlanError(f"{source}: model.global_batch: required by pipesim plan")
     if spec.pipeline.mode != "train":
         raise PlanError(f"{source}: pipeline.mode: pipesim plan plans training steps (mode: train)")
-    for name, given in (("hardware.placement", spec.hardware.placement),
-                        ("variability", spec.variability)):  # fmt: skip
+    for name, given in (
+        ("hardware.placement", spec.hardware.placement),
+        ("variability", spec.variability),
+    ):
         if given is not None:
             raise PlanError(
                 f"{source}: {name}: not used by pipesim plan, which lays the devices out "
@@ -178,8 +180,16 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
         else:
             axes[key] = values
     node = spec.hardware.gpus_per_node or gpus
-    space = Space(gpus, spec.model.global_batch, spec.model.layers, axes, derived,
-                 _widths(spec), node, spec.pipeline.max_actions)  # fmt: skip
+    space = Space(
+        gpus,
+        spec.model.global_batch,
+        spec.model.layers,
+        axes,
+        derived,
+        _widths(spec),
+        node,
+        spec.pipeline.max_actions,
+    )
     check_size(space)
     return space
 
@@ -197,8 +207,9 @@ def parse_space(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
                 f"--space {axis.key}: not an axis of the plan; allowed: "
                 + ", ".join(AXIS_ATTRIBUTES)
             )
-        values = [_checked(axis.key, raw, value)
-                  for raw, value in zip(axis.raw, axis.values, strict=True)]  # fmt: skip
+        values = [
+            _checked(axis.key, raw, value) for raw, value in zip(axis.raw, axis.values, strict=True)
+        ]
         parsed[axis.key] = tuple(dict.fromkeys(values))  # a value given twice counts once
     return parsed
 
@@ -253,9 +264,17 @@ def enumerate_space(space: Space) -> Iterator[tuple[Candidate | None, str | None
     combination that cannot form a job, ``(None, reason)``."""
     axes = space.axes
     layouts = [(t, p) for t in axes["parallel.tensor"] for p in pipeline_sizes(space, t)]
-    rest = [axes[k] for k in ("model.recompute", "parallel.zero_stage", "model.partition",
-                              "parallel.sequence_parallel", "parallel.dp_overlap",
-                              "parallel.tp_overlap")]  # fmt: skip
+    rest = [
+        axes[k]
+        for k in (
+            "model.recompute",
+            "parallel.zero_stage",
+            "model.partition",
+            "parallel.sequence_parallel",
+            "parallel.dp_overlap",
+            "parallel.tp_overlap",
+        )
+    ]
     for tensor, devices in layouts:
         for name in axes["pipeline.schedule"]:
             for chunks in policy_chunks(name, axes["pipeline.virtual_stages"]):
@@ -268,8 +287,10 @@ def enumerate_space(space: Space) -> Iterator[tuple[Candidate | None, str | None
                         if (same := _same_as_another(tensor, data, combo)) is not None:
                             yield None, same
                             continue
-                        yield Candidate(tensor, devices, data, name, chunks, size, count,
-                                        *combo), None  # fmt: skip
+                        yield (
+                            Candidate(tensor, devices, data, name, chunks, size, count, *combo),
+                            None,
+                        )
 
 
 def _same_as_another(tensor: int, data: int, combo: tuple[Any, ...]) -> str | None:

@@ -158,8 +158,9 @@ def simulate_step(
     report = replace(report, evaluator=evaluator)
     decode = None
     if scenario.mode == "decode":
-        decode = decode_metrics(trace, scenario.schedule, scenario.costs,
-                                scenario.microbatch_size, scenario.topology)  # fmt: skip
+        decode = decode_metrics(
+            trace, scenario.schedule, scenario.costs, scenario.microbatch_size, scenario.topology
+        )
     return Result(scenario, trace, report, memory, decode=decode)
 
 

@@ -165,8 +165,16 @@ def run_sweep(
     keys = [axis.key for axis in axes]
     points = list(enumerate(grid_points(axes)))
     work = partial(runner or run_chunk, base, source, keys)
-    results = run_chunks(work, points, chunks, jobs=jobs, executor=executor,
-                         scheduler=scheduler, progress=progress, error=SweepError)  # fmt: skip
+    results = run_chunks(
+        work,
+        points,
+        chunks,
+        jobs=jobs,
+        executor=executor,
+        scheduler=scheduler,
+        progress=progress,
+        error=SweepError,
+    )
     rows = [row for _, row in sorted(results, key=lambda item: item[0])]
     return sweep_frame(axes, [raw for _, raw in points], rows)
 

@@ -141,9 +141,14 @@ def profile_stages(
     timings = []
     for stage, spec in enumerate(specs):
         kinds = time_stage(
-            spec, stage, first=stage == 0, last=stage == count - 1 and count > 1,
-            repeats=repeats, warmup=warmup, device=device,
-        )  # fmt: skip
+            spec,
+            stage,
+            first=stage == 0,
+            last=stage == count - 1 and count > 1,
+            repeats=repeats,
+            warmup=warmup,
+            device=device,
+        )
         timings.append(StageTiming(stage, kinds, float(spec.activation_bytes)))
     return Profile(tuple(timings), (), None, provenance(specs, device))
 

@@ -69,9 +69,10 @@ def read_trace(path: str | Path) -> dict:
 def action_spans(data: dict, rank: int, where: str = "trace") -> list[tuple[str, float, float]]:
     """``(name, start_us, end_us)`` of the ``PP:`` spans of one trace, GPU-side if present."""
     events = [
-        e for e in data["traceEvents"]
+        e
+        for e in data["traceEvents"]
         if e.get("ph") == "X" and str(e.get("name", "")).startswith(PREFIX) and "dur" in e
-    ]  # fmt: skip
+    ]
     device = [e for e in events if e.get("cat") == DEVICE]
     chosen = device if device else [e for e in events if e.get("cat") != DEVICE]
     if not chosen:

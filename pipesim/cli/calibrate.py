@@ -123,7 +123,7 @@ def stage_specs(scenario, ops: str, shapes: dict) -> list[StageSpec]:
                     forward_ms=costs.forward_ms[s],
                     backward_input_ms=costs.backward_input_ms[s],
                     backward_weight_ms=costs.backward_weight_ms[s],
-                )  # fmt: skip
+                )
                 for s in range(stages)
             ]
         kind = "transformer" if ops == "transformer" else "mlp"
@@ -141,9 +141,12 @@ def stage_specs(scenario, ops: str, shapes: dict) -> list[StageSpec]:
 @click.option("-o", "--output", required=True, help="Profile file to write (.json).")
 @set_option
 @click.option(
-    "--ops", type=click.Choice(["mlp", "transformer", "synthetic"]), default="mlp", show_default=True,
+    "--ops",
+    type=click.Choice(["mlp", "transformer", "synthetic"]),
+    default="mlp",
+    show_default=True,
     help="Stage computation: MLP or GPT blocks at the given shapes, or sleeps of the scenario's costs.",
-)  # fmt: skip
+)
 @_shape_options
 @click.option(
     "--repeats",
@@ -153,9 +156,12 @@ def stage_specs(scenario, ops: str, shapes: dict) -> list[StageSpec]:
     help="Timed repetitions of each action (at least 20, for stable percentiles).",
 )
 @click.option(
-    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default="auto",
+    show_default=True,
     help="Where the stages run (auto: CUDA when available).",
-)  # fmt: skip
+)
 @click.option(
     "--links/--no-links", default=True, show_default=True, help="Time point-to-point transfers."
 )
@@ -247,13 +253,19 @@ def import_trace_command(traces, output, timeline, timeline_csv) -> None:
     help="Timed runs per schedule.",
 )
 @click.option(
-    "--ops", type=click.Choice(["real", "synthetic"]), default="real", show_default=True,
+    "--ops",
+    type=click.Choice(["real", "synthetic"]),
+    default="real",
+    show_default=True,
     help="Run real layers (see --real-ops), or sleeps of the scenario's own costs.",
-)  # fmt: skip
+)
 @click.option(
-    "--real-ops", type=click.Choice(["mlp", "transformer"]), default="mlp", show_default=True,
+    "--real-ops",
+    type=click.Choice(["mlp", "transformer"]),
+    default="mlp",
+    show_default=True,
     help="With --ops real: MLP or GPT blocks at the given shapes.",
-)  # fmt: skip
+)
 @_shape_options
 @click.option(
     "--profile",
@@ -358,11 +370,22 @@ def fit_command(runs, output, base) -> None:
         lines = [timeline(run) for run in measured]
         costs = measured_costs(lines)
         timings = tuple(
-            StageTiming(s, {k: Spread(getattr(costs, f)[s], getattr(costs, f)[s], getattr(costs, f)[s], len(lines))
-                            for k, f in (("F", "forward_ms"), ("B", "backward_ms"), ("I", "backward_input_ms"),
-                                         ("W", "backward_weight_ms"))})
+            StageTiming(
+                s,
+                {
+                    k: Spread(
+                        getattr(costs, f)[s], getattr(costs, f)[s], getattr(costs, f)[s], len(lines)
+                    )
+                    for k, f in (
+                        ("F", "forward_ms"),
+                        ("B", "backward_ms"),
+                        ("I", "backward_input_ms"),
+                        ("W", "backward_weight_ms"),
+                    )
+                },
+            )
             for s in range(costs.stages)
-        )  # fmt: skip
+        )
         result = Profile(timings, (), host, {"source": "pipesim fit", "runs": list(runs)})
     write_outputs([(output, _profile_text(result))])
     click.echo(

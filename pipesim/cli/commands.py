@@ -108,9 +108,20 @@ seed_option = click.option(
 @no_progress_option
 @user_errors
 def run(
-    scenario, overrides, fmt, output, gantt, trace_path, trace_csv, schedule_csv, runs, seed,
-    critical_path, evaluator, no_progress,
-) -> None:  # fmt: skip
+    scenario,
+    overrides,
+    fmt,
+    output,
+    gantt,
+    trace_path,
+    trace_csv,
+    schedule_csv,
+    runs,
+    seed,
+    critical_path,
+    evaluator,
+    no_progress,
+) -> None:
     """Simulate SCENARIO and print its report.
 
     With --runs N, also run a Monte Carlo study of N random steps under the scenario's
@@ -128,9 +139,13 @@ def run(
         loaded = load_scenario(scenario, overrides, searching)
     with progress_bar(runs or 0, "run", "Monte Carlo", disabled=no_progress) as progress:
         result = run_scenario(
-            loaded, runs=runs, seed=seed, critical_path=critical_path, progress=progress,
+            loaded,
+            runs=runs,
+            seed=seed,
+            critical_path=critical_path,
+            progress=progress,
             evaluator=evaluator,
-        )  # fmt: skip
+        )
     for text in result.notes:
         note(text)
     files = _run_files(result, gantt, trace_path, trace_csv, schedule_csv)
@@ -250,9 +265,14 @@ def compare(
     with progress_bar(total, "run", "Monte Carlo", disabled=no_progress) as progress:
         try:
             comparison = compare_schedules(
-                base, scenario, wanted, runs=runs, seed=seed, progress=progress,
+                base,
+                scenario,
+                wanted,
+                runs=runs,
+                seed=seed,
+                progress=progress,
                 evaluator=evaluator,
-            )  # fmt: skip
+            )
         except CompareError as exc:
             raise UserError(f"--schedules: {exc}") from None
     _compare_notes(comparison)
@@ -329,9 +349,14 @@ def sweep(
     runner, figure, table = sweep_functions(base, run_sweep, sweep_figure, render_sweep_table)
     with progress_bar(total, "point", "sweep", disabled=no_progress) as progress:
         frame = runner(
-            base, scenario, axes, jobs=jobs or os.cpu_count() or 1, executor=executor,
-            scheduler=scheduler, progress=progress,
-        )  # fmt: skip
+            base,
+            scenario,
+            axes,
+            jobs=jobs or os.cpu_count() or 1,
+            executor=executor,
+            scheduler=scheduler,
+            progress=progress,
+        )
     files: list[tuple[str | None, str | bytes]] = []
     if plot_path:
         files.append((plot_path, figure_bytes(figure(frame), suffix_of(plot_path))))
@@ -352,8 +377,13 @@ def _has_parquet() -> bool:
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
-@click.option("--max-gaps", type=click.IntRange(min=0), default=40, show_default=True,
-              help="Sentences to print per device at most (text format).")  # fmt: skip
+@click.option(
+    "--max-gaps",
+    type=click.IntRange(min=0),
+    default=40,
+    show_default=True,
+    help="Sentences to print per device at most (text format).",
+)
 @click.option("-o", "--output", default="-", metavar="PATH|-")
 @user_errors
 def explain(scenario, overrides, fmt, max_gaps, output) -> None:

@@ -50,30 +50,77 @@ GIB = 2**30
     "--gpus", required=True, metavar="N", help="GPUs of the job (tensor x pipeline x data)."
 )
 @set_option
-@click.option("--space", "space", multiple=True, metavar="KEY=V1,V2,...",
-              help="Values of one axis, by its scenario key (e.g. parallel.tensor=4,8); "
-              "replaces that axis's default values.")  # fmt: skip
-@click.option("--confirm", type=click.IntRange(min=0), default=10, show_default=True,
-              help="Simulate the top K again from their emitted scenarios on the SimPy engine.")  # fmt: skip
-@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Ranked results to show and keep (the Pareto front is over all).")  # fmt: skip
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
-              show_default=True)  # fmt: skip
+@click.option(
+    "--space",
+    "space",
+    multiple=True,
+    metavar="KEY=V1,V2,...",
+    help="Values of one axis, by its scenario key (e.g. parallel.tensor=4,8); "
+    "replaces that axis's default values.",
+)
+@click.option(
+    "--confirm",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Simulate the top K again from their emitted scenarios on the SimPy engine.",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Ranked results to show and keep (the Pareto front is over all).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+)
 @click.option("-o", "--output", default="-", metavar="PATH|-", help="Write the results here.")
 @click.option("--emit", metavar="PATH", help="Write the winner as a ready-to-run scenario (.yaml).")
-@click.option("--pareto", "pareto_path", metavar="PATH",
-              help="Step time against peak memory, the front marked (.png, .svg, .pdf).")  # fmt: skip
-@click.option("--explain", "explain", is_flag=True,
-              help="Say where the winner's lead over the runner-up comes from.")  # fmt: skip
-@click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help="Local worker processes (default: one per CPU).")  # fmt: skip
+@click.option(
+    "--pareto",
+    "pareto_path",
+    metavar="PATH",
+    help="Step time against peak memory, the front marked (.png, .svg, .pdf).",
+)
+@click.option(
+    "--explain",
+    "explain",
+    is_flag=True,
+    help="Say where the winner's lead over the runner-up comes from.",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Local worker processes (default: one per CPU).",
+)
 @click.option(
     "--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True
 )
 @click.option("--scheduler", metavar="tcp://HOST:PORT", help="Dask scheduler (--executor dask).")
 @no_progress_option
-def plan_command(scenario, gpus, overrides, space, confirm, top, fmt, output, emit, pareto_path,
-                 explain, jobs, executor, scheduler, no_progress) -> None:  # fmt: skip
+def plan_command(
+    scenario,
+    gpus,
+    overrides,
+    space,
+    confirm,
+    top,
+    fmt,
+    output,
+    emit,
+    pareto_path,
+    explain,
+    jobs,
+    executor,
+    scheduler,
+    no_progress,
+) -> None:
     """Find the fastest way to run SCENARIO's model on N GPUs that fits in memory.
 
     Every layout (tensor x pipeline x data), schedule, microbatch size, virtual stages,
@@ -82,15 +129,45 @@ def plan_command(scenario, gpus, overrides, space, confirm, top, fmt, output, em
     means a confirmed candidate disagreed with the SimPy engine (a pipesim bug).
     """
     try:
-        _plan(scenario, gpus, overrides, space, confirm, top, fmt, output, emit, pareto_path,
-              explain, jobs, executor, scheduler, no_progress)  # fmt: skip
+        _plan(
+            scenario,
+            gpus,
+            overrides,
+            space,
+            confirm,
+            top,
+            fmt,
+            output,
+            emit,
+            pareto_path,
+            explain,
+            jobs,
+            executor,
+            scheduler,
+            no_progress,
+        )
     except PlanMismatch as exc:
         click.echo(cap_line(f"pipesim: error: {exc}"), err=True)
         sys.exit(1)
 
 
-def _plan_body(scenario, gpus, overrides, space, confirm, top, fmt, output, emit, pareto_path,
-          explain, jobs, executor, scheduler, no_progress) -> None:  # fmt: skip
+def _plan_body(
+    scenario,
+    gpus,
+    overrides,
+    space,
+    confirm,
+    top,
+    fmt,
+    output,
+    emit,
+    pareto_path,
+    explain,
+    jobs,
+    executor,
+    scheduler,
+    no_progress,
+) -> None:
     check_outputs(
         Output("-o", output, stdout=True),
         Output("--emit", emit, EMIT_SUFFIXES),
@@ -103,16 +180,27 @@ def _plan_body(scenario, gpus, overrides, space, confirm, top, fmt, output, emit
 
         def on_size(n: int) -> None:
             note(f"planning over {n:,} candidates")
-            updates.append(bars.enter_context(
-                progress_bar(n, "candidate", "plan", disabled=no_progress)))  # fmt: skip
+            updates.append(
+                bars.enter_context(progress_bar(n, "candidate", "plan", disabled=no_progress))
+            )
 
         def progress(n: int) -> None:
             if updates and updates[0] is not None:
                 updates[0](n)
 
-        result = plan(base, scenario, count, space, confirm=confirm, top=top,
-                      jobs=jobs or os.cpu_count() or 1, executor=executor, scheduler=scheduler,
-                      progress=progress, on_size=on_size)  # fmt: skip
+        result = plan(
+            base,
+            scenario,
+            count,
+            space,
+            confirm=confirm,
+            top=top,
+            jobs=jobs or os.cpu_count() or 1,
+            executor=executor,
+            scheduler=scheduler,
+            progress=progress,
+            on_size=on_size,
+        )
     if (emit or explain) and not result.results:
         raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
     explanation = explain_plan(base, scenario, result.results) if explain else None
@@ -190,19 +278,27 @@ def _table(rows: list[dict]) -> list[str]:
     if not rows:
         return ["no candidate fits"]
     cells = [
-        (str(n), describe(row), f"{row['step_time_ms']:.1f}", f"{row['tokens_per_second']:,.0f}",
-         f"{row['mfu']:.3f}", f"{row['peak_memory_bytes'] / GIB:.1f}",
-         f"{row['bubble_fraction']:.3f}")
+        (
+            str(n),
+            describe(row),
+            f"{row['step_time_ms']:.1f}",
+            f"{row['tokens_per_second']:,.0f}",
+            f"{row['mfu']:.3f}",
+            f"{row['peak_memory_bytes'] / GIB:.1f}",
+            f"{row['bubble_fraction']:.3f}",
+        )
         for n, row in enumerate(rows, 1)
-    ]  # fmt: skip
+    ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(COLUMNS)]
     return [_aligned(line, widths) for line in [COLUMNS, *cells]]
 
 
 def _aligned(cells: tuple[str, ...], widths: list[int]) -> str:
     """Numbers right-aligned, the layout (second column) left-aligned."""
-    parts = [c.ljust(w) if i == 1 else c.rjust(w)
-             for i, (c, w) in enumerate(zip(cells, widths, strict=True))]  # fmt: skip
+    parts = [
+        c.ljust(w) if i == 1 else c.rjust(w)
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+    ]
     return "  ".join(parts).rstrip()
 
 

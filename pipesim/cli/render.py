@@ -54,12 +54,21 @@ def _summary_lines(report: Report) -> list[str]:
     line("evaluator", report.evaluator)
     line("devices", f"{report.devices}   stages {report.stages}")
     line("microbatches", f"{report.microbatches} x {report.microbatch_size} samples")
-    line("makespan", f"{report.makespan_ms:.3f} ms",
-         f"{analytic.makespan_ms:.3f} ms" if analytic else "")  # fmt: skip
-    line("bubble fraction", f"{report.bubble_fraction:.4f}",
-         f"{analytic.bubble_fraction:.4f}" if analytic else "")  # fmt: skip
-    line("bubble overhead", f"{report.bubble_overhead:.4f}",
-         f"{analytic.bubble_overhead:.4f}" if analytic else "")  # fmt: skip
+    line(
+        "makespan",
+        f"{report.makespan_ms:.3f} ms",
+        f"{analytic.makespan_ms:.3f} ms" if analytic else "",
+    )
+    line(
+        "bubble fraction",
+        f"{report.bubble_fraction:.4f}",
+        f"{analytic.bubble_fraction:.4f}" if analytic else "",
+    )
+    line(
+        "bubble overhead",
+        f"{report.bubble_overhead:.4f}",
+        f"{analytic.bubble_overhead:.4f}" if analytic else "",
+    )
     line("span bubble rate", f"{report.span_bubble_rate:.4f}")
     line("throughput", f"{report.samples_per_second:,.1f} samples/s")
     if report.tokens_per_second:
@@ -107,8 +116,10 @@ def _search_lines(search: SearchResult) -> list[str]:
 def _monte_carlo_lines(summary: MonteCarloSummary) -> list[str]:
     runs = f"({summary.runs} runs, seed {summary.seed})"
     lines = [f"  Monte Carlo {runs}        p50        p90        p99"]
-    for label, figure, fmt in (("makespan ms", summary.makespan_ms, "{:>10.3f}"),
-                               ("bubble fraction", summary.bubble_fraction, "{:>10.4f}")):  # fmt: skip
+    for label, figure, fmt in (
+        ("makespan ms", summary.makespan_ms, "{:>10.3f}"),
+        ("bubble fraction", summary.bubble_fraction, "{:>10.4f}"),
+    ):
         values = " ".join(fmt.format(v) for v in (figure.p50, figure.p90, figure.p99))
         lines.append(f"  {label:<18}{' ' * 10}{values}")
     return lines
@@ -164,10 +175,12 @@ def render_csv(result: Result) -> str:
     """One row per device: the result's scalar fields, then the device's own fields."""
     scalars = {k: v for k, v in result.to_dict().items() if not isinstance(v, list | dict)}
     rows = [
-        {**scalars, **{f"device_{k}" if k == "bubble_fraction" else k: v
-                       for k, v in asdict(d).items()}}
+        {
+            **scalars,
+            **{f"device_{k}" if k == "bubble_fraction" else k: v for k, v in asdict(d).items()},
+        }
         for d in result.report.per_device
-    ]  # fmt: skip
+    ]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
@@ -297,14 +310,18 @@ def render_sweep_table(frame: pd.DataFrame) -> str:
         memory = "peak_memory_bytes_max"
         if not (frame[memory].fillna(0) > frame["peak_activation_bytes_max"].fillna(0)).any():
             memory = "peak_activation_bytes_max"  # no static memory known
-        for label, key, fmt in (("makespan ms", "makespan_ms", "{:.3f}"),
-                                ("bubble", "bubble_fraction", "{:.4f}"),
-                                ("samples/s", "samples_per_second", "{:,.1f}")):  # fmt: skip
+        for label, key, fmt in (
+            ("makespan ms", "makespan_ms", "{:.3f}"),
+            ("bubble", "bubble_fraction", "{:.4f}"),
+            ("samples/s", "samples_per_second", "{:,.1f}"),
+        ):
             shown[label] = [_cell(v, fmt) for v in frame[key]]
         if "ttft_ms" in frame and frame["ttft_ms"].notna().any():  # decode mode
-            for label, key, fmt in (("TTFT ms", "ttft_ms", "{:.3f}"),
-                                    ("TPOT ms", "tpot_ms", "{:.3f}"),
-                                    ("tokens/s", "tokens_per_second", "{:,.1f}")):  # fmt: skip
+            for label, key, fmt in (
+                ("TTFT ms", "ttft_ms", "{:.3f}"),
+                ("TPOT ms", "tpot_ms", "{:.3f}"),
+                ("tokens/s", "tokens_per_second", "{:,.1f}"),
+            ):
                 shown[label] = [_cell(v, fmt) for v in frame[key]]
         label = "peak memory" if memory == "peak_memory_bytes_max" else "peak activations"
         shown[label] = ["-" if pd.isna(v) else format_bytes(float(v)) for v in frame[memory]]

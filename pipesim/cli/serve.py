@@ -140,28 +140,45 @@ def render_table(run: ServeRun, search: MaxRate | None = None) -> str:
     if search is not None:
         lines += _search_lines(search, scenario)
     line("replicas", _replicas(scenario))
-    line("requests", f"{report.requests} ({report.completed} completed, {report.rejected} "
-                     f"rejected), {report.preemptions} preemptions")  # fmt: skip
+    line(
+        "requests",
+        f"{report.requests} ({report.completed} completed, {report.rejected} "
+        f"rejected), {report.preemptions} preemptions",
+    )
     line("duration", f"{report.duration_s:.3f} s")
-    line("throughput", f"{report.throughput_rps:.3f} requests/s, "
-                       f"{report.output_tokens_per_second:.1f} output tokens/s")  # fmt: skip
+    line(
+        "throughput",
+        f"{report.throughput_rps:.3f} requests/s, "
+        f"{report.output_tokens_per_second:.1f} output tokens/s",
+    )
     line("goodput", f"{report.goodput_rps:.3f} requests/s within {_slo(scenario)}")
     line("in system (mean)", f"{report.mean_in_system:.3f} requests")
-    line("batch size", f"mean {report.batch_size.mean:.2f}, peak {report.batch_size.peak:.0f} "
-                       "sequences")  # fmt: skip
-    line("KV cache in use", f"mean {report.kv_utilization.mean:.1%}, peak "
-                            f"{report.kv_utilization.peak:.1%} of "
-                            f"{run.result.kv_blocks[0]:,} blocks per replica")  # fmt: skip
+    line(
+        "batch size",
+        f"mean {report.batch_size.mean:.2f}, peak {report.batch_size.peak:.0f} sequences",
+    )
+    line(
+        "KV cache in use",
+        f"mean {report.kv_utilization.mean:.1%}, peak "
+        f"{report.kv_utilization.peak:.1%} of "
+        f"{run.result.kv_blocks[0]:,} blocks per replica",
+    )
     line("bubble fraction", f"{report.bubble_fraction:.4f}")
     lines += ["", f"  {'latency (ms)':<20}{'mean':>11}{'p50':>11}{'p90':>11}{'p99':>11}"]
-    for label, stats in (("TTFT", report.ttft_ms), ("TPOT", report.tpot_ms),
-                         ("inter-token", report.itl_ms), ("end to end", report.e2e_ms),
-                         ("queueing", report.queue_ms)):  # fmt: skip
+    for label, stats in (
+        ("TTFT", report.ttft_ms),
+        ("TPOT", report.tpot_ms),
+        ("inter-token", report.itl_ms),
+        ("end to end", report.e2e_ms),
+        ("queueing", report.queue_ms),
+    ):
         lines.append(f"  {label:<20}" + _stats(stats))
     lines += ["", f"  {'replica':<10}{'stage':<8}{'busy (ms)':>14}{'bubble':>10}"]
     for device in report.devices:
-        lines.append(f"  {device.replica:<10}{device.stage:<8}{device.busy_ms:>14.3f}"
-                     f"{device.bubble_fraction:>10.4f}")  # fmt: skip
+        lines.append(
+            f"  {device.replica:<10}{device.stage:<8}{device.busy_ms:>14.3f}"
+            f"{device.bubble_fraction:>10.4f}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -177,8 +194,11 @@ def _replicas(scenario: ServingScenario) -> str:
 
 def _slo(scenario: ServingScenario) -> str:
     slo = scenario.slo
-    limits = [f"{name} <= {value:g} ms" for name, value in (("TTFT", slo.ttft_ms),
-              ("TPOT", slo.tpot_ms)) if value is not None]  # fmt: skip
+    limits = [
+        f"{name} <= {value:g} ms"
+        for name, value in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms))
+        if value is not None
+    ]
     return "SLO " + ", ".join(limits) if limits else "no SLO (every completed request)"
 
 
@@ -198,11 +218,15 @@ def _search_lines(search: MaxRate, scenario: ServingScenario) -> list[str]:
 # ---------------------------------------------------------------------------
 # Sweeps of serving scenarios (``pipesim sweep`` picks these for a serving section)
 
-SWEEP_COLUMNS = (("requests/s", "throughput_rps", "{:.3f}"),
-                 ("tokens/s", "output_tokens_per_second", "{:,.1f}"),
-                 ("goodput/s", "goodput_rps", "{:.3f}"), ("TTFT p99 ms", "ttft_ms_p99", "{:.2f}"),
-                 ("TPOT p99 ms", "tpot_ms_p99", "{:.2f}"), ("e2e p99 ms", "e2e_ms_p99", "{:.1f}"),
-                 ("preempted", "preemptions", "{:.0f}"))  # fmt: skip
+SWEEP_COLUMNS = (
+    ("requests/s", "throughput_rps", "{:.3f}"),
+    ("tokens/s", "output_tokens_per_second", "{:,.1f}"),
+    ("goodput/s", "goodput_rps", "{:.3f}"),
+    ("TTFT p99 ms", "ttft_ms_p99", "{:.2f}"),
+    ("TPOT p99 ms", "tpot_ms_p99", "{:.2f}"),
+    ("e2e p99 ms", "e2e_ms_p99", "{:.1f}"),
+    ("preempted", "preemptions", "{:.0f}"),
+)
 
 
 def render_serving_sweep_table(frame: pd.DataFrame) -> str:

@@ -121,9 +121,14 @@ def stage_pass_times(
         backward_input += forward
     # the embedding's and the LM head's memory-bound bytes: the stage's bytes without layers
     ends = stage_memory_bound_bytes(
-        model, 0, microbatch_size, first=first, last=last,
-        tensor=tp.degree, sequence_parallel=tp.sequence_parallel,
-    )  # fmt: skip
+        model,
+        0,
+        microbatch_size,
+        first=first,
+        last=last,
+        tensor=tp.degree,
+        sequence_parallel=tp.sequence_parallel,
+    )
     forward += memory_ms(ends.forward, gpu, efficiency)
     backward_input += memory_ms(ends.backward, gpu, efficiency)
     if last:

@@ -71,8 +71,16 @@ class TransformerModel:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.mlp not in ("plain", "gated"):
             raise ValueError(f"model mlp must be 'plain' or 'gated', got {self.mlp!r}")
-        for name in ("layers", "hidden", "heads", "seq_len", "vocab", "ffn_hidden", "dtype_bytes",
-                     "kv_heads"):  # fmt: skip
+        for name in (
+            "layers",
+            "hidden",
+            "heads",
+            "seq_len",
+            "vocab",
+            "ffn_hidden",
+            "dtype_bytes",
+            "kv_heads",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"model {name} must be a positive integer, got {value!r}")

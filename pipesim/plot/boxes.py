@@ -85,9 +85,12 @@ def draw_boxes(ax, trace: Trace, show_comm: bool = True) -> None:
         # White gaps between boxes only where boxes are wide enough to keep their colour.
         wide = np.median(end - start) * scale.x_px_per_ms >= 4
         boxes = PolyCollection(
-            verts, facecolors=COLOURS[KIND_CODES[kind]], edgecolors="white",
-            linewidths=0.4 if wide else 0.0, closed=True,
-        )  # fmt: skip
+            verts,
+            facecolors=COLOURS[KIND_CODES[kind]],
+            edgecolors="white",
+            linewidths=0.4 if wide else 0.0,
+            closed=True,
+        )
         if hatched and lane == COMPUTE and chunk > 0:
             set_hatch(boxes, CHUNK_HATCHES[chunk % len(CHUNK_HATCHES)])
         ax.add_collection(boxes, autolim=False)
@@ -153,10 +156,15 @@ def draw_labels(ax, trace: Trace) -> int:
         # a halo in the box's own colour keeps the number readable over a chunk's hatch
         halo = [patheffects.withStroke(linewidth=3, foreground=colour)] if hatched else None
         ax.text(
-            (trace.start[row] + trace.end[row]) / 2, trace.device[row] - 0.1, text,
-            ha="center", va="center", fontsize=font, color=text_colour(colour),
+            (trace.start[row] + trace.end[row]) / 2,
+            trace.device[row] - 0.1,
+            text,
+            ha="center",
+            va="center",
+            fontsize=font,
+            color=text_colour(colour),
             path_effects=halo,
-        )  # fmt: skip
+        )
     return len(labels)
 
 
@@ -210,6 +218,7 @@ def draw_critical_path(ax, path) -> None:
         autolim=False,
     )
     middle = device + offset + height / 2
-    hops = np.stack([np.column_stack([end[:-1], middle[:-1]]),
-                     np.column_stack([start[1:], middle[1:]])], axis=1)  # fmt: skip
+    hops = np.stack(
+        [np.column_stack([end[:-1], middle[:-1]]), np.column_stack([start[1:], middle[1:]])], axis=1
+    )
     ax.add_collection(LineCollection(hops, colors=CRITICAL, linewidths=0.9), autolim=False)

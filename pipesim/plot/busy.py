@@ -68,9 +68,12 @@ def draw_busy_strip(ax, trace: Trace, title: str = "") -> str:
     image = blend(busy_fractions(trace, TIME_BINS, group))
     makespan = max(trace.makespan_ms, 1e-9)
     ax.imshow(
-        image, extent=(0, makespan, trace.devices - 0.5, -0.5), aspect="auto",
-        interpolation="nearest", origin="upper",
-    )  # fmt: skip
+        image,
+        extent=(0, makespan, trace.devices - 0.5, -0.5),
+        aspect="auto",
+        interpolation="nearest",
+        origin="upper",
+    )
     ax.set_xlim(0, makespan)
     ax.set_ylim(trace.devices - 0.5, -0.5)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=12))

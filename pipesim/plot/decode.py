@@ -83,9 +83,14 @@ def draw_decode_labels(ax, trace: Trace) -> int:
         colour = COLOURS[KIND_CODES[trace.kind[row]]]
         # a halo in the box's colour keeps the text readable over the decode hatch
         ax.text(
-            (trace.start[row] + trace.end[row]) / 2, trace.device[row] - 0.1, text,
-            ha="center", va="center", fontsize=font, color=text_colour(colour),
+            (trace.start[row] + trace.end[row]) / 2,
+            trace.device[row] - 0.1,
+            text,
+            ha="center",
+            va="center",
+            fontsize=font,
+            color=text_colour(colour),
             path_effects=[patheffects.withStroke(linewidth=3, foreground=colour)],
-        )  # fmt: skip
+        )
         written += 1
     return written

@@ -114,8 +114,9 @@ def gantt_figure(
     height = chart_in + DECORATION_IN + (MEMORY_IN + 0.3 if with_memory else 0.0)
     fig, axes = new_figure(height, 2 if with_memory else 1, ratios)
     decode = is_decode(report)  # prefill and decode steps, not hundreds of chunks
-    draw_gantt(axes[0], prefill_decode_view(trace) if decode else trace, report_title(report),
-               labels=False)  # fmt: skip
+    draw_gantt(
+        axes[0], prefill_decode_view(trace) if decode else trace, report_title(report), labels=False
+    )
     if critical_path:
         draw_critical_path(axes[0], critical_path)
     if with_memory:

@@ -65,9 +65,12 @@ def draw_memory(
         draw_spread(ax, curves, makespan)
     if capacity_bytes > 0:
         ax.axhline(
-            capacity_bytes / GIB, color=CAPACITY, linestyle="--", linewidth=1.2,
+            capacity_bytes / GIB,
+            color=CAPACITY,
+            linestyle="--",
+            linewidth=1.2,
             label=f"GPU memory {capacity_bytes / GIB:.4g} GiB",
-        )  # fmt: skip
+        )
     ax.set_ylim(bottom=0)
     ax.set_xlim(0, makespan)
     ax.set_xlabel("time (ms)")
@@ -81,7 +84,14 @@ def draw_spread(ax, curves: list, makespan: float) -> None:
     edges = np.linspace(0.0, makespan, MEMORY_BINS + 1)
     peaks = np.array([binned_peaks(times, gib, edges) for times, gib in curves])
     low, middle, high = np.percentile(peaks, [0, 50, 100], axis=0)
-    ax.fill_between(edges[:-1], low, high, step="post", color="#1F77B4", alpha=0.25,
-                    label=f"lowest to highest of {len(curves)} devices")  # fmt: skip
+    ax.fill_between(
+        edges[:-1],
+        low,
+        high,
+        step="post",
+        color="#1F77B4",
+        alpha=0.25,
+        label=f"lowest to highest of {len(curves)} devices",
+    )
     ax.step(edges[:-1], high, where="post", color="#1F77B4", linewidth=1.2, label="highest")
     ax.step(edges[:-1], middle, where="post", color="#555555", linewidth=1.0, label="median")

@@ -18,9 +18,11 @@ MAX_LABELS = 6  # front points labelled at most, spread along it from the fastes
 
 def _label(row: dict) -> str:
     """``TP4 PP8 DP2 zbv b2``: the layout, the schedule and the microbatch size."""
-    return (f"TP{row['parallel.tensor']} PP{row['pipeline.devices']} DP{row['parallel.data']} "
-            f"{row['pipeline.schedule']} b{row['pipeline.microbatch_size']}"
-            + (" rc" if row["model.recompute"] else ""))  # fmt: skip
+    return (
+        f"TP{row['parallel.tensor']} PP{row['pipeline.devices']} DP{row['parallel.data']} "
+        f"{row['pipeline.schedule']} b{row['pipeline.microbatch_size']}"
+        + (" rc" if row["model.recompute"] else "")
+    )
 
 
 def pareto_figure(plan: Plan, capacity_bytes: float | None = None, title: str = ""):
@@ -32,8 +34,14 @@ def pareto_figure(plan: Plan, capacity_bytes: float | None = None, title: str = 
     fig, ax = plt.subplots(figsize=(8.0, 5.0), layout="constrained")
     if plan.points:
         times, peaks = zip(*plan.points, strict=True)
-        ax.scatter([p / GIB for p in peaks], times, s=6, color="0.75", label="scored candidates",
-                   rasterized=len(times) > 2000)  # fmt: skip
+        ax.scatter(
+            [p / GIB for p in peaks],
+            times,
+            s=6,
+            color="0.75",
+            label="scored candidates",
+            rasterized=len(times) > 2000,
+        )
     front = sorted(plan.pareto, key=lambda row: row["peak_memory_bytes"])
     if front:
         xs = [row["peak_memory_bytes"] / GIB for row in front]
@@ -42,19 +50,36 @@ def pareto_figure(plan: Plan, capacity_bytes: float | None = None, title: str = 
         ax.plot(xs, ys, "o", color="C0", label="Pareto front")
         stride = max(1, -(-len(front) // MAX_LABELS))
         for row in front[::-1][::stride]:  # the fastest first, evenly along the front
-            ax.annotate(_label(row), (row["peak_memory_bytes"] / GIB, row["step_time_ms"]),
-                        fontsize=LABEL_FONT, xytext=(5, 4), textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                _label(row),
+                (row["peak_memory_bytes"] / GIB, row["step_time_ms"]),
+                fontsize=LABEL_FONT,
+                xytext=(5, 4),
+                textcoords="offset points",
+            )
     if plan.results:
         best = plan.results[0]
-        ax.plot([best["peak_memory_bytes"] / GIB], [best["step_time_ms"]], "*", markersize=14,
-                color=CRITICAL, label="winner")  # fmt: skip
+        ax.plot(
+            [best["peak_memory_bytes"] / GIB],
+            [best["step_time_ms"]],
+            "*",
+            markersize=14,
+            color=CRITICAL,
+            label="winner",
+        )
     if capacity_bytes:
-        ax.axvline(capacity_bytes / GIB, color="0.3", linestyle="--", linewidth=1,
-                   label=f"GPU memory ({capacity_bytes / GIB:.0f} GiB)")  # fmt: skip
+        ax.axvline(
+            capacity_bytes / GIB,
+            color="0.3",
+            linestyle="--",
+            linewidth=1,
+            label=f"GPU memory ({capacity_bytes / GIB:.0f} GiB)",
+        )
     ax.set_xlabel("peak memory per device (GiB)", fontsize=FONT)
     ax.set_ylabel("step time (ms)", fontsize=FONT)
     ax.tick_params(labelsize=FONT)
     ax.legend(fontsize=FONT, loc="upper right")
-    ax.set_title(title or f"{plan.scored:,} candidates scored, {len(front)} on the front",
-                 fontsize=FONT + 1)  # fmt: skip
+    ax.set_title(
+        title or f"{plan.scored:,} candidates scored, {len(front)} on the front", fontsize=FONT + 1
+    )
     return fig

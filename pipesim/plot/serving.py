@@ -19,8 +19,11 @@ import pandas as pd
 from pipesim.plot.style import CRITICAL, FONT, TITLE_FONT, pyplot
 from pipesim.serving.records import ServeResult
 
-LATENCIES = (("ttft_ms", "time to first token"), ("tpot_ms", "time per output token"),
-             ("e2e_ms", "end-to-end latency"))  # fmt: skip
+LATENCIES = (
+    ("ttft_ms", "time to first token"),
+    ("tpot_ms", "time per output token"),
+    ("e2e_ms", "end-to-end latency"),
+)
 
 
 def _latencies_ms(result: ServeResult) -> dict[str, np.ndarray]:
@@ -57,11 +60,16 @@ def draw_batch_size(ax, result: ServeResult) -> None:
     log, t = result.iterations, result.timeline
     for replica in range(len(result.kv_blocks)):
         mine = log.replica == replica
-        dots = ax.scatter(log.start_s[mine, 0], log.batch_size[mine], s=2, alpha=0.5,
-                          linewidths=0)  # fmt: skip
+        dots = ax.scatter(log.start_s[mine, 0], log.batch_size[mine], s=2, alpha=0.5, linewidths=0)
         running = t.replica == replica
-        ax.plot(t.time_s[running], t.running[running], drawstyle="steps-post", linewidth=0.8,
-                color=dots.get_facecolor()[0], label=f"replica {replica}: running")  # fmt: skip
+        ax.plot(
+            t.time_s[running],
+            t.running[running],
+            drawstyle="steps-post",
+            linewidth=0.8,
+            color=dots.get_facecolor()[0],
+            label=f"replica {replica}: running",
+        )
     ax.set_ylabel("sequences (dots: per batch)", fontsize=FONT)
     ax.set_ylim(bottom=0)
     ax.tick_params(labelsize=FONT)
@@ -73,8 +81,13 @@ def draw_kv_use(ax, result: ServeResult) -> None:
     t = result.timeline
     for replica, blocks in enumerate(result.kv_blocks):
         mine = t.replica == replica
-        ax.plot(t.time_s[mine], t.kv_blocks_used[mine] / blocks, drawstyle="steps-post",
-                linewidth=0.8, label=f"replica {replica}")  # fmt: skip
+        ax.plot(
+            t.time_s[mine],
+            t.kv_blocks_used[mine] / blocks,
+            drawstyle="steps-post",
+            linewidth=0.8,
+            label=f"replica {replica}",
+        )
     ax.set_ylabel("KV blocks in use (fraction)", fontsize=FONT)
     ax.set_xlabel("time (s)", fontsize=FONT)
     ax.set_ylim(bottom=0)
@@ -88,8 +101,10 @@ def serving_figure(
     plt = pyplot()
     fig, axes = plt.subplot_mosaic(
         [["ttft_ms", "tpot_ms", "e2e_ms"], ["batch"] * 3, ["kv"] * 3],
-        figsize=(12, 9), layout="constrained", height_ratios=[1.2, 1, 1],
-    )  # fmt: skip
+        figsize=(12, 9),
+        layout="constrained",
+        height_ratios=[1.2, 1, 1],
+    )
     latencies = _latencies_ms(result)
     limits = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": None}
     for key, title in LATENCIES:
@@ -104,8 +119,11 @@ def serving_figure(
 # ---------------------------------------------------------------------------
 # Sweeps
 
-SWEEP_PANELS = (("throughput_rps", "completed requests/s"), ("ttft_ms_p99", "p99 TTFT (ms)"),
-                ("tpot_ms_p99", "p99 TPOT (ms)"))  # fmt: skip
+SWEEP_PANELS = (
+    ("throughput_rps", "completed requests/s"),
+    ("ttft_ms_p99", "p99 TTFT (ms)"),
+    ("tpot_ms_p99", "p99 TPOT (ms)"),
+)
 
 
 def serving_sweep_figure(frame: pd.DataFrame):
@@ -127,8 +145,9 @@ def serving_sweep_figure(frame: pd.DataFrame):
         )
         group = group.sort_values(x, kind="stable")
         for ax, (column, _) in zip(axes, SWEEP_PANELS, strict=True):
-            ax.plot(group[x], group[column], marker="o", markerfacecolor="none",
-                    label=label or None)  # fmt: skip
+            ax.plot(
+                group[x], group[column], marker="o", markerfacecolor="none", label=label or None
+            )
     for ax, (_, title) in zip(axes, SWEEP_PANELS, strict=True):
         ax.set_xlabel(x, fontsize=FONT)
         ax.set_ylabel(title, fontsize=FONT)

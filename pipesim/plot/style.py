@@ -66,10 +66,14 @@ def new_figure(height_in: float, rows: int, height_ratios: list[float] | None = 
     that share the time axis; every row keeps its own tick numbers."""
     plt = pyplot()
     fig, axes = plt.subplots(
-        rows, 1, figsize=(WIDTH_IN, min(height_in, MAX_HEIGHT_IN)), sharex=True,
-        squeeze=False, layout="constrained",
+        rows,
+        1,
+        figsize=(WIDTH_IN, min(height_in, MAX_HEIGHT_IN)),
+        sharex=True,
+        squeeze=False,
+        layout="constrained",
         gridspec_kw={"height_ratios": height_ratios} if height_ratios else None,
-    )  # fmt: skip
+    )
     column = [row[0] for row in axes]
     for ax in column:
         ax.tick_params(labelbottom=True, labelsize=FONT)
@@ -137,6 +141,11 @@ def figure_legend(fig, handles: list, note: str = "") -> None:
     if not handles:
         return
     fig.legend(
-        handles=handles, loc="outside lower center", ncol=min(len(handles), 8),
-        fontsize=FONT, title=note or None, title_fontsize=FONT, frameon=False,
-    )  # fmt: skip
+        handles=handles,
+        loc="outside lower center",
+        ncol=min(len(handles), 8),
+        fontsize=FONT,
+        title=note or None,
+        title_fontsize=FONT,
+        frameon=False,
+    )

@@ -55,15 +55,26 @@ def draw_bubble(ax, ok: pd.DataFrame, keys: list[str]) -> dict[str, str]:
         label = line_label(keys, values if isinstance(values, tuple) else (values,))
         means = group.groupby("microbatches")["bubble_fraction"].mean()
         # open markers of different shapes: lines that coincide still both show
-        (line,) = ax.plot(means.index, means.to_numpy(), marker=MARKERS[n % len(MARKERS)],
-                          markerfacecolor="none", markersize=8 - 3 * n / max(len(groups), 1),
-                          label=label)  # fmt: skip
+        (line,) = ax.plot(
+            means.index,
+            means.to_numpy(),
+            marker=MARKERS[n % len(MARKERS)],
+            markerfacecolor="none",
+            markersize=8 - 3 * n / max(len(groups), 1),
+            label=label,
+        )
         colours[label] = line.get_color()
     top = max(float(ok["microbatches"].max()), 1.0)
     for p, style in zip(sorted(ok["devices"].dropna().unique()), _styles(), strict=False):
         m = np.linspace(1, top, 200)
-        ax.plot(m, (p - 1) / (m + p - 1), color="black", linestyle=style, linewidth=0.8,
-                label=f"(p-1)/(m+p-1), p={p}")  # fmt: skip
+        ax.plot(
+            m,
+            (p - 1) / (m + p - 1),
+            color="black",
+            linestyle=style,
+            linewidth=0.8,
+            label=f"(p-1)/(m+p-1), p={p}",
+        )
     ax.set_xlabel("microbatches m", fontsize=FONT)
     ax.set_ylabel("bubble fraction", fontsize=FONT)
     ax.set_ylim(bottom=0)
@@ -84,12 +95,22 @@ def draw_tradeoff(ax, ok: pd.DataFrame, keys: list[str], colours: dict[str, str]
         line_label(keys, v if isinstance(v, tuple) else (v,))
         for v in ok[keys].itertuples(index=False, name=None)
     ]
-    ax.scatter(memory / scale, ok["samples_per_second"], s=22,
-               c=[colours.get(label, "#7F7F7F") for label in labels])  # fmt: skip
+    ax.scatter(
+        memory / scale,
+        ok["samples_per_second"],
+        s=22,
+        c=[colours.get(label, "#7F7F7F") for label in labels],
+    )
     front = pareto_front(ok)
     order = np.argsort(memory[front])
-    ax.plot(memory[front][order] / scale, ok["samples_per_second"].to_numpy()[front][order],
-            "o-", color=CRITICAL, markerfacecolor="none", label="Pareto front")  # fmt: skip
+    ax.plot(
+        memory[front][order] / scale,
+        ok["samples_per_second"].to_numpy()[front][order],
+        "o-",
+        color=CRITICAL,
+        markerfacecolor="none",
+        label="Pareto front",
+    )
     ax.set_xlabel(f"peak activation memory per device ({unit})", fontsize=FONT)
     ax.set_ylabel("throughput (samples/s)", fontsize=FONT)
     ax.legend(fontsize=FONT - 1, title="points: colours as on the left", title_fontsize=FONT - 1)

@@ -74,8 +74,16 @@ class Scenario:
 # Reading, validating, building
 
 
-__all__ = ["Scenario", "ScenarioError", "apply_overrides", "build_scenario", "load_scenario",
-           "parse_spec", "read_mapping", "with_schedule"]  # fmt: skip
+__all__ = [
+    "Scenario",
+    "ScenarioError",
+    "apply_overrides",
+    "build_scenario",
+    "load_scenario",
+    "parse_spec",
+    "read_mapping",
+    "with_schedule",
+]
 
 
 def parse_spec(data: dict[str, Any], source: str) -> ScenarioSpec:
@@ -248,8 +256,14 @@ def _searched(scenario: Scenario, source: str, progress=None) -> Scenario:
     """A zb-auto / v-auto scenario with the schedule searched on its costs and links."""
     if scenario.spec.pipeline.schedule not in AUTO_POLICIES:
         return scenario
-    found = searched.search(scenario.spec.pipeline, scenario.schedule, scenario.costs,
-                            scenario.topology, source, progress)  # fmt: skip
+    found = searched.search(
+        scenario.spec.pipeline,
+        scenario.schedule,
+        scenario.costs,
+        scenario.topology,
+        source,
+        progress,
+    )
     return replace(scenario, schedule=found.schedule, search=found)
 
 

@@ -154,9 +154,14 @@ def _hand_costs(spec: ScenarioSpec, group_size: int, source: str) -> Costs:
     step_bytes = _per_device(costs.activation_bytes, "activation_bytes", p, source)
     prompt = spec.decode.prompt_tokens
     return step_costs(
-        prefill, decode, [b * prompt for b in step_bytes], step_bytes, spec, group_size,
+        prefill,
+        decode,
+        [b * prompt for b in step_bytes],
+        step_bytes,
+        spec,
+        group_size,
         costs.overhead_ms,
-    )  # fmt: skip
+    )
 
 
 def _profile_costs(spec: ScenarioSpec, group_size: int, source: str) -> Costs:
@@ -261,11 +266,18 @@ def _model_costs(
         for s, layers in enumerate(partition):
             forward.append(
                 stage_iteration_ms(
-                    model, layers, gpu, shape, first=s == 0, last=s == p - 1,
-                    tensor=par.tensor, tensor_link=tp_link, efficiency=efficiency,
+                    model,
+                    layers,
+                    gpu,
+                    shape,
+                    first=s == 0,
+                    last=s == p - 1,
+                    tensor=par.tensor,
+                    tensor_link=tp_link,
+                    efficiency=efficiency,
                     emitting=emitting,
                 )
-            )  # fmt: skip
+            )
             sent.append(stage_boundary_bytes(model, shape))
             group_flops += sum(
                 stage_iteration_flops(model, layers, shape, last=s == p - 1, emitting=emitting)
@@ -287,8 +299,9 @@ def _model_costs(
 def _step_shape(step: int, group_size: int, prompt: int) -> BatchShape:
     """Step 0: the group's prompts; step t: one token per sequence at context prompt + t."""
     if step == 0:
-        return BatchShape(prefill_tokens=group_size * prompt,
-                          prefill_attention=group_size * prompt * prompt)  # fmt: skip
+        return BatchShape(
+            prefill_tokens=group_size * prompt, prefill_attention=group_size * prompt * prompt
+        )
     return BatchShape(decode_seqs=group_size, decode_context=group_size * (prompt + step))
 
 

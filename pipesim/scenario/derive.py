@@ -225,12 +225,15 @@ def model_costs(
     intra, _ = _node_links(spec, source)
     efficiency = _efficiency(spec)
     # "balanced" balances stage times (TP communication aside)
-    tp = TensorParallel(par.tensor, 0.0, par.sequence_parallel, par.tp_overlap,
-                        efficiency.tensor_overlap_fraction)  # fmt: skip
+    tp = TensorParallel(
+        par.tensor, 0.0, par.sequence_parallel, par.tp_overlap, efficiency.tensor_overlap_fraction
+    )
     model, partition = _model_and_partition(
-        spec, schedule.model_stages, source,
+        spec,
+        schedule.model_stages,
+        source,
         lambda model: time_loads(model, microbatch_size, gpu, efficiency, tp),
-    )  # fmt: skip
+    )
     costs = stage_costs(
         model,
         partition,
@@ -247,9 +250,14 @@ def model_costs(
     for stage, device in enumerate(schedule.placement):
         stages_on[device].append(schedule.model_stage(stage))
     static = static_memory(
-        model, partition, par.data, par.zero_stage, par.tensor, training,
+        model,
+        partition,
+        par.data,
+        par.zero_stage,
+        par.tensor,
+        training,
         pipelined=not _reduces_every_backward(schedule),
-    )  # fmt: skip
+    )
     tail = None
     if training:
         costs, tail = _step_tail(spec, schedule, (model, partition), costs, stages_on, source)
@@ -306,9 +314,14 @@ def _step_tail(
         inside = par.tensor * par.data <= per_node  # data_parallel_link's test
         sharing = 1 if inside else math.gcd(par.data, per_node // par.tensor)
         reduction = data_parallel_allreduce_ms(
-            model, partition, par.data, link, par.tensor,
-            ranks_per_node=sharing, intra_node_link=intra,
-        )  # fmt: skip
+            model,
+            partition,
+            par.data,
+            link,
+            par.tensor,
+            ranks_per_node=sharing,
+            intra_node_link=intra,
+        )
         if par.zero_stage == 3:
             # An all-gather (or a reduce-scatter) is half a ring all-reduce: n - 1 of its
             # 2 (n - 1) steps. Every pass gathers its weights; the step only reduce-scatters.

@@ -80,29 +80,60 @@ _COVER = (
     Rules(1.0, True, None, True, 2, forward_first=True, wait_deep=True, reserve_idle=True),
     Rules(0.5, True, 0, False, 2, forward_first=True, wait_deep=True, reserve_idle=True),
 )
-_REST = tuple(
-    Rules(fill_ratio, deep_first, extra)
-    for extra in (None, 0, 1, 2)
-    for fill_ratio, deep_first in ((0.0, True), (1.0, True), (0.5, True), (float("inf"), True),
-                                   (0.0, False), (1.0, False))
-) + tuple(
-    Rules(fill_ratio, True, extra, shallow, reserve, free, forward)
-    for reserve in (1, None, 0) for free in (True, False) for forward in (False, True)
-    for extra in (None, 0) for shallow in (True, False) for fill_ratio in (0.0, 1.0, 0.5)
-) + tuple(
-    Rules(fill_ratio, True, extra, slope=2, forward_first=forward)
-    for extra in (0, 1) for forward in (False, True) for fill_ratio in (0.0, 1.0, 0.5, float("inf"))
-) + tuple(
-    Rules(fill_ratio, True, extra, shallow, reserve, forward_first=forward, wait_deep=True)
-    for reserve in (None, 1) for forward in (False, True)
-    for extra in (None, 0) for shallow in (True, False) for fill_ratio in (0.0, 1.0, 0.5)
-) + tuple(
-    Rules(fill_ratio, True, extra, shallow, reserve, forward_first=True, wait_deep=wait,
-          reserve_idle=True)
-    for reserve in (1, 2) for wait in (True, False) for extra in (None, 0)
-    for shallow in (True, False)
-    for fill_ratio in (0.0, 1.0, 0.5)
-)  # fmt: skip
+_REST = (
+    tuple(
+        Rules(fill_ratio, deep_first, extra)
+        for extra in (None, 0, 1, 2)
+        for fill_ratio, deep_first in (
+            (0.0, True),
+            (1.0, True),
+            (0.5, True),
+            (float("inf"), True),
+            (0.0, False),
+            (1.0, False),
+        )
+    )
+    + tuple(
+        Rules(fill_ratio, True, extra, shallow, reserve, free, forward)
+        for reserve in (1, None, 0)
+        for free in (True, False)
+        for forward in (False, True)
+        for extra in (None, 0)
+        for shallow in (True, False)
+        for fill_ratio in (0.0, 1.0, 0.5)
+    )
+    + tuple(
+        Rules(fill_ratio, True, extra, slope=2, forward_first=forward)
+        for extra in (0, 1)
+        for forward in (False, True)
+        for fill_ratio in (0.0, 1.0, 0.5, float("inf"))
+    )
+    + tuple(
+        Rules(fill_ratio, True, extra, shallow, reserve, forward_first=forward, wait_deep=True)
+        for reserve in (None, 1)
+        for forward in (False, True)
+        for extra in (None, 0)
+        for shallow in (True, False)
+        for fill_ratio in (0.0, 1.0, 0.5)
+    )
+    + tuple(
+        Rules(
+            fill_ratio,
+            True,
+            extra,
+            shallow,
+            reserve,
+            forward_first=True,
+            wait_deep=wait,
+            reserve_idle=True,
+        )
+        for reserve in (1, 2)
+        for wait in (True, False)
+        for extra in (None, 0)
+        for shallow in (True, False)
+        for fill_ratio in (0.0, 1.0, 0.5)
+    )
+)
 RULES = tuple(dict.fromkeys(_FIRST + _COVER + _REST))
 # Constructions run about this many actions' worth in all (at least the first four).
 CONSTRUCT_ACTIONS = 100_000

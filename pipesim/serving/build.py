@@ -286,9 +286,13 @@ def _model_costs(spec: ScenarioSpec, source: str) -> tuple[list[ModelIterationCo
     gpu = gpu_profile(hw.gpu)
     try:
         tokens = kv_capacity_tokens(
-            model, gpu, tensor=par.tensor, pipeline=stages,
-            gpu_memory_utilization=serving.gpu_memory_utilization, partition=partition,
-        )  # fmt: skip
+            model,
+            gpu,
+            tensor=par.tensor,
+            pipeline=stages,
+            gpu_memory_utilization=serving.gpu_memory_utilization,
+            partition=partition,
+        )
     except ValueError as exc:
         raise ScenarioError(f"{source}: model: {str(exc).splitlines()[0]}") from None
     intra, _ = derive._node_links(spec, source)

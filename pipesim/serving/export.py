@@ -33,8 +33,19 @@ import numpy as np
 from pipesim.serving.records import ServeReport, ServeResult
 
 US_PER_S = 1e6  # trace times are microseconds, as in pipesim.sim.export
-REQUEST_COLUMNS = ("id", "replica", "arrival_s", "prompt_tokens", "output_tokens", "status",
-                   "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "preemptions")  # fmt: skip
+REQUEST_COLUMNS = (
+    "id",
+    "replica",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "status",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "queue_ms",
+    "preemptions",
+)
 
 
 def _ms(value: float) -> str:
@@ -45,8 +56,19 @@ def _ms(value: float) -> str:
 def requests_csv(result: ServeResult) -> str:
     """One line per request, in request order (see the module's docstring)."""
     r = result.requests
-    columns = (r.id, r.replica, r.arrival_s, r.prompt_tokens, r.output_tokens, r.rejected,
-               r.ttft_s, r.tpot_s, r.e2e_s, r.queue_s, r.preemptions)  # fmt: skip
+    columns = (
+        r.id,
+        r.replica,
+        r.arrival_s,
+        r.prompt_tokens,
+        r.output_tokens,
+        r.rejected,
+        r.ttft_s,
+        r.tpot_s,
+        r.e2e_s,
+        r.queue_s,
+        r.preemptions,
+    )
     lines = [",".join(REQUEST_COLUMNS)]
     for row in zip(*(np.asarray(c).tolist() for c in columns), strict=True):
         ident, replica, arrival, prompt, output, rejected, ttft, tpot, e2e, queue, pre = row
@@ -96,13 +118,26 @@ def iteration_events(result: ServeResult) -> list[dict]:
     starts, ends = log.start_s.tolist(), log.end_s.tolist()
     for i, (replica, engine, size, prefill, decode) in enumerate(rows):
         name = "prefill+decode" if prefill and decode else ("prefill" if prefill else "decode")
-        args = {"iteration": i, "engine": engine, "batch_size": size,
-                "prefill_tokens": prefill, "decode_seqs": decode}  # fmt: skip
+        args = {
+            "iteration": i,
+            "engine": engine,
+            "batch_size": size,
+            "prefill_tokens": prefill,
+            "decode_seqs": decode,
+        }
         for stage, (start, end) in enumerate(zip(starts[i], ends[i], strict=True)):
             events.append(
-                {"name": name, "cat": "iteration", "ph": "X", "ts": start * US_PER_S,
-                 "dur": (end - start) * US_PER_S, "pid": replica, "tid": stage, "args": args}
-            )  # fmt: skip
+                {
+                    "name": name,
+                    "cat": "iteration",
+                    "ph": "X",
+                    "ts": start * US_PER_S,
+                    "dur": (end - start) * US_PER_S,
+                    "pid": replica,
+                    "tid": stage,
+                    "args": args,
+                }
+            )
     return events
 
 
@@ -110,23 +145,52 @@ def request_spans(result: ServeResult) -> list[dict]:
     """Each served request's async span with its three phases; rejected ones as instants."""
     r = result.requests
     replicas, stages = len(result.kv_blocks), result.stages
-    columns = (r.id, r.replica, r.rejected, r.arrival_s, r.first_scheduled_s,
-               r.first_token_s, r.finish_s, r.prompt_tokens, r.output_tokens)  # fmt: skip
+    columns = (
+        r.id,
+        r.replica,
+        r.rejected,
+        r.arrival_s,
+        r.first_scheduled_s,
+        r.first_token_s,
+        r.finish_s,
+        r.prompt_tokens,
+        r.output_tokens,
+    )
     events: list[dict] = []
     for row in zip(*(np.asarray(c).tolist() for c in columns), strict=True):
         ident, replica, rejected, arrival, scheduled, first, finish, prompt, output = row
         if rejected:
-            events.append({"name": f"request {ident} rejected", "cat": "request", "ph": "i",
-                           "s": "p", "ts": arrival * US_PER_S, "pid": replicas, "tid": 0,
-                           "args": {"prompt_tokens": prompt, "output_tokens": output}})  # fmt: skip
+            events.append(
+                {
+                    "name": f"request {ident} rejected",
+                    "cat": "request",
+                    "ph": "i",
+                    "s": "p",
+                    "ts": arrival * US_PER_S,
+                    "pid": replicas,
+                    "tid": 0,
+                    "args": {"prompt_tokens": prompt, "output_tokens": output},
+                }
+            )
             continue
         base = {"cat": "request", "id": ident, "pid": replica, "tid": stages}
-        marks = ((f"request {ident}", arrival, finish), ("queued", arrival, scheduled),
-                 ("prefill", scheduled, first), ("decoding", first, finish))  # fmt: skip
+        marks = (
+            (f"request {ident}", arrival, finish),
+            ("queued", arrival, scheduled),
+            ("prefill", scheduled, first),
+            ("decoding", first, finish),
+        )
         args = {"prompt_tokens": prompt, "output_tokens": output}
         for n, (name, start, end) in enumerate(marks):
-            events.append({**base, "name": name, "ph": "b", "ts": start * US_PER_S,
-                           **({"args": args} if n == 0 else {})})  # fmt: skip
+            events.append(
+                {
+                    **base,
+                    "name": name,
+                    "ph": "b",
+                    "ts": start * US_PER_S,
+                    **({"args": args} if n == 0 else {}),
+                }
+            )
             if n == 0:
                 continue
             events.append({**base, "name": name, "ph": "e", "ts": end * US_PER_S})
@@ -137,8 +201,13 @@ def request_spans(result: ServeResult) -> list[dict]:
 def counter_events(result: ServeResult) -> list[dict]:
     """KV blocks in use and sequences running per replica, and each iteration's batch."""
     t = result.timeline
-    rows = zip(t.time_s.tolist(), t.replica.tolist(), t.kv_blocks_used.tolist(),
-               t.running.tolist(), strict=True)  # fmt: skip
+    rows = zip(
+        t.time_s.tolist(),
+        t.replica.tolist(),
+        t.kv_blocks_used.tolist(),
+        t.running.tolist(),
+        strict=True,
+    )
     events = [
         {
             "name": "KV cache",
@@ -146,7 +215,7 @@ def counter_events(result: ServeResult) -> list[dict]:
             "ts": time * US_PER_S,
             "pid": replica,
             "args": {"blocks used": used, "sequences running": running},
-        }  # fmt: skip
+        }
         for time, replica, used, running in rows
     ]
     log = result.iterations
@@ -158,7 +227,7 @@ def counter_events(result: ServeResult) -> list[dict]:
             "ts": start * US_PER_S,
             "pid": replica,
             "args": {"sequences": size},
-        }  # fmt: skip
+        }
         for start, replica, size in zip(
             first_stage, log.replica.tolist(), log.batch_size.tolist(), strict=True
         )

@@ -74,7 +74,7 @@ class MaxRate:
                     "meets_slo": p.meets_slo,
                     "ttft_ms": p.ttft_ms,
                     "tpot_ms": p.tpot_ms,
-                }  # fmt: skip
+                }
                 for p in self.probes
             ],
         }
@@ -144,8 +144,10 @@ def slo_probe(scenario: ServingScenario, rate_rps: float) -> tuple[Probe, ServeR
     slo, records = scenario.slo, run.result.requests
     served = ~records.rejected
     judged = {}
-    for name, limit, values in (("ttft_ms", slo.ttft_ms, records.ttft_s[served]),
-                                ("tpot_ms", slo.tpot_ms, records.tpot_s[served])):  # fmt: skip
+    for name, limit, values in (
+        ("ttft_ms", slo.ttft_ms, records.ttft_s[served]),
+        ("tpot_ms", slo.tpot_ms, records.tpot_s[served]),
+    ):
         values = values[~np.isnan(values)] * 1e3
         if limit is not None and len(values):
             judged[name] = (float(np.percentile(values, slo.percentile)), limit)

@@ -54,10 +54,17 @@ class ModelIterationCosts:
     def stage_ms(self, stage: int, shape: BatchShape) -> float:
         emitting = _prompts_done(shape)
         return stage_iteration_ms(
-            self.model, self.partition[stage], self.gpu, shape,
-            first=stage == 0, last=stage == self.stages - 1, tensor=self.tensor,
-            tensor_link=self.tensor_link, efficiency=self.efficiency, emitting=emitting,
-        )  # fmt: skip
+            self.model,
+            self.partition[stage],
+            self.gpu,
+            shape,
+            first=stage == 0,
+            last=stage == self.stages - 1,
+            tensor=self.tensor,
+            tensor_link=self.tensor_link,
+            efficiency=self.efficiency,
+            emitting=emitting,
+        )
 
     def hop_ms(self, stage: int, shape: BatchShape) -> float:
         if stage < len(self.links):

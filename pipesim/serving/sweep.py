@@ -57,8 +57,16 @@ def run_serving_sweep(
     """Serve every point of the grid over ``base`` (a scenario mapping read from
     ``source``) on ``jobs`` local processes or the Dask cluster at ``scheduler``;
     ``progress(n)`` as ``n`` more points finish."""
-    return run_sweep(base, source, axes, jobs=jobs, executor=executor, scheduler=scheduler,
-                     progress=progress, runner=run_serving_chunk)  # fmt: skip
+    return run_sweep(
+        base,
+        source,
+        axes,
+        jobs=jobs,
+        executor=executor,
+        scheduler=scheduler,
+        progress=progress,
+        runner=run_serving_chunk,
+    )
 
 
 def is_serving(base: dict) -> bool:

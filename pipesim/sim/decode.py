@@ -177,8 +177,13 @@ def row_names(trace: Trace) -> list[str]:
     ``Trace.name``."""
     p = trace.devices
     names = []
-    columns = (trace.stage.tolist(), trace.microbatch.tolist(), trace.lane.tolist(),
-               trace.peer.tolist(), trace.kind.tolist())  # fmt: skip
+    columns = (
+        trace.stage.tolist(),
+        trace.microbatch.tolist(),
+        trace.lane.tolist(),
+        trace.peer.tolist(),
+        trace.kind.tolist(),
+    )
     for row, (stage, group, lane, peer, kind) in enumerate(zip(*columns, strict=True)):
         if stage < 0 or kind not in (KIND_CODE[F], SEND_F):
             names.append(trace.name(row))

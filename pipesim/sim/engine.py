@@ -241,7 +241,7 @@ class _Run:
             yield env.timeout(delay)
             clock += delay  # SimPy's own sum, so clock == env.now
             row = next_row()
-            rows.append((device, stage, microbatch, code, free, end, -1, cause, cause_row))  # fmt: skip
+            rows.append((device, stage, microbatch, code, free, end, -1, cause, cause_row))
             trace_actions.append(action)
             if len(rows) >= ROWS_PER_BLOCK:
                 self.out.pack()  # tuples into a NumPy block: bounded memory per row
@@ -255,10 +255,26 @@ class _Run:
                 arrival_at[key] = (end, row)
             else:  # first come, first served on a channel with one sender
                 ready = channel_free[channel]
-                begin, why, why_row = (ready, CAUSE_CHANNEL, holder[channel]) if ready > end else (end, CAUSE_PRODUCER, row)  # fmt: skip
+                begin, why, why_row = (
+                    (ready, CAUSE_CHANNEL, holder[channel])
+                    if ready > end
+                    else (end, CAUSE_PRODUCER, row)
+                )
                 leave = channel_free[channel] = begin + occupancy
                 sent = holder[channel] = next_row()
-                rows.append((device, stage, microbatch, send_code, begin, leave + latency, dst, why, why_row))  # fmt: skip
+                rows.append(
+                    (
+                        device,
+                        stage,
+                        microbatch,
+                        send_code,
+                        begin,
+                        leave + latency,
+                        dst,
+                        why,
+                        why_row,
+                    )
+                )
                 trace_actions.append(action)
                 arrival_at[key] = (leave + latency, sent)
             if waiting and key in waiting:
@@ -304,7 +320,9 @@ class _Run:
             yield env.timeout(max(end - env.now, 0.0))
             row = next_row()
             code = KIND_CODE[action.kind]
-            rows.append((device, action.stage, action.microbatch, code, free, end, -1, cause, cause_row))  # fmt: skip
+            rows.append(
+                (device, action.stage, action.microbatch, code, free, end, -1, cause, cause_row)
+            )
             trace_actions.append(action)
             if len(rows) >= ROWS_PER_BLOCK:
                 self.out.pack()

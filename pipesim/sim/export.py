@@ -55,8 +55,17 @@ def device_metadata(pid: int, name: str) -> list[dict]:
 
 def row_events(trace: Trace, pid_offset: int = 0, names: Sequence[str] | None = None) -> list[dict]:
     """One complete (``X``) event per trace row; a transfer names its receiver."""
-    columns = (trace.device, trace.lane, trace.stage, trace.chunk, trace.microbatch,
-               trace.kind, trace.peer, trace.start, trace.end)  # fmt: skip
+    columns = (
+        trace.device,
+        trace.lane,
+        trace.stage,
+        trace.chunk,
+        trace.microbatch,
+        trace.kind,
+        trace.peer,
+        trace.start,
+        trace.end,
+    )
     events = []
     for i, row in enumerate(zip(*(c.tolist() for c in columns), strict=True)):
         device, lane, stage, chunk, microbatch, kind, peer, start, end = row
@@ -66,11 +75,15 @@ def row_events(trace: Trace, pid_offset: int = 0, names: Sequence[str] | None = 
         events.append(
             {
                 "name": trace.name(i) if names is None else names[i],
-                "cat": KIND_CODES[kind], "ph": "X",
-                "ts": start * US_PER_MS, "dur": end * US_PER_MS - start * US_PER_MS,
-                "pid": device + pid_offset, "tid": lane, "args": args,
+                "cat": KIND_CODES[kind],
+                "ph": "X",
+                "ts": start * US_PER_MS,
+                "dur": end * US_PER_MS - start * US_PER_MS,
+                "pid": device + pid_offset,
+                "tid": lane,
+                "args": args,
             }
-        )  # fmt: skip
+        )
     return events
 
 
@@ -83,7 +96,7 @@ def memory_counters(memory: Sequence[MemoryTimeline], pid_offset: int = 0) -> li
             "ts": t * US_PER_MS,
             "pid": d + pid_offset,
             "args": {"bytes": value},
-        }  # fmt: skip
+        }
         for d, timeline in enumerate(memory)
         for t, value in zip(
             timeline.time.tolist(), timeline.activation_bytes.astype(float).tolist(), strict=True

@@ -70,8 +70,12 @@ def _wiring(index: ScheduleIndex, topology: Topology) -> tuple:
     each route's channel number (-1: delivered at once) and link, how many channels, and
     each message's channel. Kept on the index for the last few topologies it met (by
     what they say, not which object they are), as a planner asks again and again."""
-    key = ("wiring", topology.default, frozenset(topology.links.items()),
-           frozenset(topology.channels.items()))  # fmt: skip
+    key = (
+        "wiring",
+        topology.default,
+        frozenset(topology.links.items()),
+        frozenset(topology.channels.items()),
+    )
     kept = index.memo.get(key)
     if kept is not None:
         return kept
@@ -165,8 +169,14 @@ def link_times(index: ScheduleIndex, costs: Costs, topology: Topology) -> LinkTi
 
 def _negative(costs: Costs, topology: Topology | None) -> bool:
     """Whether any time the sweep adds up is below zero (it marks "not yet sent" by -1)."""
-    times = (costs.forward_ms, costs.backward_ms, costs.backward_input_ms,
-             costs.backward_weight_ms, costs.overlapped_fb_ms or (), costs.activation_bytes)  # fmt: skip
+    times = (
+        costs.forward_ms,
+        costs.backward_ms,
+        costs.backward_input_ms,
+        costs.backward_weight_ms,
+        costs.overlapped_fb_ms or (),
+        costs.activation_bytes,
+    )
     if costs.overhead_ms < 0 or any(min(values, default=0.0) < 0 for values in times):
         return True
     links = () if topology is None else (topology.default, *topology.links.values())

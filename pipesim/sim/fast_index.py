@@ -335,8 +335,13 @@ def _sweep_graph(bounds: tuple[int, ...], inputs, outputs, groups) -> SweepGraph
         flat = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
         return first, flat.astype(np.int64)
 
-    return SweepGraph(np.asarray(bounds, dtype=np.int64), inputs, outputs,
-                      *packed(members_in), *packed(members_out))  # fmt: skip
+    return SweepGraph(
+        np.asarray(bounds, dtype=np.int64),
+        inputs,
+        outputs,
+        *packed(members_in),
+        *packed(members_out),
+    )
 
 
 def remember(index: ScheduleIndex, key, value) -> None:

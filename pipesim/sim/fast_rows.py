@@ -113,17 +113,31 @@ def build_trace(
     none = np.full(len(tails.device), -1, dtype=np.int64)
     rows = [
         _Columns(
-            index.node_device, index.node_stage, index.node_microbatch, index.node_kind,
-            sweep.start, sweep.end, layout.no_peer, sweep.cause,
-            ref_row[sweep.cause_ref], index.node_action,
+            index.node_device,
+            index.node_stage,
+            index.node_microbatch,
+            index.node_kind,
+            sweep.start,
+            sweep.end,
+            layout.no_peer,
+            sweep.cause,
+            ref_row[sweep.cause_ref],
+            index.node_action,
         ),
         _transfers(layout, sweep, node_row, message_row),
         _Columns(
-            tails.device, none, none, np.full(len(tails.device), ALLREDUCE, dtype=np.int64),
-            tails.start, tails.end, none, tails.cause, ref_row[tails.ref],
+            tails.device,
+            none,
+            none,
+            np.full(len(tails.device), ALLREDUCE, dtype=np.int64),
+            tails.start,
+            tails.end,
+            none,
+            tails.cause,
+            ref_row[tails.ref],
             np.full(len(tails.device), None, dtype=object),
         ),
-    ]  # fmt: skip
+    ]
     places = [node_row, message_row[on_channel], tail_row]
     return _assemble(index, rows, places, int(unit_size.sum()))
 
@@ -186,9 +200,15 @@ def _layout(index: ScheduleIndex, links: LinkTimes) -> _Layout:
     rank = 1 + np.arange(len(producer)) - ahead[producer]
     columns = tuple(
         column if every else column[on_channel]
-        for column in (index.message_src, index.message_stage, index.message_microbatch,
-                       index.message_kind, index.message_dst, index.message_atom)
-    )  # fmt: skip
+        for column in (
+            index.message_src,
+            index.message_stage,
+            index.message_microbatch,
+            index.message_kind,
+            index.message_dst,
+            index.message_atom,
+        )
+    )
     no_peer = np.full(len(index.node_device), -1, dtype=np.int64)
     layout = _Layout(on_channel, producer, 1 + sent, rank, columns, no_peer)
     remember(index, key, layout)
@@ -206,8 +226,18 @@ def _transfers(layout: _Layout, sweep: SweepResult, node_row, message_row) -> _C
     cause_row = node_row[layout.producer]
     cause_row[queued] = message_row[behind[queued]]
     src, stage, microbatch, kind, dst, atoms = layout.columns
-    return _Columns(src, stage, microbatch, kind, sweep.begin[on_channel],
-                    sweep.arrival[on_channel], dst, cause, cause_row, atoms)  # fmt: skip
+    return _Columns(
+        src,
+        stage,
+        microbatch,
+        kind,
+        sweep.begin[on_channel],
+        sweep.arrival[on_channel],
+        dst,
+        cause,
+        cause_row,
+        atoms,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +286,9 @@ def _tails(index: ScheduleIndex, tail_ms, after_flush: bool, sweep: SweepResult,
     position[device] = np.arange(len(device))
     order = position[finished]
     order = order[order >= 0]
-    return _Tails(device, start[device], start[device] + work[device], cause[device], refs[device], order)  # fmt: skip
+    return _Tails(
+        device, start[device], start[device] + work[device], cause[device], refs[device], order
+    )
 
 
 def _assemble(index: ScheduleIndex, blocks: list[_Columns], places: list, total: int) -> Trace:

@@ -130,14 +130,32 @@ def run_sweep(
     nodes, messages = len(graph.input_of), len(times[1])
     devices = len(graph.bounds) - 1
     kernel = compiled_kernel()
-    sizes = (nodes, nodes, nodes, nodes, nodes, messages, messages, messages, messages,
-             2 * nodes + 2, max(channels, 1), max(channels, 1), devices, devices, devices,
-             devices)  # fmt: skip
+    sizes = (
+        nodes,
+        nodes,
+        nodes,
+        nodes,
+        nodes,
+        messages,
+        messages,
+        messages,
+        messages,
+        2 * nodes + 2,
+        max(channels, 1),
+        max(channels, 1),
+        devices,
+        devices,
+        devices,
+        devices,
+    )
     codes = "ddqqdddqdqdqdqqq"
     if kernel is not None:
         state = _spare_state(spare, sizes)
         if state is None:
-            state = tuple(np.empty(n, dtype=np.float64 if c == "d" else np.int64) for c, n in zip(codes, sizes, strict=True))  # fmt: skip
+            state = tuple(
+                np.empty(n, dtype=np.float64 if c == "d" else np.int64)
+                for c, n in zip(codes, sizes, strict=True)
+            )
         written = kernel(graph, times, float(overhead_ms), bool(hold), state)
         kept = state
     else:
@@ -151,8 +169,20 @@ def run_sweep(
         return None
     end, start, cause, cause_ref, scheduled, arrival, begin, behind, sent = state[:9]
     runs, free, free_ref = state[9][:written].reshape(-1, 2), state[12], state[13]
-    return SweepResult(end, start, cause.astype(np.int8), cause_ref, scheduled, arrival, begin,
-                       behind, free, free_ref, runs, kept)  # fmt: skip
+    return SweepResult(
+        end,
+        start,
+        cause.astype(np.int8),
+        cause_ref,
+        scheduled,
+        arrival,
+        begin,
+        behind,
+        free,
+        free_ref,
+        runs,
+        kept,
+    )
 
 
 def _spare_state(spare: list | None, sizes: tuple) -> tuple | None:

@@ -133,9 +133,15 @@ def _overlapped_events(events: _Events, trace: Trace, schedule: Schedule, costs:
 def _timelines(events: _Events, devices: int) -> tuple[MemoryTimeline, ...]:
     device, time, row, order, change, count = (
         np.concatenate(parts)
-        for parts in (events.device, events.time, events.row, events.order,
-                      events.change_bytes, events.change_count)
-    )  # fmt: skip
+        for parts in (
+            events.device,
+            events.time,
+            events.row,
+            events.order,
+            events.change_bytes,
+            events.change_count,
+        )
+    )
     sort = np.lexsort((order, row, time, device))
     device, time, change, count = device[sort], time[sort], change[sort], count[sort]
     bounds = np.searchsorted(device, np.arange(devices + 1))

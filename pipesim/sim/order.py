@@ -34,7 +34,12 @@ class OrderCheck:
     """The cells of one run. ``cells[device][stage]`` is the first cell of a stage placed
     on ``device`` (cell = that + microbatch); None for stages placed elsewhere."""
 
-    steps = {F: (NEW, FORWARDED), B: (FORWARDED, DONE), I: (FORWARDED, INPUT_GRAD), W: (INPUT_GRAD, DONE)}  # fmt: skip
+    steps = {
+        F: (NEW, FORWARDED),
+        B: (FORWARDED, DONE),
+        I: (FORWARDED, INPUT_GRAD),
+        W: (INPUT_GRAD, DONE),
+    }
 
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule

@@ -129,7 +129,9 @@ class Rendezvous:
         yield run.env.timeout(max(end - run.env.now, 0.0))
         row = run.next_row()
         code = KIND_CODE[action.kind]
-        run.out.rows.append((device, action.stage, action.microbatch, code, free, end, -1, cause, cause_row))  # fmt: skip
+        run.out.rows.append(
+            (device, action.stage, action.microbatch, code, free, end, -1, cause, cause_row)
+        )
         run.out.actions.append(action)
         if len(run.out.rows) >= ROWS_PER_BLOCK:
             run.out.pack()

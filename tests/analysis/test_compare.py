@@ -79,8 +79,10 @@ def test_compare_with_runs_ranks_by_p50_and_counts_progress():
     assert sum(ticks) == 9
     assert comparison.ranked
     assert [(row.schedule, row.rank) for row in comparison.rows] == [
-        ("zbv", 1), ("gpipe", 2), ("1f1b", 3)
-    ]  # fmt: skip
+        ("zbv", 1),
+        ("gpipe", 2),
+        ("1f1b", 3),
+    ]
     assert [row.schedule for row in comparison.rescaled] == ["zbv"]
     first = comparison.rows[0].to_dict()
     assert first["rank"] == 1 and first["makespan_ms_p50"] == first["makespan_ms"] == 25.5

@@ -44,14 +44,27 @@ def test_gpipe_with_latency_follows_the_first_microbatch_down_and_the_last_back(
     path = explain(trace, schedule, topology).critical_path
     assert report.makespan_ms == 24.0
     assert path_text(path) == [
-        ("0F0", 0, 0.0, 1.0), ("0F0->1", 0, 1.0, 1.5), ("1F0", 1, 1.5, 2.5),
-        ("1F0->2", 1, 2.5, 3.0), ("2F0", 2, 3.0, 4.0), ("2F0->3", 2, 4.0, 4.5),
-        ("3F0", 3, 4.5, 5.5), ("3F1", 3, 5.5, 6.5), ("3F2", 3, 6.5, 7.5), ("3F3", 3, 7.5, 8.5),
-        ("3B3", 3, 8.5, 10.5), ("3B3->2", 3, 10.5, 11.0), ("2B3", 2, 11.0, 13.0),
-        ("2B3->1", 2, 13.0, 13.5), ("1B3", 1, 13.5, 15.5), ("1B3->0", 1, 15.5, 16.0),
-        ("0B3", 0, 16.0, 18.0), ("0B2", 0, 18.0, 20.0), ("0B1", 0, 20.0, 22.0),
+        ("0F0", 0, 0.0, 1.0),
+        ("0F0->1", 0, 1.0, 1.5),
+        ("1F0", 1, 1.5, 2.5),
+        ("1F0->2", 1, 2.5, 3.0),
+        ("2F0", 2, 3.0, 4.0),
+        ("2F0->3", 2, 4.0, 4.5),
+        ("3F0", 3, 4.5, 5.5),
+        ("3F1", 3, 5.5, 6.5),
+        ("3F2", 3, 6.5, 7.5),
+        ("3F3", 3, 7.5, 8.5),
+        ("3B3", 3, 8.5, 10.5),
+        ("3B3->2", 3, 10.5, 11.0),
+        ("2B3", 2, 11.0, 13.0),
+        ("2B3->1", 2, 13.0, 13.5),
+        ("1B3", 1, 13.5, 15.5),
+        ("1B3->0", 1, 15.5, 16.0),
+        ("0B3", 0, 16.0, 18.0),
+        ("0B2", 0, 18.0, 20.0),
+        ("0B1", 0, 20.0, 22.0),
         ("0B0", 0, 22.0, 24.0),
-    ]  # fmt: skip
+    ]
 
 
 def test_gpipe_gaps_have_their_causes_in_plain_words():
@@ -81,8 +94,11 @@ def test_1f1b_with_latency_holds_back_a_ready_forward():
     explanation = explain(trace, schedule, topology)
     assert report.makespan_ms == 26.0
     assert explanation.idle_by_cause()[1] == {
-        UPSTREAM: 1.5, IN_ORDER: 6.0, DOWNSTREAM: 4.0, DONE: 2.5
-    }  # fmt: skip
+        UPSTREAM: 1.5,
+        IN_ORDER: 6.0,
+        DOWNSTREAM: 4.0,
+        DONE: 2.5,
+    }
     gap = next(g for g in explanation.gaps if g.cause == IN_ORDER and g.device == 1)
     assert describe_gap(gap) == (
         "device 1 idles 6.0 ms before 1B0: in-order blocking: 1F3 was ready at 4.5 ms but runs "
@@ -111,8 +127,9 @@ def test_busy_link_and_blocking_sends():
     trace = simulate(schedule, costs, held)
     sending = [g for g in idle_gaps(trace, schedule, held) if g.cause == SENDING]
     assert [(g.device, g.start_ms, g.end_ms, g.via) for g in sending] == [
-        (0, 0.25, 1.25, "0F0->1"), (0, 1.5, 2.5, "0F1->1")
-    ]  # fmt: skip
+        (0, 0.25, 1.25, "0F0->1"),
+        (0, 1.5, 2.5, "0F1->1"),
+    ]
 
 
 def check_path_and_gaps(schedule, costs, topology):
@@ -130,10 +147,14 @@ def check_path_and_gaps(schedule, costs, topology):
     rows = {
         (name, int(d), float(s)): (float(e), lane)
         for name, d, s, e, lane in zip(
-            trace.frame.name, trace.frame.device, trace.frame.start, trace.frame.end,
-            trace.frame.lane, strict=True,
+            trace.frame.name,
+            trace.frame.device,
+            trace.frame.start,
+            trace.frame.end,
+            trace.frame.lane,
+            strict=True,
         )
-    }  # fmt: skip
+    }
     for element in path:
         end, lane = rows[(element["name"], element["device"], element["start_ms"])]
         assert element["end_ms"] == end or (lane == "comm" and element["end_ms"] < end)
@@ -223,9 +244,11 @@ def test_a_shared_channel_is_the_cause_on_the_path_and_in_the_gaps():
     trace = simulate(schedule, costs, topology)
     explanation = explain(trace, schedule, topology)
     assert path_text(explanation.critical_path) == [
-        ("0F0", 0, 0.0, 1.0), ("0F0->3", 0, 1.0, 2.0), ("2F1->2", 1, 2.0, 3.5),
+        ("0F0", 0, 0.0, 1.0),
+        ("0F0->3", 0, 1.0, 2.0),
+        ("2F1->2", 1, 2.0, 3.5),
         ("3F1", 2, 3.5, 4.5),
-    ]  # fmt: skip
+    ]
     assert explanation.sentences() == [
         "device 0 idles 3.5 ms after 0F0: its work is done; the step ends at 4.5 ms",
         "device 1 idles 3.5 ms after 2F1: its work is done; the step ends at 4.5 ms",
@@ -252,8 +275,9 @@ def test_end_of_step_collective_is_on_the_path_and_in_the_gaps():
     trace = simulate(schedule, costs, tail_ms=[1.5, 1.5])
     explanation = explain(trace, schedule)
     assert path_text(explanation.critical_path)[-2:] == [
-        ("0B0", 0, 7.0, 9.0), ("gradient all-reduce", 1, 9.0, 10.5)
-    ]  # fmt: skip
+        ("0B0", 0, 7.0, 9.0),
+        ("gradient all-reduce", 1, 9.0, 10.5),
+    ]
     device1 = [(g.start_ms, g.end_ms, g.cause) for g in explanation.gaps if g.device == 1]
     assert device1 == [(0.0, 1.0, UPSTREAM), (7.0, 9.0, DONE), (9.0, 10.5, "end-of-step work")]
     check_path_and_gaps(schedule, costs, None)

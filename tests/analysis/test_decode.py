@@ -27,11 +27,15 @@ def scenario(devices=2, groups=1, tokens=4, *, prompt=8, size=1, source="d.yaml"
     data = {
         "schema_version": 1,
         "name": "decode",
-        "pipeline": {"mode": "decode", "devices": devices, "microbatches": groups,
-                     "microbatch_size": size},
+        "pipeline": {
+            "mode": "decode",
+            "devices": devices,
+            "microbatches": groups,
+            "microbatch_size": size,
+        },
         "decode": {"tokens": tokens, "prompt_tokens": prompt},
         "costs": {"prefill_ms": 1.0, "decode_ms": 1.0},
-    }  # fmt: skip
+    }
     data.update(sections)
     return build_scenario(parse_spec(data, source), source)
 
@@ -62,9 +66,15 @@ def test_whole_timeline_two_devices_two_groups():
     device, still busy with g1's prefill until 6."""
     result = run(groups=2, tokens=2, costs={"prefill_ms": 2.0, "decode_ms": 1.0})
     assert compute_rows(result.trace) == [
-        (0, "0F0", 0.0, 2.0), (0, "0F1", 2.0, 4.0), (0, "2F0", 4.0, 5.0), (0, "2F1", 6.0, 7.0),
-        (1, "1F0", 2.0, 4.0), (1, "1F1", 4.0, 6.0), (1, "3F0", 6.0, 7.0), (1, "3F1", 7.0, 8.0),
-    ]  # fmt: skip
+        (0, "0F0", 0.0, 2.0),
+        (0, "0F1", 2.0, 4.0),
+        (0, "2F0", 4.0, 5.0),
+        (0, "2F1", 6.0, 7.0),
+        (1, "1F0", 2.0, 4.0),
+        (1, "1F1", 4.0, 6.0),
+        (1, "3F0", 6.0, 7.0),
+        (1, "3F1", 7.0, 8.0),
+    ]
     decode_ = result.decode
     assert decode_.group_ttft_ms == (4.0, 6.0)
     assert decode_.group_tpot_ms == (3.0, 2.0)
@@ -83,11 +93,11 @@ def test_one_request_alone_ttft_and_tpot_are_the_stage_times_plus_hops():
     TPOT = decode 1 + 1.5 + 0.5, two forward hops of 0.1 + 64e-6 ms and the token's hop
     back of 0.1 + 8e-6 ms."""
     result = run(
-        devices=3, tokens=5,
-        costs={"prefill_ms": [2.0, 3.0, 4.0], "decode_ms": [1.0, 1.5, 0.5],
-               "activation_bytes": 64},
+        devices=3,
+        tokens=5,
+        costs={"prefill_ms": [2.0, 3.0, 4.0], "decode_ms": [1.0, 1.5, 0.5], "activation_bytes": 64},
         hardware={"link": {"latency_us": 100.0, "bandwidth_gbps": 1.0}},
-    )  # fmt: skip
+    )
     ttft = 2 + 3 + 4 + 2 * (0.1 + 512e-6)
     tpot = 1 + 1.5 + 0.5 + 2 * (0.1 + 64e-6) + (0.1 + 8e-6)
     assert result.decode.ttft_ms == pytest.approx(ttft, rel=1e-12)
@@ -127,9 +137,12 @@ def test_closed_forms_hold_for_any_prefill_and_latency(p, k, prefill, step, late
     """TTFT exactly; the inter-token gap once the pipeline is in its steady state
     (the last gap of a long run) equals max(k D, p D + p c)."""
     result = run(
-        devices=p, groups=k, tokens=40, costs={"prefill_ms": prefill, "decode_ms": step},
+        devices=p,
+        groups=k,
+        tokens=40,
+        costs={"prefill_ms": prefill, "decode_ms": step},
         hardware={"link": {"latency_us": latency_us}},
-    )  # fmt: skip
+    )
     exact = result.decode.analytic
     c = latency_us / 1e3 if p > 1 else 0.0
     assert exact.ttft_ms == pytest.approx((k + 1) / 2 * prefill + (p - 1) * (prefill + c))
@@ -144,10 +157,12 @@ def test_the_tokens_way_back_is_its_own_hop_in_the_closed_form():
     0.1 + 64e-6 ms a hop forward, the sampled token id's 8 bytes 0.1 + 8e-6 ms back, so a
     group's token goes round in 3 D + 2 (0.1 + 64e-6) + (0.1 + 8e-6), longer than k D."""
     result = run(
-        devices=3, groups=2, tokens=12,
+        devices=3,
+        groups=2,
+        tokens=12,
         costs={"prefill_ms": 1.0, "decode_ms": 1.0, "activation_bytes": 64},
         hardware={"link": {"latency_us": 100.0, "bandwidth_gbps": 1.0}},
-    )  # fmt: skip
+    )
     period = 3 + 2 * (0.1 + 64e-6) + (0.1 + 8e-6)
     assert result.decode.analytic.tpot_ms == pytest.approx(period, rel=1e-12)
     ttft = 1.5 + 2 * (1 + 0.1 + 512e-6)  # (k + 1) / 2 P + (p - 1)(P + c of a prompt)
@@ -173,28 +188,42 @@ def test_one_token_has_no_tpot():
 # Costs from a model and from a profile
 
 SMALL_MODEL = {
-    "layers": 8, "hidden": 1024, "heads": 16, "kv_heads": 4, "ffn_hidden": 2816,
-    "mlp": "gated", "seq_len": 2048, "vocab": 32000,
-}  # fmt: skip
+    "layers": 8,
+    "hidden": 1024,
+    "heads": 16,
+    "kv_heads": 4,
+    "ffn_hidden": 2816,
+    "mlp": "gated",
+    "seq_len": 2048,
+    "vocab": 32000,
+}
 
 
 def test_model_costs_are_the_inference_costs_of_each_step():
     built = scenario(
-        devices=2, groups=2, tokens=3, prompt=100, size=4, costs={},
-        model=SMALL_MODEL, hardware={"gpu": "h100-sxm"},
-    )  # fmt: skip
+        devices=2,
+        groups=2,
+        tokens=3,
+        prompt=100,
+        size=4,
+        costs={},
+        model=SMALL_MODEL,
+        hardware={"gpu": "h100-sxm"},
+    )
     spec = {k: v for k, v in SMALL_MODEL.items()}
     model = TransformerModel(**spec)
     prefill = BatchShape(prefill_tokens=400, prefill_attention=4 * 100 * 100)
     step2 = BatchShape(decode_seqs=4, decode_context=4 * 102)
     costs = built.costs
-    assert costs.forward_ms[0] == stage_iteration_ms(model, 4, "h100-sxm", prefill,
-                                                     first=True, last=False)  # fmt: skip
+    assert costs.forward_ms[0] == stage_iteration_ms(
+        model, 4, "h100-sxm", prefill, first=True, last=False
+    )
     assert costs.forward_ms[1] == stage_iteration_ms(
         model, 4, "h100-sxm", prefill, first=False, last=True, emitting=4
     )
-    assert costs.forward_ms[5] == stage_iteration_ms(model, 4, "h100-sxm", step2,
-                                                     first=False, last=True)  # fmt: skip
+    assert costs.forward_ms[5] == stage_iteration_ms(
+        model, 4, "h100-sxm", step2, first=False, last=True
+    )
     assert costs.activation_bytes[0] == stage_boundary_bytes(model, prefill) == 400 * 1024 * 2
     assert costs.activation_bytes[1] == costs.activation_bytes[5] == 4 * 8  # token ids back
     assert costs.forward_ms[4] < costs.forward_ms[0]  # a step is far cheaper than a prompt
@@ -214,9 +243,15 @@ def test_model_costs_are_the_inference_costs_of_each_step():
 
 def test_model_decode_flops_are_every_step_at_its_context():
     built = scenario(
-        devices=2, groups=3, tokens=3, prompt=100, size=4, costs={},
-        model=SMALL_MODEL, hardware={"gpu": "h100-sxm"},
-    )  # fmt: skip
+        devices=2,
+        groups=3,
+        tokens=3,
+        prompt=100,
+        size=4,
+        costs={},
+        model=SMALL_MODEL,
+        hardware={"gpu": "h100-sxm"},
+    )
     model = TransformerModel(**SMALL_MODEL)
     layer = 2 * layer_parameters(model)  # FLOPs per token per layer, 2 per weight
     attention = 4 * 1024  # per token per layer and token of context (QK^T and scores x V)
@@ -231,9 +266,10 @@ def test_model_decode_with_tensor_parallelism_adds_allreduces():
     common = dict(devices=2, tokens=2, costs={}, model=SMALL_MODEL)
     alone = scenario(**common, hardware={"gpu": "h100-sxm"})
     split = scenario(
-        **common, parallel={"tensor": 2},
+        **common,
+        parallel={"tensor": 2},
         hardware={"gpu": "h100-sxm", "intra_node_link": "nvlink4"},
-    )  # fmt: skip
+    )
     assert split.costs.forward_ms[2] > alone.costs.forward_ms[2] / 2
 
 
@@ -245,9 +281,13 @@ def _profile(tmp_path, stages):
 
 
 def test_profile_with_prefill_and_decode_timings(tmp_path):
-    source = _profile(tmp_path, lambda s: [
-        {"stage": i, "activation_bytes": 0, "prefill": s(3.0), "decode": s(0.5)} for i in range(2)
-    ])  # fmt: skip
+    source = _profile(
+        tmp_path,
+        lambda s: [
+            {"stage": i, "activation_bytes": 0, "prefill": s(3.0), "decode": s(0.5)}
+            for i in range(2)
+        ],
+    )
     built = scenario(groups=2, tokens=3, source=source, costs={"profile": "p.json"})
     assert built.costs.forward_ms == (3.0, 3.0, 0.5, 0.5, 0.5, 0.5)
     assert run_scenario(built).decode.analytic.tpot_ms == 2 * 0.5
@@ -271,22 +311,32 @@ def test_profile_without_decode_timings_is_refused(tmp_path):
         (lambda d: d["pipeline"].update(virtual_stages=2), r"pipeline.virtual_stages: not used"),
         (lambda d: d["costs"].pop("decode_ms"), r"costs.decode_ms: required in decode mode"),
         (lambda d: d["costs"].update(forward_ms=1.0), r"costs.forward_ms: not used in decode"),
-        (lambda d: d["costs"].update(prefill_ms=[1.0]), r"costs.prefill_ms: has 1 entries, "
-                                                        r"expected a number or 2"),
-        (lambda d: d.update(model=SMALL_MODEL, hardware={"gpu": "h100-sxm"}),
-         r"costs.decode_ms: not allowed with a model section"),
+        (
+            lambda d: d["costs"].update(prefill_ms=[1.0]),
+            r"costs.prefill_ms: has 1 entries, "
+            r"expected a number or 2",
+        ),
+        (
+            lambda d: d.update(model=SMALL_MODEL, hardware={"gpu": "h100-sxm"}),
+            r"costs.decode_ms: not allowed with a model section",
+        ),
         (lambda d: d.update(model=SMALL_MODEL, costs={}), r"hardware.gpu: required"),
-        (lambda d: d["pipeline"].update(max_actions=10), r"pipeline: 2 devices x 1 groups x 8 token steps \(decode.tokens\) = 16 actions, "
-         r"over the limit of 10; raise pipeline.max_actions"),
+        (
+            lambda d: d["pipeline"].update(max_actions=10),
+            r"pipeline: 2 devices x 1 groups x 8 token steps \(decode.tokens\) = 16 actions, "
+            r"over the limit of 10; raise pipeline.max_actions",
+        ),
         (lambda d: d["pipeline"].pop("microbatches"), r"pipeline.microbatches: required"),
     ],
-)  # fmt: skip
+)
 def test_bad_decode_input_names_the_key(change, message):
     data = {
-        "schema_version": 1, "name": "x",
+        "schema_version": 1,
+        "name": "x",
         "pipeline": {"mode": "decode", "devices": 2, "microbatches": 1},
-        "decode": {"tokens": 8}, "costs": {"prefill_ms": 1.0, "decode_ms": 1.0},
-    }  # fmt: skip
+        "decode": {"tokens": 8},
+        "costs": {"prefill_ms": 1.0, "decode_ms": 1.0},
+    }
     change(data)
     with pytest.raises(ScenarioError, match=message):
         build_scenario(parse_spec(data, "d.yaml"), "d.yaml")
@@ -309,10 +359,12 @@ def test_train_mode_still_requires_a_schedule():
 )
 def test_both_evaluators_give_the_same_decode_metrics(p, k, tokens, prefill, step, latency_us):
     built = scenario(
-        devices=p, groups=k, tokens=tokens,
+        devices=p,
+        groups=k,
+        tokens=tokens,
         costs={"prefill_ms": prefill[:p], "decode_ms": step[:p], "activation_bytes": 1e6},
         hardware={"link": {"latency_us": latency_us, "bandwidth_gbps": 100.0}},
-    )  # fmt: skip
+    )
     fast = run_scenario(built, evaluator="fast").decode
     engine = run_scenario(built, evaluator="simpy").decode
     assert fast.group_ttft_ms == pytest.approx(engine.group_ttft_ms, rel=1e-9)
@@ -324,14 +376,20 @@ def test_both_evaluators_give_the_same_decode_metrics(p, k, tokens, prefill, ste
 def test_an_inference_profile_round_trips_and_is_refused_for_training(tmp_path):
     from pipesim.scenario.profile import load_profile, profile_from_dict, profile_to_dict
 
-    source = _profile(tmp_path, lambda s: [
-        {"stage": 0, "activation_bytes": 64, "prefill": s(3.0), "decode": s(0.5)}
-    ])  # fmt: skip
+    source = _profile(
+        tmp_path,
+        lambda s: [{"stage": 0, "activation_bytes": 64, "prefill": s(3.0), "decode": s(0.5)}],
+    )
     profile = load_profile(tmp_path / "p.json")
     assert profile_from_dict(profile_to_dict(profile)) == profile
     assert profile.stages[0].median_ms("prefill") == 3.0
-    data = {"schema_version": 1, "name": "t", "costs": {"profile": "p.json"},
-            "pipeline": {"schedule": "1f1b", "devices": 2, "microbatches": 2}}  # fmt: skip
-    with pytest.raises(ScenarioError, match="costs.profile: stage 0: the profile has no "
-                       "forward time F"):  # fmt: skip
+    data = {
+        "schema_version": 1,
+        "name": "t",
+        "costs": {"profile": "p.json"},
+        "pipeline": {"schedule": "1f1b", "devices": 2, "microbatches": 2},
+    }
+    with pytest.raises(
+        ScenarioError, match="costs.profile: stage 0: the profile has no forward time F"
+    ):
         build_scenario(parse_spec(data, source), source)

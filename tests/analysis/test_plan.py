@@ -35,14 +35,25 @@ def small_base() -> dict:
         "name": "small",
         "pipeline": {"schedule": "1f1b", "devices": 2},
         "model": {
-            "layers": 16, "hidden": 5120, "heads": 40, "kv_heads": 8, "mlp": "gated",
-            "ffn_hidden": 13824, "seq_len": 4096, "vocab": 32000, "global_batch": 32,
+            "layers": 16,
+            "hidden": 5120,
+            "heads": 40,
+            "kv_heads": 8,
+            "mlp": "gated",
+            "ffn_hidden": 13824,
+            "seq_len": 4096,
+            "vocab": 32000,
+            "global_batch": 32,
             "flash_attention": True,
         },
         "parallel": {"tensor": 1},
-        "hardware": {"gpu": "a100-sxm-40gb", "gpus_per_node": 4, "intra_node_link": "nvlink4",
-                     "inter_node_link": "ib-ndr"},
-    }  # fmt: skip
+        "hardware": {
+            "gpu": "a100-sxm-40gb",
+            "gpus_per_node": 4,
+            "intra_node_link": "nvlink4",
+            "inter_node_link": "ib-ndr",
+        },
+    }
 
 
 SMALL_SPACE = (
@@ -94,8 +105,10 @@ def test_the_planner_agrees_with_brute_force_on_the_simpy_engine():
         )
         assert row["peak_memory_bytes"] <= CAPACITY_BYTES
     # the winner of brute force, with the same tie rule (less memory, then space order)
-    best = min(fitting, key=lambda t: (t[2].step_time_ms,
-                                       max(d.peak_memory_bytes for d in t[2].per_device), t[0]))  # fmt: skip
+    best = min(
+        fitting,
+        key=lambda t: (t[2].step_time_ms, max(d.peak_memory_bytes for d in t[2].per_device), t[0]),
+    )
     assert {k: result.results[0][k] for k in keys_of(best[1])} == best[1]
     assert result.space_size == sum(result.pruned.values()) + result.scored
 
@@ -106,8 +119,7 @@ def keys_of(row: dict) -> list[str]:
 
 def test_counts_add_up_and_memory_pruning_is_counted():
     base = small_base()
-    space = ("pipeline.schedule=1f1b,zbv", "parallel.tensor=1,2",
-             "pipeline.microbatch_size=1,4")  # fmt: skip
+    space = ("pipeline.schedule=1f1b,zbv", "parallel.tensor=1,2", "pipeline.microbatch_size=1,4")
     result = plan(base, SOURCE, 8, space, top=1000, confirm=2)
     assert result.space_size == sum(result.pruned.values()) + result.scored
     memory = [n for reason, n in result.pruned.items() if "GiB on some device" in reason]
@@ -153,16 +165,20 @@ def test_same_plan_with_one_and_two_jobs():
 
 
 def test_pareto_front_is_the_non_dominated_rows():
-    rows = [(0, {"step_time_ms": 1.0, "peak_memory_bytes": 9.0}),
-            (1, {"step_time_ms": 2.0, "peak_memory_bytes": 5.0}),
-            (2, {"step_time_ms": 2.0, "peak_memory_bytes": 7.0}),
-            (3, {"step_time_ms": 3.0, "peak_memory_bytes": 5.0}),
-            (4, {"step_time_ms": 4.0, "peak_memory_bytes": 1.0})]  # fmt: skip
+    rows = [
+        (0, {"step_time_ms": 1.0, "peak_memory_bytes": 9.0}),
+        (1, {"step_time_ms": 2.0, "peak_memory_bytes": 5.0}),
+        (2, {"step_time_ms": 2.0, "peak_memory_bytes": 7.0}),
+        (3, {"step_time_ms": 3.0, "peak_memory_bytes": 5.0}),
+        (4, {"step_time_ms": 4.0, "peak_memory_bytes": 1.0}),
+    ]
     ranked = rank(rows)
     assert [r["peak_memory_bytes"] for r in ranked] == [9.0, 5.0, 7.0, 5.0, 1.0]
     assert [(r["step_time_ms"], r["peak_memory_bytes"]) for r in pareto(ranked)] == [
-        (1.0, 9.0), (2.0, 5.0), (4.0, 1.0)
-    ]  # fmt: skip
+        (1.0, 9.0),
+        (2.0, 5.0),
+        (4.0, 1.0),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -202,8 +218,15 @@ def test_dask_local_cluster_gives_the_same_plan():
     with distributed.LocalCluster(
         n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
     ) as cluster:
-        remote = plan(small_base(), SOURCE, 8, DASK_SPACE, executor="dask", confirm=0,
-                      scheduler=cluster.scheduler_address).to_dict()  # fmt: skip
+        remote = plan(
+            small_base(),
+            SOURCE,
+            8,
+            DASK_SPACE,
+            executor="dask",
+            confirm=0,
+            scheduler=cluster.scheduler_address,
+        ).to_dict()
     local = plan(small_base(), SOURCE, 8, DASK_SPACE, confirm=0).to_dict()
     remote.pop("wall_s"), local.pop("wall_s")
     assert remote == local
@@ -211,8 +234,15 @@ def test_dask_local_cluster_gives_the_same_plan():
 
 def test_progress_counts_every_candidate_and_the_size_comes_first():
     seen, sizes = [], []
-    result = plan(small_base(), SOURCE, 8, DASK_SPACE, confirm=0,
-                  progress=lambda n: seen.append((len(sizes), n)), on_size=sizes.append)  # fmt: skip
+    result = plan(
+        small_base(),
+        SOURCE,
+        8,
+        DASK_SPACE,
+        confirm=0,
+        progress=lambda n: seen.append((len(sizes), n)),
+        on_size=sizes.append,
+    )
     assert sizes == [result.space_size]
     assert all(before == 1 for before, _ in seen)  # every update after the size was given
     assert sum(n for _, n in seen) == result.space_size
@@ -239,8 +269,14 @@ def test_explain_terms_add_up_to_the_step_and_name_memory_forced_choices():
 
 @pytest.mark.slow
 def test_searched_policies_on_request_match_their_emitted_scenarios():
-    space = ("pipeline.schedule=zb-auto,v-auto", "parallel.tensor=2", "pipeline.devices=2",
-             "model.recompute=false", "parallel.zero_stage=1", "model.partition=even")  # fmt: skip
+    space = (
+        "pipeline.schedule=zb-auto,v-auto",
+        "parallel.tensor=2",
+        "pipeline.devices=2",
+        "model.recompute=false",
+        "parallel.zero_stage=1",
+        "model.partition=even",
+    )
     result = plan(small_base(), SOURCE, 8, space, top=20, confirm=0)
     assert {row["pipeline.schedule"] for row in result.results} == {"zb-auto", "v-auto"}
     for rank_index, row in enumerate(result.results):
@@ -252,9 +288,15 @@ def test_keys_that_reach_only_the_tail_never_share_costs_wrongly():
     """dp_overlap and the ZeRO stage change the end-of-step tail (and ZeRO-3 each pass's
     gathers), tp_overlap each pass: every candidate still gets its own costs, confirmed
     here on all of them."""
-    space = ("pipeline.schedule=zbv,1f1b", "parallel.dp_overlap=false,true",
-             "parallel.zero_stage=0,1,2,3", "model.recompute=false", "parallel.tensor=2",
-             "model.partition=even", "parallel.tp_overlap=true")  # fmt: skip
+    space = (
+        "pipeline.schedule=zbv,1f1b",
+        "parallel.dp_overlap=false,true",
+        "parallel.zero_stage=0,1,2,3",
+        "model.recompute=false",
+        "parallel.tensor=2",
+        "model.partition=even",
+        "parallel.tp_overlap=true",
+    )
     result = plan(small_base(), SOURCE, 8, space, top=1000, confirm=1000)
     assert result.confirmed == result.scored > 20
 
@@ -263,21 +305,41 @@ def test_under_a_pipeline_zero2_saves_nothing_and_zero3_only_the_weights():
     """Two pipeline stages over 4 replicas: the gradients wait whole for the step's one
     reduce-scatter, so ZeRO-2 is ZeRO-1 in time and memory, and ZeRO-3 saves each device
     3/4 of its stage's bf16 weights, 1.5 bytes a parameter, never the gradients' share."""
-    space = ("pipeline.schedule=1f1b", "pipeline.devices=2", "parallel.tensor=1",
-             "pipeline.microbatch_size=1", "parallel.zero_stage=1,2,3", "model.recompute=true",
-             "model.partition=even", "parallel.dp_overlap=false", "parallel.tp_overlap=false")  # fmt: skip
+    space = (
+        "pipeline.schedule=1f1b",
+        "pipeline.devices=2",
+        "parallel.tensor=1",
+        "pipeline.microbatch_size=1",
+        "parallel.zero_stage=1,2,3",
+        "model.recompute=true",
+        "model.partition=even",
+        "parallel.dp_overlap=false",
+        "parallel.tp_overlap=false",
+    )
     result = plan(small_base(), SOURCE, 8, space, top=10, confirm=0)
     rows = {row["parallel.zero_stage"]: row for row in result.results}
     assert sorted(rows) == [1, 2, 3]
     for key in ("step_time_ms", "peak_memory_bytes_per_device"):
         assert rows[2][key] == rows[1][key]
     spec = parse_spec(small_base(), SOURCE).model
-    model = TransformerModel(layers=spec.layers, hidden=spec.hidden, heads=spec.heads,
-                             kv_heads=spec.kv_heads, mlp=spec.mlp, ffn_hidden=spec.ffn_hidden,
-                             seq_len=spec.seq_len, vocab=spec.vocab)  # fmt: skip
-    saved = [one - three for one, three in zip(rows[1]["peak_memory_bytes_per_device"],
-                                               rows[3]["peak_memory_bytes_per_device"],
-                                               strict=True)]  # fmt: skip
+    model = TransformerModel(
+        layers=spec.layers,
+        hidden=spec.hidden,
+        heads=spec.heads,
+        kv_heads=spec.kv_heads,
+        mlp=spec.mlp,
+        ffn_hidden=spec.ffn_hidden,
+        seq_len=spec.seq_len,
+        vocab=spec.vocab,
+    )
+    saved = [
+        one - three
+        for one, three in zip(
+            rows[1]["peak_memory_bytes_per_device"],
+            rows[3]["peak_memory_bytes_per_device"],
+            strict=True,
+        )
+    ]
     assert saved == [1.5 * params for params in stage_parameters(model, (8, 8))]
 
 
@@ -292,17 +354,22 @@ def test_under_a_pipeline_zero2_saves_nothing_and_zero3_only_the_weights():
             ["1f1b", "gpipe", "zb-h2", "interleaved-1f1b", "zbv", "dualpipev", "chimera"]
         ),
         min_size=1,
-    ),  # fmt: skip
+    ),
     overlap=st.booleans(),
 )
-def test_every_scored_candidate_is_its_own_engine_run(gpus, layers, global_batch, schedules,
-                                                      overlap):  # fmt: skip
+def test_every_scored_candidate_is_its_own_engine_run(
+    gpus, layers, global_batch, schedules, overlap
+):
     """Whatever the job: the counts add up, nothing reported fits badly, and every scored
     candidate, confirmed from its emitted scenario on the SimPy engine, agrees."""
     base = small_base()
     base["model"].update(layers=layers, global_batch=global_batch)
-    space = (f"pipeline.schedule={','.join(sorted(schedules))}", "pipeline.microbatch_size=1,2",
-             f"parallel.dp_overlap={str(overlap).lower()}", "parallel.zero_stage=0,3")  # fmt: skip
+    space = (
+        f"pipeline.schedule={','.join(sorted(schedules))}",
+        "pipeline.microbatch_size=1,2",
+        f"parallel.dp_overlap={str(overlap).lower()}",
+        "parallel.zero_stage=0,3",
+    )
     result = plan(base, SOURCE, gpus, space, top=10_000, confirm=10_000)
     assert result.space_size == sum(result.pruned.values()) + result.scored
     assert result.confirmed == result.scored == len(result.results)
@@ -320,31 +387,56 @@ def test_pareto_figure_draws_the_front_in_gib_and_marks_the_winner():
     assert list(xs) == [row["peak_memory_bytes"] / 2**30 for row in front]
     assert list(ys) == [row["step_time_ms"] for row in front]
     star_x, star_y = lines["winner"].get_data()
-    assert (star_x[0], star_y[0]) == (result.results[0]["peak_memory_bytes"] / 2**30,
-                                      result.results[0]["step_time_ms"])  # fmt: skip
+    assert (star_x[0], star_y[0]) == (
+        result.results[0]["peak_memory_bytes"] / 2**30,
+        result.results[0]["step_time_ms"],
+    )
     assert "GPU memory (40 GiB)" in lines
     assert len(ax.collections[0].get_offsets()) == result.scored
     assert result.capacity_bytes == CAPACITY_BYTES  # the line's default: the plan's GPU
     default = pareto_figure(result).axes[0]
-    assert [line.get_xdata()[0] for line in default.get_lines()
-            if line.get_label() == "GPU memory (40 GiB)"] == [40.0]  # fmt: skip
+    assert [
+        line.get_xdata()[0]
+        for line in default.get_lines()
+        if line.get_label() == "GPU memory (40 GiB)"
+    ] == [40.0]
 
 
 def test_distinct_folds_equal_outcomes_into_the_fastest_and_counts_them():
     def row(index, step, memory, bubble=0.1):
-        return (index, {"step_time_ms": step, "peak_memory_bytes": memory,
-                        "bubble_fraction": bubble, "name": index})  # fmt: skip
+        return (
+            index,
+            {
+                "step_time_ms": step,
+                "peak_memory_bytes": memory,
+                "bubble_fraction": bubble,
+                "name": index,
+            },
+        )
 
-    rows = [row(0, 10.0, 5 * 2**30), row(1, 10.0 + 1e-9, 5 * 2**30 + 100), row(2, 10.0, 6 * 2**30),
-            row(3, 9.0, 7 * 2**30), row(4, 10.0, 5 * 2**30, bubble=0.2)]  # fmt: skip
+    rows = [
+        row(0, 10.0, 5 * 2**30),
+        row(1, 10.0 + 1e-9, 5 * 2**30 + 100),
+        row(2, 10.0, 6 * 2**30),
+        row(3, 9.0, 7 * 2**30),
+        row(4, 10.0, 5 * 2**30, bubble=0.2),
+    ]
     folded = distinct(rank(rows))
     assert [(r["name"], r["equivalent"]) for r in folded] == [(3, 0), (0, 1), (4, 0), (2, 0)]
     assert "(+1 alike)" in describe_row_with(folded[1])
 
 
 def describe_row_with(row):
-    keys = {"parallel.tensor": 1, "pipeline.devices": 1, "parallel.data": 1,
-            "pipeline.schedule": "1f1b", "pipeline.virtual_stages": 1,
-            "pipeline.microbatch_size": 1, "pipeline.microbatches": 4, "model.recompute": False,
-            "parallel.zero_stage": 0, "model.partition": "even"}  # fmt: skip
+    keys = {
+        "parallel.tensor": 1,
+        "pipeline.devices": 1,
+        "parallel.data": 1,
+        "pipeline.schedule": "1f1b",
+        "pipeline.virtual_stages": 1,
+        "pipeline.microbatch_size": 1,
+        "pipeline.microbatches": 4,
+        "model.recompute": False,
+        "parallel.zero_stage": 0,
+        "model.partition": "even",
+    }
     return describe({**keys, **row})

@@ -48,8 +48,9 @@ def test_space_size_and_invalid_combinations_by_hand():
 
 def test_derived_axes_filter():
     spec = parse_spec(small_base(), SOURCE)
-    space = build_space(spec, SOURCE, 8, ["pipeline.schedule=1f1b", "parallel.data=2",
-                                          "pipeline.microbatches=4"])  # fmt: skip
+    space = build_space(
+        spec, SOURCE, 8, ["pipeline.schedule=1f1b", "parallel.data=2", "pipeline.microbatches=4"]
+    )
     kept = [c for c, _ in enumerate_space(space) if c is not None]
     assert kept and all(c.data == 2 and c.microbatches == 4 for c in kept)
     assert all(c.microbatch_size * c.microbatches * c.data == 32 for c in kept)
@@ -93,8 +94,10 @@ def test_memory_walk_equals_the_engines_peak(name, devices, microbatches, seed):
         return
     schedule, costs = case
     trace = simulate(schedule, costs)
-    engine = [float(max(t.activation_bytes.max(), 0.0)) if len(t.time) else 0.0
-              for t in memory_timelines(trace, schedule, costs)]  # fmt: skip
+    engine = [
+        float(max(t.activation_bytes.max(), 0.0)) if len(t.time) else 0.0
+        for t in memory_timelines(trace, schedule, costs)
+    ]
     walk = peak_activation_bytes(memory_program(schedule), costs)
     np.testing.assert_allclose(walk, engine, rtol=1e-12)
 
@@ -116,8 +119,12 @@ def test_memory_timelines_equal_a_member_by_member_count(name, devices, microbat
     schedule, costs = case
     trace = simulate(schedule, costs)
     kept, wg = costs.activation_memory_bytes, costs.weight_grad_memory_bytes
-    change = {Kind.F: lambda g: (kept[g], 1), Kind.B: lambda g: (-kept[g], -1),
-              Kind.I: lambda g: (wg[g] - kept[g], -1), Kind.W: lambda g: (-wg[g], 0)}  # fmt: skip
+    change = {
+        Kind.F: lambda g: (kept[g], 1),
+        Kind.B: lambda g: (-kept[g], -1),
+        Kind.I: lambda g: (wg[g] - kept[g], -1),
+        Kind.W: lambda g: (-wg[g], 0),
+    }
     events: list[list[tuple]] = [[] for _ in range(devices)]
     for row in np.flatnonzero(trace.lane == COMPUTE).tolist():
         for member in trace.actions[row].atoms:
@@ -139,8 +146,9 @@ def test_a_value_given_twice_counts_once_and_the_size_guard_prunes():
     assert len(list(enumerate_space(once))) == len(list(enumerate_space(twice))) == 3 * 4 * 64
     guarded = small_base()
     guarded["pipeline"]["max_actions"] = 4 * 16 * 3  # p=4, m=16 (b=1, data 2), F I W
-    space = build_space(parse_spec(guarded, SOURCE), SOURCE, 8,
-                        ["pipeline.schedule=1f1b", "parallel.tensor=1"])  # fmt: skip
+    space = build_space(
+        parse_spec(guarded, SOURCE), SOURCE, 8, ["pipeline.schedule=1f1b", "parallel.tensor=1"]
+    )
     reasons = Counter(reason for _, reason in enumerate_space(space))
     # over 192 actions: p=8 (data 1) with b=1 (m=32) and b=2 (m=16), 64 candidates each
     assert reasons["over pipeline.max_actions (the size guard)"] == 64 * 2
@@ -173,5 +181,6 @@ def test_memory_walk_gives_the_closed_forms_of_gpipe_and_1f1b():
 def test_a_space_too_large_to_enumerate_is_refused_before_enumerating():
     sizes = ",".join(str(b) for b in range(1, 3001))
     with pytest.raises(PlanError, match=r"--space: up to [\d,]+ candidates, over the limit"):
-        build_space(parse_spec(small_base(), SOURCE), SOURCE, 8,
-                    [f"pipeline.microbatch_size={sizes}"])  # fmt: skip
+        build_space(
+            parse_spec(small_base(), SOURCE), SOURCE, 8, [f"pipeline.microbatch_size={sizes}"]
+        )

@@ -35,8 +35,10 @@ def test_the_report_has_typed_fields_only():
     assert result.monte_carlo is None and result.explanation is None and result.notes == ()
     data = result.to_dict()
     assert data["analytic"] == {
-        "makespan_ms": 33.0, "bubble_fraction": 3 / 11, "bubble_overhead": 3 / 8
-    }  # fmt: skip
+        "makespan_ms": 33.0,
+        "bubble_fraction": 3 / 11,
+        "bubble_overhead": 3 / 8,
+    }
     assert "critical_path" not in data and "makespan_ms_p50" not in data
     assert "analytic" not in result.scalars() and result.scalars()["peak_inflight_max"] == 8
 

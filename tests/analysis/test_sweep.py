@@ -48,9 +48,13 @@ def test_one_row_per_point_in_grid_order_with_closed_form_values():
     ]
     assert frame.columns[-1] == "error"
     assert list(zip(frame["pipeline.microbatches"], frame["pipeline.schedule"], strict=True)) == [
-        (4, "gpipe"), (4, "1f1b"), (4, "interleaved-1f1b"),
-        (8, "gpipe"), (8, "1f1b"), (8, "interleaved-1f1b"),
-    ]  # fmt: skip
+        (4, "gpipe"),
+        (4, "1f1b"),
+        (4, "interleaved-1f1b"),
+        (8, "gpipe"),
+        (8, "1f1b"),
+        (8, "interleaved-1f1b"),
+    ]
     ok = frame[frame.error == ""]
     # (m + p - 1)(F + B) and (p - 1)/(m + p - 1) for GPipe and 1F1B; interleaved runs with
     # 2 chunks of half the cost each: (m v + p - 1)(F + B) / v
@@ -134,9 +138,15 @@ def test_cli_writes_csv_json_and_plot(tmp_path):
 
 def test_cli_prints_a_narrow_table_in_human_units():
     result = invoke(
-        "sweep", GPIPE, "--grid", "pipeline.microbatches=4,9",
-        "--grid", "pipeline.schedule=1f1b,interleaved-1f1b", "--jobs", "1",
-    )  # fmt: skip
+        "sweep",
+        GPIPE,
+        "--grid",
+        "pipeline.microbatches=4,9",
+        "--grid",
+        "pipeline.schedule=1f1b,interleaved-1f1b",
+        "--jobs",
+        "1",
+    )
     assert result.exit_code == 0 and result.stderr == ""
     assert result.stdout.splitlines() == [
         "pipeline.microbatches  pipeline.schedule  makespan ms  bubble  samples/s  peak activations  error",

@@ -214,8 +214,13 @@ def test_profile_spread_gives_per_stage_cvs(tmp_path):
         },
         "B": {"median_ms": 2.0, "p10_ms": 1.0, "p90_ms": 1.0 + 1e-12, "samples": 20},
     }
-    profile = {"format": "pipesim-profile", "version": 1, "provenance": {},
-               "stages": [stage(s, 0.1 * (s + 1)) for s in range(4)], "links": []}  # fmt: skip
+    profile = {
+        "format": "pipesim-profile",
+        "version": 1,
+        "provenance": {},
+        "stages": [stage(s, 0.1 * (s + 1)) for s in range(4)],
+        "links": [],
+    }
     (tmp_path / "p.json").write_text(json.dumps(profile))
     scenario = load_scenario(write(tmp_path, BASE + "variability: {forward: {profile: p.json}}\n"))
     noise = dict(scenario.variability.noise)["F"]

@@ -154,8 +154,15 @@ def _crosscheck(tmp_path):
 @pytest.mark.slow
 def test_crosscheck_synthetic_1f1b_on_two_processes(tmp_path):
     report, trace, runs_dir = _crosscheck(tmp_path)
-    for key in ("measured_makespan_ms", "measured_spread", "simulated_makespan_ms", "prediction_error",
-                "replay_error", "start_error_p50_ms", "start_error_p90_ms"):  # fmt: skip
+    for key in (
+        "measured_makespan_ms",
+        "measured_spread",
+        "simulated_makespan_ms",
+        "prediction_error",
+        "replay_error",
+        "start_error_p50_ms",
+        "start_error_p90_ms",
+    ):
         assert key in report
     # 9 slots of F + I + W = 3 ms each is the floor of 1F1B with D=2, m=8 (27 ms); load
     # from other processes only lengthens a step.

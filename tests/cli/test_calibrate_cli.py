@@ -26,9 +26,14 @@ def test_set_is_described_as_run_describes_it(command):
 
 @pytest.mark.parametrize(
     "command, option",
-    [("profile", "--repeats"), ("profile", "--dtype"), ("crosscheck", "--dtype"),
-     ("crosscheck", "--format"), ("profile", "--device")],
-)  # fmt: skip
+    [
+        ("profile", "--repeats"),
+        ("profile", "--dtype"),
+        ("crosscheck", "--dtype"),
+        ("crosscheck", "--format"),
+        ("profile", "--device"),
+    ],
+)
 def test_options_have_help(command, option):
     assert help_of(command, option)
 

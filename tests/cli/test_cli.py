@@ -68,8 +68,11 @@ def test_run_critical_path_in_the_table():
         "    device 2: upstream activation 2.0, downstream gradient 3.0, done 4.0\n"
         "    device 3: upstream activation 3.0, done 6.0\n",
     ]
-    data = json.loads(invoke("run", GPIPE, "--set", "pipeline.microbatches=2",
-                             "--critical-path", "--format", "json").stdout)  # fmt: skip
+    data = json.loads(
+        invoke(
+            "run", GPIPE, "--set", "pipeline.microbatches=2", "--critical-path", "--format", "json"
+        ).stdout
+    )
     assert [e["name"] for e in data["critical_path"]][-2:] == ["0B1", "0B0"]
     assert data["idle_by_cause"]["0"] == {"downstream gradient": 9.0}
 
@@ -90,9 +93,19 @@ def test_json_report_has_the_documented_keys():
     result = invoke("run", GPIPE, "--format", "json", "--set", "pipeline.schedule=1f1b")
     data = json.loads(result.stdout)
     for key in (
-        "scenario", "schedule", "devices", "stages", "microbatches", "makespan_ms", "bubble_fraction",
-        "bubble_overhead", "span_bubble_rate", "samples_per_second", "per_device", "analytic",
-    ):  # fmt: skip
+        "scenario",
+        "schedule",
+        "devices",
+        "stages",
+        "microbatches",
+        "makespan_ms",
+        "bubble_fraction",
+        "bubble_overhead",
+        "span_bubble_rate",
+        "samples_per_second",
+        "per_device",
+        "analytic",
+    ):
         assert key in data
     assert data["makespan_ms"] == 33
     assert [d["peak_inflight"] for d in data["per_device"]] == [4, 3, 2, 1]
@@ -116,9 +129,21 @@ def test_output_files(tmp_path):
         tmp_path / n for n in ("r.json", "g.png", "t.json", "t.csv", "s.csv")
     )
     result = invoke(
-        "run", GPIPE, "--format", "json", "-o", str(report), "--gantt", str(gantt), "--trace", str(trace),
-        "--trace-csv", str(rows), "--schedule-csv", str(sched),
-    )  # fmt: skip
+        "run",
+        GPIPE,
+        "--format",
+        "json",
+        "-o",
+        str(report),
+        "--gantt",
+        str(gantt),
+        "--trace",
+        str(trace),
+        "--trace-csv",
+        str(rows),
+        "--schedule-csv",
+        str(sched),
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(report.read_text())["makespan_ms"] == 33
     assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -267,8 +292,11 @@ def test_compare_says_when_it_rescales_hand_typed_costs():
     )
     names_and_makespans = [line.split()[:2] for line in result.stdout.splitlines()[1:]]
     assert names_and_makespans == [
-        ["gpipe", "66.000"], ["1f1b", "66.000"], ["interleaved-1f1b", "57.000"], ["zbv", "51.000"],
-    ]  # fmt: skip
+        ["gpipe", "66.000"],
+        ["1f1b", "66.000"],
+        ["interleaved-1f1b", "57.000"],
+        ["zbv", "51.000"],
+    ]
 
 
 @pytest.mark.parametrize(

@@ -57,9 +57,13 @@ def test_named_searched_policies_show_limit_and_peak_in_every_format():
 
 def test_a_limit_nothing_can_meet_is_a_row_not_a_failure():
     result = invoke(
-        "compare", LIMITED, "--schedules", "zb-h1,zb-auto", "--set",
+        "compare",
+        LIMITED,
+        "--schedules",
+        "zb-h1,zb-auto",
+        "--set",
         "pipeline.memory_limit_bytes=1073741824",
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     assert (
         "zb-auto  not run: pipeline.memory_limit_bytes: memory limit 1073741824 bytes is below "

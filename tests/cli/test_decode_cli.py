@@ -64,9 +64,17 @@ def test_gantt_trace_and_schedule_csv(tmp_path):
     gantt, trace, schedule = tmp_path / "g.png", tmp_path / "t.json", tmp_path / "s.csv"
     data = {**BASE, "hardware": {"link": {"latency_us": 10.0}}}  # transfers get rows
     result = invoke(
-        "run", write(tmp_path, data), "--gantt", gantt, "--trace", trace,
-        "--schedule-csv", schedule, "-o", tmp_path / "r.txt",
-    )  # fmt: skip
+        "run",
+        write(tmp_path, data),
+        "--gantt",
+        gantt,
+        "--trace",
+        trace,
+        "--schedule-csv",
+        schedule,
+        "-o",
+        tmp_path / "r.txt",
+    )
     assert result.exit_code == 0, result.output
     assert gantt.read_bytes().startswith(b"\x89PNG")
     events = json.loads(trace.read_text())["traceEvents"]
@@ -79,10 +87,16 @@ def test_model_derived_decode_runs(tmp_path):
     data = {
         **BASE,
         "costs": {},
-        "model": {"layers": 4, "hidden": 512, "heads": 8, "kv_heads": 2, "seq_len": 1024,
-                  "vocab": 32000},
+        "model": {
+            "layers": 4,
+            "hidden": 512,
+            "heads": 8,
+            "kv_heads": 2,
+            "seq_len": 1024,
+            "vocab": 32000,
+        },
         "hardware": {"gpu": "a100-sxm-80gb", "link": "nvlink3"},
-    }  # fmt: skip
+    }
     del data["costs"]
     path = write(tmp_path, data)
     result = invoke("run", path, "--format", "json")
@@ -105,13 +119,16 @@ def test_model_derived_decode_runs(tmp_path):
     [
         (lambda d: d.pop("decode"), "decode: required with pipeline.mode: decode"),
         (lambda d: d["costs"].update(backward_ms=2.0), "costs.backward_ms: not used in decode"),
-        (lambda d: d.update(model={"layers": 2, "hidden": 64, "heads": 4, "seq_len": 8,
-                                   "vocab": 10}),
-         "costs.decode_ms: not allowed with a model section"),
+        (
+            lambda d: d.update(
+                model={"layers": 2, "hidden": 64, "heads": 4, "seq_len": 8, "vocab": 10}
+            ),
+            "costs.decode_ms: not allowed with a model section",
+        ),
         (lambda d: d["decode"].update(tokens=0), "decode.tokens: Input should be greater"),
         (lambda d: d["pipeline"].update(schedule="gpipe"), "pipeline.schedule: not used in"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, change, message):
     data = json.loads(json.dumps(BASE))
     change(data)
@@ -126,8 +143,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, change, message):
 
 def test_profile_without_decode_rows_says_so(tmp_path):
     spread = {"median_ms": 1.0, "p10_ms": 1.0, "p90_ms": 1.0, "samples": 3}
-    profile = {"format": "pipesim-profile", "version": 1,
-               "stages": [{"stage": 0, "F": spread, "B": spread}]}  # fmt: skip
+    profile = {
+        "format": "pipesim-profile",
+        "version": 1,
+        "stages": [{"stage": 0, "F": spread, "B": spread}],
+    }
     (tmp_path / "p.json").write_text(json.dumps(profile))
     data = {**BASE, "costs": {"profile": "p.json"}}
     result = invoke("run", write(tmp_path, data))
@@ -143,9 +163,20 @@ def test_sweep_over_groups_in_flight(tmp_path):
     devices are full, then TPOT grows instead."""
     out = tmp_path / "fill.csv"
     result = invoke(
-        "sweep", FILL, "--grid", "pipeline.microbatches=1,4,8", "--set", "decode.tokens=16", "--set", "costs.prefill_ms=3.6",
-        "--jobs", "1", "--no-progress", "-o", out,
-    )  # fmt: skip
+        "sweep",
+        FILL,
+        "--grid",
+        "pipeline.microbatches=1,4,8",
+        "--set",
+        "decode.tokens=16",
+        "--set",
+        "costs.prefill_ms=3.6",
+        "--jobs",
+        "1",
+        "--no-progress",
+        "-o",
+        out,
+    )
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out)
     assert frame["error"].isna().all()

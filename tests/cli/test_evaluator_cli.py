@@ -105,7 +105,9 @@ def test_auto_keeps_the_engine_where_only_it_is_exact():
 )
 def test_fast_where_it_cannot_run_is_one_line_and_exit_2(tmp_path, args, why):
     out = tmp_path / "report.json"
-    result = invoke("run", *args, "--evaluator", "fast", "-o", out, "--trace-csv", tmp_path / "t.csv")  # fmt: skip
+    result = invoke(
+        "run", *args, "--evaluator", "fast", "-o", out, "--trace-csv", tmp_path / "t.csv"
+    )
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr == f"pipesim: error: {why}\n"
@@ -134,9 +136,16 @@ def test_compare_takes_the_evaluator_too():
     assert fast.exit_code == engine.exit_code == 0
     assert fast.stdout == engine.stdout
     shared = invoke(
-        "compare", SCENARIOS / "interleaved.yaml", *SHARED_SWITCH,
-        "--schedules", "1f1b,interleaved-1f1b", "--evaluator", "fast", "--format", "csv",
-    )  # fmt: skip
+        "compare",
+        SCENARIOS / "interleaved.yaml",
+        *SHARED_SWITCH,
+        "--schedules",
+        "1f1b,interleaved-1f1b",
+        "--evaluator",
+        "fast",
+        "--format",
+        "csv",
+    )
     rows = shared.stdout.splitlines()
     assert rows[1].startswith("1f1b,") and rows[1].endswith(",")  # it ran, no error
     assert rows[2].endswith(

@@ -89,9 +89,15 @@ def test_a_bad_later_output_writes_nothing_and_keeps_what_was_there(tmp_path):
     gantt, report = tmp_path / "g.png", tmp_path / "r.json"
     gantt.write_bytes(b"old chart")
     result = invoke(
-        "run", GPIPE, "-o", str(report), "--gantt", str(gantt),
-        "--trace", str(tmp_path / "nodir" / "t.json"),
-    )  # fmt: skip
+        "run",
+        GPIPE,
+        "-o",
+        str(report),
+        "--gantt",
+        str(gantt),
+        "--trace",
+        str(tmp_path / "nodir" / "t.json"),
+    )
     missing = tmp_path / "nodir"
     assert one_error_line(result) == (
         f"pipesim: error: --trace {missing}/t.json: directory {missing} does not exist"
@@ -104,15 +110,26 @@ def test_a_bad_later_output_writes_nothing_and_keeps_what_was_there(tmp_path):
     "args, message",
     [
         (["-o", "{tmp}"], "-o {tmp}: is a directory; name a file in it"),
-        (["--gantt", "{tmp}/g.gif"], "--gantt {tmp}/g.gif: unsupported file type; allowed: .png, .svg, .pdf"),
+        (
+            ["--gantt", "{tmp}/g.gif"],
+            "--gantt {tmp}/g.gif: unsupported file type; allowed: .png, .svg, .pdf",
+        ),
         (["--trace", "{tmp}"], "--trace {tmp}: unsupported file type; allowed: .json"),
-        (["--trace", "{tmp}/x.json/"], "--trace {tmp}/x.json/: ends with '/', a directory; name a file"),
-        (["--trace-csv", "{tmp}/a.csv", "--schedule-csv", "{tmp}/a.csv"],
-         "--schedule-csv {tmp}/a.csv: also named by --trace-csv; give each output its own file"),
+        (
+            ["--trace", "{tmp}/x.json/"],
+            "--trace {tmp}/x.json/: ends with '/', a directory; name a file",
+        ),
+        (
+            ["--trace-csv", "{tmp}/a.csv", "--schedule-csv", "{tmp}/a.csv"],
+            "--schedule-csv {tmp}/a.csv: also named by --trace-csv; give each output its own file",
+        ),
         (["-o", ""], "-o: an empty path; name a file"),
-        (["--schedule-csv", "{tmp}/file.txt/s.csv"], "--schedule-csv {tmp}/file.txt/s.csv: directory {tmp}/file.txt does not exist"),
+        (
+            ["--schedule-csv", "{tmp}/file.txt/s.csv"],
+            "--schedule-csv {tmp}/file.txt/s.csv: directory {tmp}/file.txt does not exist",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_output_paths_are_one_line(tmp_path, args, message):
     (tmp_path / "file.txt").write_text("keep")
     args = [a.format(tmp=tmp_path) for a in args]
@@ -127,14 +144,17 @@ def test_every_command_checks_its_outputs_first(tmp_path):
     cases = [
         (["compare", GPIPE, "--schedules", "gpipe", "--gantt", f"{nodir}/g.png"], "--gantt"),
         (["compare", GPIPE, "--schedules", "gpipe", "-o", str(tmp_path)], "-o"),
-        (["sweep", GPIPE, "--grid", "pipeline.microbatches=4", "--plot", f"{nodir}/p.png"], "--plot"),
+        (
+            ["sweep", GPIPE, "--grid", "pipeline.microbatches=4", "--plot", f"{nodir}/p.png"],
+            "--plot",
+        ),
         (["sweep", GPIPE, "--grid", "pipeline.microbatches=4", "-o", str(tmp_path)], "-o"),
         (["explain", GPIPE, "-o", f"{nodir}/e.txt"], "-o"),
         (["fit", "run.json", "-o", f"{nodir}/p.json"], "-o"),
         (["import-trace", "t.json", "-o", "p.json", "--timeline-csv", "t.txt"], "--timeline-csv"),
         (["profile", GPIPE, "-o", f"{nodir}/p.json"], "-o"),
         (["crosscheck", GPIPE, "--gantt", f"{nodir}/g.png"], "--gantt"),
-    ]  # fmt: skip
+    ]
     for args, option in cases:
         line = one_error_line(invoke(*args))
         assert line.startswith(f"pipesim: error: {option} "), line
@@ -157,13 +177,15 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypat
 
 def test_sweep_and_compare_write_through_the_same_edge(tmp_path, umask):
     table, chart = tmp_path / "s.json", tmp_path / "c.svg"
-    result = invoke("sweep", GPIPE, "--grid", "pipeline.microbatches=4,8", "--jobs", "1",
-                    "-o", str(table))  # fmt: skip
+    result = invoke(
+        "sweep", GPIPE, "--grid", "pipeline.microbatches=4,8", "--jobs", "1", "-o", str(table)
+    )
     assert result.exit_code == 0 and result.stdout == "" and result.stderr == ""
     assert [r["makespan_ms"] for r in json.loads(table.read_text())] == [21.0, 33.0]
     assert stat.S_IMODE(table.stat().st_mode) == 0o640
-    result = invoke("compare", GPIPE, "--schedules", "gpipe,1f1b", "--gantt", str(chart),
-                    "-o", "/dev/null")  # fmt: skip
+    result = invoke(
+        "compare", GPIPE, "--schedules", "gpipe,1f1b", "--gantt", str(chart), "-o", "/dev/null"
+    )
     assert result.exit_code == 0 and result.stdout == ""
     assert chart.read_text().lstrip().startswith("<?xml")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)

@@ -15,8 +15,14 @@ import pipesim.analysis.plan as plan_module
 from pipesim.cli.commands import main
 from tests.analysis.test_plan import small_base
 
-SPACE = ("--space", "pipeline.schedule=1f1b,zbv,interleaved-1f1b", "--space",
-         "model.recompute=false", "--space", "parallel.dp_overlap=false")  # fmt: skip
+SPACE = (
+    "--space",
+    "pipeline.schedule=1f1b,zbv,interleaved-1f1b",
+    "--space",
+    "model.recompute=false",
+    "--space",
+    "parallel.dp_overlap=false",
+)
 
 
 @pytest.fixture
@@ -31,18 +37,45 @@ def invoke(*args: str):
 
 
 def test_json_has_the_keys_and_the_counts_add_up(scenario):
-    result = invoke("plan", scenario, "--gpus", 8, *SPACE, "--format", "json", "--top", 5,
-                    "--confirm", 2, "--no-progress")  # fmt: skip
+    result = invoke(
+        "plan",
+        scenario,
+        "--gpus",
+        8,
+        *SPACE,
+        "--format",
+        "json",
+        "--top",
+        5,
+        "--confirm",
+        2,
+        "--no-progress",
+    )
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) >= {"space_size", "pruned", "scored", "confirmed", "wall_s", "results",
-                         "pareto"}  # fmt: skip
+    assert set(data) >= {
+        "space_size",
+        "pruned",
+        "scored",
+        "confirmed",
+        "wall_s",
+        "results",
+        "pareto",
+    }
     assert data["space_size"] == sum(data["pruned"].values()) + data["scored"]
     assert data["confirmed"] == 2 and len(data["results"]) == 5
     first = data["results"][0]
-    for key in ("parallel.tensor", "pipeline.schedule", "pipeline.microbatch_size",
-                "step_time_ms", "tokens_per_second", "mfu", "peak_memory_bytes",
-                "bubble_fraction", "evaluator"):  # fmt: skip
+    for key in (
+        "parallel.tensor",
+        "pipeline.schedule",
+        "pipeline.microbatch_size",
+        "step_time_ms",
+        "tokens_per_second",
+        "mfu",
+        "peak_memory_bytes",
+        "bubble_fraction",
+        "evaluator",
+    ):
         assert key in first
     assert first in data["pareto"]  # the fastest is never dominated
     assert data["space"]["pipeline.schedule"] == ["1f1b", "zbv", "interleaved-1f1b"]
@@ -52,8 +85,20 @@ def test_json_has_the_keys_and_the_counts_add_up(scenario):
 
 def test_emitted_scenario_runs_to_the_same_step_time(scenario, tmp_path):
     best = tmp_path / "best.yaml"
-    planned = invoke("plan", scenario, "--gpus", 8, *SPACE, "--format", "json", "--emit", best,
-                     "--confirm", 1, "--no-progress")  # fmt: skip
+    planned = invoke(
+        "plan",
+        scenario,
+        "--gpus",
+        8,
+        *SPACE,
+        "--format",
+        "json",
+        "--emit",
+        best,
+        "--confirm",
+        1,
+        "--no-progress",
+    )
     assert planned.exit_code == 0, planned.stderr
     ran = invoke("run", best, "--format", "json")
     assert ran.exit_code == 0, ran.stderr
@@ -65,14 +110,39 @@ def test_emitted_scenario_runs_to_the_same_step_time(scenario, tmp_path):
 
 def test_table_csv_pareto_and_explain(scenario, tmp_path):
     figure, table = tmp_path / "front.png", tmp_path / "plan.csv"
-    result = invoke("plan", scenario, "--gpus", 8, *SPACE, "--pareto", figure, "--explain",
-                    "--confirm", 1, "--no-progress")  # fmt: skip
+    result = invoke(
+        "plan",
+        scenario,
+        "--gpus",
+        8,
+        *SPACE,
+        "--pareto",
+        figure,
+        "--explain",
+        "--confirm",
+        1,
+        "--no-progress",
+    )
     assert result.exit_code == 0, result.stderr
     assert "space:" in result.stdout and "why the winner wins:" in result.stdout
     assert "#1 " in result.stdout and "#2 " in result.stdout
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    as_csv = invoke("plan", scenario, "--gpus", 8, *SPACE, "--format", "csv", "-o", table,
-                    "--top", 3, "--confirm", 0, "--no-progress")  # fmt: skip
+    as_csv = invoke(
+        "plan",
+        scenario,
+        "--gpus",
+        8,
+        *SPACE,
+        "--format",
+        "csv",
+        "-o",
+        table,
+        "--top",
+        3,
+        "--confirm",
+        0,
+        "--no-progress",
+    )
     assert as_csv.exit_code == 0, as_csv.stderr
     rows = list(csv.DictReader(io.StringIO(table.read_text())))
     assert len(rows) == 3 and float(rows[0]["step_time_ms"]) <= float(rows[1]["step_time_ms"])
@@ -81,8 +151,20 @@ def test_table_csv_pareto_and_explain(scenario, tmp_path):
 def test_same_output_with_one_and_two_jobs(scenario):
     outputs = []
     for jobs in (1, 2):
-        result = invoke("plan", scenario, "--gpus", 8, *SPACE, "--format", "json", "--jobs",
-                        jobs, "--confirm", 0, "--no-progress")  # fmt: skip
+        result = invoke(
+            "plan",
+            scenario,
+            "--gpus",
+            8,
+            *SPACE,
+            "--format",
+            "json",
+            "--jobs",
+            jobs,
+            "--confirm",
+            0,
+            "--no-progress",
+        )
         assert result.exit_code == 0, result.stderr
         data = json.loads(result.stdout)
         data.pop("wall_s")
@@ -114,8 +196,9 @@ def test_bad_input_is_one_line_and_exit_2(scenario, args, message):
 
 def test_a_scenario_without_a_model_is_refused(tmp_path):
     path = tmp_path / "hand.yaml"
-    path.write_text("schema_version: 1\nname: x\npipeline: {schedule: 1f1b, devices: 2, "
-                    "microbatches: 4}\n")  # fmt: skip
+    path.write_text(
+        "schema_version: 1\nname: x\npipeline: {schedule: 1f1b, devices: 2, microbatches: 4}\n"
+    )
     result = invoke("plan", path, "--gpus", 2)
     assert result.exit_code == 2
     assert "model: pipesim plan needs a model: section" in result.stderr
@@ -123,16 +206,29 @@ def test_a_scenario_without_a_model_is_refused(tmp_path):
 
 def test_nothing_fits_means_nothing_emitted(scenario, tmp_path):
     best = tmp_path / "best.yaml"
-    result = invoke("plan", scenario, "--gpus", 8, "--space", "parallel.tensor=1",
-                    "--space", "pipeline.devices=1", "--space", "parallel.zero_stage=0",
-                    "--emit", best, "--no-progress")  # fmt: skip
+    result = invoke(
+        "plan",
+        scenario,
+        "--gpus",
+        8,
+        "--space",
+        "parallel.tensor=1",
+        "--space",
+        "pipeline.devices=1",
+        "--space",
+        "parallel.zero_stage=0",
+        "--emit",
+        best,
+        "--no-progress",
+    )
     assert result.exit_code == 2
     assert "no candidate fits" in result.stderr
     assert not best.exists()
 
 
-def test_a_disagreement_with_the_engine_is_exit_1_and_writes_nothing(scenario, tmp_path,
-                                                                     monkeypatch):  # fmt: skip
+def test_a_disagreement_with_the_engine_is_exit_1_and_writes_nothing(
+    scenario, tmp_path, monkeypatch
+):
     honest = plan_module.run_emitted
 
     def off_by_a_bit(mapping, source, evaluator="auto"):
@@ -142,8 +238,22 @@ def test_a_disagreement_with_the_engine_is_exit_1_and_writes_nothing(scenario, t
 
     monkeypatch.setattr(plan_module, "run_emitted", off_by_a_bit)
     out, best = tmp_path / "plan.json", tmp_path / "best.yaml"
-    result = invoke("plan", scenario, "--gpus", 8, *SPACE, "--format", "json", "-o", out,
-                    "--emit", best, "--confirm", 1, "--no-progress")  # fmt: skip
+    result = invoke(
+        "plan",
+        scenario,
+        "--gpus",
+        8,
+        *SPACE,
+        "--format",
+        "json",
+        "-o",
+        out,
+        "--emit",
+        best,
+        "--confirm",
+        1,
+        "--no-progress",
+    )
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("pipesim: error: rank 1: step_time_ms ")

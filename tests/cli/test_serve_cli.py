@@ -22,14 +22,30 @@ from pipesim.cli.commands import main
 from pipesim.serving.sweep import run_serving_sweep
 
 LLAMA_70B = {
-    "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672,
-    "mlp": "gated", "seq_len": 4096, "vocab": 32000,
-}  # fmt: skip
+    "layers": 80,
+    "hidden": 8192,
+    "heads": 64,
+    "kv_heads": 8,
+    "ffn_hidden": 28672,
+    "mlp": "gated",
+    "seq_len": 4096,
+    "vocab": 32000,
+}
 JSON_KEYS = {
-    "requests", "completed", "rejected", "preemptions", "duration_s", "throughput_rps",
-    "output_tokens_per_second", "goodput_rps", "mean_in_system", "ttft_ms", "tpot_ms",
-    "e2e_ms", "queue_ms",
-}  # fmt: skip
+    "requests",
+    "completed",
+    "rejected",
+    "preemptions",
+    "duration_s",
+    "throughput_rps",
+    "output_tokens_per_second",
+    "goodput_rps",
+    "mean_in_system",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "queue_ms",
+}
 
 
 def invoke(*args):
@@ -44,9 +60,11 @@ def write_scenario(folder: Path, name: str = "serve.yaml", **sections) -> Path:
         "costs": {"prefill_ms": [10, 20, 30], "decode_ms": [1, 2, 3]},
         "decode": {"tokens": 1, "prompt_tokens": 100},
         "hardware": {"link": {"latency_us": 500}},
-        "serving": {"workload": {"arrival": "trace", "trace_file": "one.csv"},
-                    "slo": {"ttft_ms": 100, "tpot_ms": 10}},
-    }  # fmt: skip
+        "serving": {
+            "workload": {"arrival": "trace", "trace_file": "one.csv"},
+            "slo": {"ttft_ms": 100, "tpot_ms": 10},
+        },
+    }
     data.update(sections)
     (folder / "one.csv").write_text("arrival_s,prompt_tokens,output_tokens\n1.0,100,4\n")
     path = folder / name
@@ -55,8 +73,13 @@ def write_scenario(folder: Path, name: str = "serve.yaml", **sections) -> Path:
 
 
 def poisson(folder: Path, **serving) -> Path:
-    workload = {"rate": 20.0, "requests": 60, "seed": 3, "prompt_tokens": 100,
-                "output_tokens": {"distribution": "uniform", "low": 1, "high": 30}}  # fmt: skip
+    workload = {
+        "rate": 20.0,
+        "requests": 60,
+        "seed": 3,
+        "prompt_tokens": 100,
+        "output_tokens": {"distribution": "uniform", "low": 1, "high": 30},
+    }
     return write_scenario(folder, serving={"workload": workload, **serving})
 
 
@@ -114,8 +137,16 @@ def test_csv_is_a_header_and_one_row(tmp_path):
 
 
 def outputs(folder: Path) -> list[str]:
-    return ["-o", folder / "r.json", "--requests", folder / "req.csv",
-            "--trace", folder / "t.json", "--plot", folder / "p.png"]  # fmt: skip
+    return [
+        "-o",
+        folder / "r.json",
+        "--requests",
+        folder / "req.csv",
+        "--trace",
+        folder / "t.json",
+        "--plot",
+        folder / "p.png",
+    ]
 
 
 @pytest.mark.slow
@@ -173,14 +204,20 @@ def assert_refused(folder: Path, args: list, expected: str) -> None:
 
 def test_a_negative_rate(tmp_path):
     scenario = poisson(tmp_path)
-    assert_refused(tmp_path, ["serve", scenario, "--set", "serving.workload.rate=-2"],
-                   "serve.yaml: serving.workload.rate: Input should be greater than 0")  # fmt: skip
+    assert_refused(
+        tmp_path,
+        ["serve", scenario, "--set", "serving.workload.rate=-2"],
+        "serve.yaml: serving.workload.rate: Input should be greater than 0",
+    )
 
 
 def test_zero_blocks(tmp_path):
     scenario = poisson(tmp_path)
-    assert_refused(tmp_path, ["serve", scenario, "--set", "serving.kv_blocks=0"],
-                   "serve.yaml: serving.kv_blocks: Input should be greater than or equal to 1")  # fmt: skip
+    assert_refused(
+        tmp_path,
+        ["serve", scenario, "--set", "serving.kv_blocks=0"],
+        "serve.yaml: serving.kv_blocks: Input should be greater than or equal to 1",
+    )
 
 
 @pytest.mark.parametrize(
@@ -203,9 +240,14 @@ def test_a_bad_trace(tmp_path, text, expected):
 
 def test_weights_that_do_not_fit(tmp_path):
     scenario = write_scenario(
-        tmp_path, pipeline={"devices": 1}, costs={}, decode=None, model=LLAMA_70B,
-        hardware={"gpu": "a100-sxm-40gb"}, serving={"workload": {"rate": 1.0, "requests": 5}},
-    )  # fmt: skip
+        tmp_path,
+        pipeline={"devices": 1},
+        costs={},
+        decode=None,
+        model=LLAMA_70B,
+        hardware={"gpu": "a100-sxm-40gb"},
+        serving={"workload": {"rate": 1.0, "requests": 5}},
+    )
     assert_refused(tmp_path, ["serve", scenario], "serve.yaml: model: the weights of stage 0")
 
 
@@ -215,8 +257,11 @@ def test_no_serving_section(tmp_path):
 
 
 def test_max_rate_on_a_trace_is_refused(tmp_path):
-    assert_refused(tmp_path, ["serve", write_scenario(tmp_path), "--max-rate"],
-                   "--max-rate needs poisson or gamma arrivals")  # fmt: skip
+    assert_refused(
+        tmp_path,
+        ["serve", write_scenario(tmp_path), "--max-rate"],
+        "--max-rate needs poisson or gamma arrivals",
+    )
 
 
 def test_a_bad_output_path_is_refused_before_running(tmp_path):
@@ -235,13 +280,26 @@ def test_a_bad_output_path_is_refused_before_running(tmp_path):
 def test_sweep_over_serving_keys(tmp_path):
     scenario = poisson(tmp_path)
     out = tmp_path / "sweep.csv"
-    result = invoke("sweep", scenario, "--grid", "serving.workload.rate=5,40",
-                    "--grid", "serving.max_num_seqs=1,8", "--jobs", "1", "-o", out)  # fmt: skip
+    result = invoke(
+        "sweep",
+        scenario,
+        "--grid",
+        "serving.workload.rate=5,40",
+        "--grid",
+        "serving.max_num_seqs=1,8",
+        "--jobs",
+        "1",
+        "-o",
+        out,
+    )
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(out)
     assert frame[["serving.workload.rate", "serving.max_num_seqs"]].values.tolist() == [
-        [5, 1], [5, 8], [40, 1], [40, 8]
-    ]  # fmt: skip
+        [5, 1],
+        [5, 8],
+        [40, 1],
+        [40, 8],
+    ]
     assert (frame["completed"] == 60).all() and frame["error"].isna().all()
     # more sequences per batch never hurt the p99 TTFT of the same requests here
     assert (frame["ttft_ms_p99"][1::2].values <= frame["ttft_ms_p99"][0::2].values).all()
@@ -279,9 +337,20 @@ def test_a_serving_sweep_is_the_same_bytes_with_one_or_two_jobs(tmp_path):
     for jobs in ("1", "2"):
         folder = tmp_path / f"jobs{jobs}"
         folder.mkdir()
-        result = invoke("sweep", scenario, "--grid", "serving.workload.rate=5,40",
-                        "--grid", "serving.max_num_seqs=1,8", "--jobs", jobs,
-                        "-o", folder / "s.csv", "--plot", folder / "s.png")  # fmt: skip
+        result = invoke(
+            "sweep",
+            scenario,
+            "--grid",
+            "serving.workload.rate=5,40",
+            "--grid",
+            "serving.max_num_seqs=1,8",
+            "--jobs",
+            jobs,
+            "-o",
+            folder / "s.csv",
+            "--plot",
+            folder / "s.png",
+        )
         assert result.exit_code == 0, result.output
         files.append({p.name: p.read_bytes() for p in sorted(folder.iterdir())})
     assert sorted(files[0]) == ["s.csv", "s.png"]
@@ -292,21 +361,59 @@ def test_a_serving_sweep_is_the_same_bytes_with_one_or_two_jobs(tmp_path):
 # Whatever is thrown at it: a finite report, or one line and exit 2 with nothing written
 
 SERVING_KEYS = [
-    "serving.workload.arrival", "serving.workload.rate", "serving.workload.cv",
-    "serving.workload.requests", "serving.workload.duration_s", "serving.workload.seed",
-    "serving.workload.prompt_tokens", "serving.workload.output_tokens",
-    "serving.workload.trace_file", "serving.replicas", "serving.router", "serving.max_num_seqs",
-    "serving.max_num_batched_tokens", "serving.chunked_prefill", "serving.block_size",
-    "serving.kv_blocks", "serving.gpu_memory_utilization", "serving.slo.ttft_ms",
-    "serving.slo.percentile", "pipeline.devices", "parallel.tensor", "costs.prefill_ms",
-    "decode.prompt_tokens", "serving",
-]  # fmt: skip
+    "serving.workload.arrival",
+    "serving.workload.rate",
+    "serving.workload.cv",
+    "serving.workload.requests",
+    "serving.workload.duration_s",
+    "serving.workload.seed",
+    "serving.workload.prompt_tokens",
+    "serving.workload.output_tokens",
+    "serving.workload.trace_file",
+    "serving.replicas",
+    "serving.router",
+    "serving.max_num_seqs",
+    "serving.max_num_batched_tokens",
+    "serving.chunked_prefill",
+    "serving.block_size",
+    "serving.kv_blocks",
+    "serving.gpu_memory_utilization",
+    "serving.slo.ttft_ms",
+    "serving.slo.percentile",
+    "pipeline.devices",
+    "parallel.tensor",
+    "costs.prefill_ms",
+    "decode.prompt_tokens",
+    "serving",
+]
 VALUES = [
-    "0", "1", "2", "7", "64", "-1", "0.5", "1e-320", "1e308", "9007199254740993", "1e400",
-    ".nan", ".inf", "true", "poisson", "gamma", "trace", "least_outstanding", "one.csv",
-    "nope.csv", "[1, 2]", "{}", "null", "{distribution: lognormal, mean: 50, cv: 2}",
-    "{distribution: empirical, samples: [1, 4000]}", "{distribution: uniform, low: 9, high: 2}",
-]  # fmt: skip
+    "0",
+    "1",
+    "2",
+    "7",
+    "64",
+    "-1",
+    "0.5",
+    "1e-320",
+    "1e308",
+    "9007199254740993",
+    "1e400",
+    ".nan",
+    ".inf",
+    "true",
+    "poisson",
+    "gamma",
+    "trace",
+    "least_outstanding",
+    "one.csv",
+    "nope.csv",
+    "[1, 2]",
+    "{}",
+    "null",
+    "{distribution: lognormal, mean: 50, cv: 2}",
+    "{distribution: empirical, samples: [1, 4000]}",
+    "{distribution: uniform, low: 9, high: 2}",
+]
 
 
 def finite(value) -> bool:
@@ -330,17 +437,31 @@ def test_serve_keeps_the_contract_whatever_is_set(tmp_path_factory, overrides, m
     folder = tmp_path_factory.mktemp("fuzz")
     if model:
         scenario = write_scenario(
-            folder, pipeline={"devices": 2}, costs={}, decode=None, parallel={"tensor": 4},
-            model=LLAMA_70B, hardware={"gpu": "h100-sxm", "gpus_per_node": 8},
+            folder,
+            pipeline={"devices": 2},
+            costs={},
+            decode=None,
+            parallel={"tensor": 4},
+            model=LLAMA_70B,
+            hardware={"gpu": "h100-sxm", "gpus_per_node": 8},
             serving={"workload": {"rate": 5.0, "requests": 20}, "slo": {"ttft_ms": 500}},
-        )  # fmt: skip
+        )
     else:
         scenario = poisson(folder, slo={"tpot_ms": 5.0})
     sets = [item for key, value in overrides for item in ("--set", f"{key}={value}")]
     report = folder / "out" / "r.json"
     report.parent.mkdir()
-    result = invoke("serve", scenario, *sets, "--format", "json", "-o", report,
-                    "--requests", report.parent / "q.csv")  # fmt: skip
+    result = invoke(
+        "serve",
+        scenario,
+        *sets,
+        "--format",
+        "json",
+        "-o",
+        report,
+        "--requests",
+        report.parent / "q.csv",
+    )
     if result.exit_code == 0:
         assert finite(json.loads(report.read_text()))
         return
@@ -359,14 +480,16 @@ def test_a_serving_sweep_on_dask_gives_the_same_frame(tmp_path):
     with distributed.LocalCluster(
         n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
     ) as cluster:
-        remote = run_serving_sweep(base, source, axes, executor="dask",
-                                   scheduler=cluster.scheduler_address)  # fmt: skip
+        remote = run_serving_sweep(
+            base, source, axes, executor="dask", scheduler=cluster.scheduler_address
+        )
     pd.testing.assert_frame_equal(remote, run_serving_sweep(base, source, axes))
     assert (remote["completed"] == 60).all()
 
 
 def test_a_serving_sweep_on_dask_needs_a_scheduler(tmp_path):
-    result = invoke("sweep", poisson(tmp_path), "--grid", "serving.workload.rate=5",
-                    "--executor", "dask")  # fmt: skip
+    result = invoke(
+        "sweep", poisson(tmp_path), "--grid", "serving.workload.rate=5", "--executor", "dask"
+    )
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr == "pipesim: error: --executor dask needs --scheduler tcp://HOST:PORT\n"

@@ -64,10 +64,17 @@ class PublishedRun:
     @property
     def model(self) -> TransformerModel:
         return TransformerModel(
-            layers=self.layers, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads,
-            ffn_hidden=self.ffn_hidden, mlp=self.mlp, seq_len=self.seq_len, vocab=self.vocab,
-            recompute=self.recompute, flash_attention=True,
-        )  # fmt: skip
+            layers=self.layers,
+            hidden=self.hidden,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            ffn_hidden=self.ffn_hidden,
+            mlp=self.mlp,
+            seq_len=self.seq_len,
+            vocab=self.vocab,
+            recompute=self.recompute,
+            flash_attention=True,
+        )
 
 
 def _parse(raw: dict[str, str]) -> PublishedRun:
@@ -119,12 +126,19 @@ def scenario_data(run: PublishedRun, efficiency: dict[str, float] | None = None)
     elif run.virtual_stages > 1:
         pipe.update(schedule="interleaved-1f1b", virtual_stages=run.virtual_stages)
     model = {
-        "layers": run.layers, "hidden": run.hidden, "heads": run.heads,
-        "ffn_hidden": run.ffn_hidden, "mlp": run.mlp, "seq_len": run.seq_len,
-        "vocab": run.vocab, "flash_attention": True, "recompute": run.recompute,
-        "microbatch_size": run.microbatch_size, "global_batch": run.global_batch,
+        "layers": run.layers,
+        "hidden": run.hidden,
+        "heads": run.heads,
+        "ffn_hidden": run.ffn_hidden,
+        "mlp": run.mlp,
+        "seq_len": run.seq_len,
+        "vocab": run.vocab,
+        "flash_attention": True,
+        "recompute": run.recompute,
+        "microbatch_size": run.microbatch_size,
+        "global_batch": run.global_batch,
         "efficiency": dict(efficiency or {}),
-    }  # fmt: skip
+    }
     if run.kv_heads is not None:
         model["kv_heads"] = run.kv_heads
     return {
@@ -139,13 +153,13 @@ def scenario_data(run: PublishedRun, efficiency: dict[str, float] | None = None)
             "sequence_parallel": run.sequence_parallel,
             "tp_overlap": run.tp_overlap,
             "dp_overlap": run.dp_overlap,
-        },  # fmt: skip
+        },
         "hardware": {
             "gpu": run.gpu,
             "gpus_per_node": 8,
             "intra_node_link": "nvlink4",
             "inter_node_link": "ib-ndr",
-        },  # fmt: skip
+        },
     }
 
 

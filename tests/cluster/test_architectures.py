@@ -27,9 +27,15 @@ LLAMA_SCENARIO = Path(__file__).parents[2] / "scenarios" / "llama-70b-4x8-h100.y
 # Llama-2-70B (Touvron et al. 2023, Table 1 and the released config.json): 80 layers,
 # hidden 8192, 64 heads, 8 key/value heads, SwiGLU width 28672, vocabulary 32000, untied.
 LLAMA2_70B = TransformerModel(
-    layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, mlp="gated",
-    seq_len=4096, vocab=32000,
-)  # fmt: skip
+    layers=80,
+    hidden=8192,
+    heads=64,
+    kv_heads=8,
+    ffn_hidden=28672,
+    mlp="gated",
+    seq_len=4096,
+    vocab=32000,
+)
 
 # h = 8, a = 4 heads of width d = 2, g = 2 kv heads, f = 12, s = 4.
 SMALL = dict(layers=3, hidden=8, heads=4, seq_len=4, vocab=16, ffn_hidden=12)
@@ -159,9 +165,14 @@ def test_linear_flops_are_two_per_weight_per_token_and_the_split_holds(model):
 @given(models)
 def test_fewer_kv_heads_and_no_gate_never_cost_more(model):
     full = TransformerModel(
-        layers=model.layers, hidden=model.hidden, heads=model.heads, ffn_hidden=model.ffn,
-        seq_len=model.seq_len, vocab=model.vocab, mlp="gated",
-    )  # fmt: skip
+        layers=model.layers,
+        hidden=model.hidden,
+        heads=model.heads,
+        ffn_hidden=model.ffn,
+        seq_len=model.seq_len,
+        vocab=model.vocab,
+        mlp="gated",
+    )
     for counted in (layer_parameters, lambda m: layer_flops(m, 1).total):
         assert counted(model) <= counted(full)
     assert layer_activation_memory_bytes(model, 1)[0] <= layer_activation_memory_bytes(full, 1)[0]

@@ -24,9 +24,15 @@ from pipesim.sim.links import Link
 # Llama-2-70B (Touvron et al. 2023; its config.json): 80 layers, hidden 8192, 64 heads
 # sharing 8 key/value heads of width 128, SwiGLU width 28672, vocabulary 32000.
 LLAMA2_70B = TransformerModel(
-    layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, mlp="gated",
-    seq_len=4096, vocab=32000,
-)  # fmt: skip
+    layers=80,
+    hidden=8192,
+    heads=64,
+    kv_heads=8,
+    ffn_hidden=28672,
+    mlp="gated",
+    seq_len=4096,
+    vocab=32000,
+)
 H100 = gpu_profile("h100-sxm")  # 989.4 TFLOP/s bf16, 3,350 GB/s, 80 GiB
 GEMM = Efficiency().max_fraction  # the calibrated GEMM fraction (docs/validation.md)
 
@@ -103,9 +109,14 @@ def test_launch_overhead_is_added_once_per_iteration():
     shape = BatchShape(decode_seqs=4, decode_context=400)
     plain = stage_iteration_ms(LLAMA2_70B, 5, H100, shape, first=False, last=False)
     slow = stage_iteration_ms(
-        LLAMA2_70B, 5, H100, shape, first=False, last=False,
+        LLAMA2_70B,
+        5,
+        H100,
+        shape,
+        first=False,
+        last=False,
         efficiency=Efficiency(launch_overhead_ms=0.25),
-    )  # fmt: skip
+    )
     assert slow == pytest.approx(plain + 0.25)
 
 
@@ -116,9 +127,14 @@ def test_empty_batch_costs_nothing():
 def test_tensor_parallel_needs_a_link():
     with pytest.raises(ValueError, match="tensor_link"):
         stage_iteration_ms(
-            LLAMA2_70B, 5, H100, BatchShape(decode_seqs=1, decode_context=1),
-            first=False, last=False, tensor=2,
-        )  # fmt: skip
+            LLAMA2_70B,
+            5,
+            H100,
+            BatchShape(decode_seqs=1, decode_context=1),
+            first=False,
+            last=False,
+            tensor=2,
+        )
 
 
 def test_boundary_bytes_are_one_hidden_vector_per_token():
@@ -166,9 +182,13 @@ def test_kv_capacity_is_limited_by_the_most_loaded_stage():
         math.floor((80 * 2**30 * 0.9 - workspace - p * 2 / 4) / per_token) for p in params
     )
     got = kv_capacity_tokens(
-        LLAMA2_70B, "h100-sxm", tensor=4, pipeline=2, gpu_memory_utilization=0.9,
+        LLAMA2_70B,
+        "h100-sxm",
+        tensor=4,
+        pipeline=2,
+        gpu_memory_utilization=0.9,
         workspace_bytes=workspace,
-    )  # fmt: skip
+    )
     assert got == expected
 
 
@@ -189,9 +209,15 @@ def test_llama2_70b_tp8_batch1_decode_written_out():
     assert layer_parameters(LLAMA2_70B) == 855_754_752
     nvlink = Link(latency_us=3.4, bandwidth_gbps=380.0)
     got = stage_iteration_ms(
-        LLAMA2_70B, 80, H100, BatchShape(decode_seqs=1, decode_context=1),
-        first=True, last=True, tensor=8, tensor_link=nvlink,
-    )  # fmt: skip
+        LLAMA2_70B,
+        80,
+        H100,
+        BatchShape(decode_seqs=1, decode_context=1),
+        first=True,
+        last=True,
+        tensor=8,
+        tensor_link=nvlink,
+    )
     memory_ms = (17_180_631_040 + 80 * 512) / 3350e9 * 1e3
     allreduce_ms = 14 * 3.4e-3 + 14 / 8 * 16_384 / 380e6
     assert got == pytest.approx(memory_ms + 160 * allreduce_ms, rel=1e-12)

@@ -171,9 +171,14 @@ def test_memory_bound_share_falls_as_the_model_widens(hidden, mlp):
 
     def model(width: int) -> TransformerModel:
         return TransformerModel(
-            layers=1, hidden=width, heads=width // 128, seq_len=4096, vocab=32000, mlp=mlp,
+            layers=1,
+            hidden=width,
+            heads=width // 128,
+            seq_len=4096,
+            vocab=32000,
+            mlp=mlp,
             flash_attention=True,
-        )  # fmt: skip
+        )
 
     def bytes_per_flop(width: int) -> float:
         moved = layer_memory_bound_bytes(model(width), 1).forward
@@ -195,8 +200,10 @@ def test_memory_bound_work_only_adds_time(microbatch_size, flash, recompute):
     model = replace(TINY, flash_attention=flash, recompute=recompute)
     with_bytes = stage_costs(model, (2, 2), microbatch_size, TOY, EFF)
     without = stage_costs(model, (2, 2), microbatch_size, TOY, replace(EFF, memory_fraction=None))
-    for more, less in ((with_bytes.forward_ms, without.forward_ms),
-                       (with_bytes.backward_input_ms, without.backward_input_ms)):  # fmt: skip
+    for more, less in (
+        (with_bytes.forward_ms, without.forward_ms),
+        (with_bytes.backward_input_ms, without.backward_input_ms),
+    ):
         assert all(a > b for a, b in zip(more, less, strict=True))
     assert with_bytes.backward_weight_ms == without.backward_weight_ms
 
@@ -213,9 +220,13 @@ def test_a_time_balanced_split_is_never_slower_than_a_flops_balanced_one(
     layers, hidden, vocab, stages, flash
 ):
     model = TransformerModel(
-        layers=layers, hidden=hidden, heads=hidden // 64, seq_len=512, vocab=vocab,
+        layers=layers,
+        hidden=hidden,
+        heads=hidden // 64,
+        seq_len=512,
+        vocab=vocab,
         flash_attention=flash,
-    )  # fmt: skip
+    )
     stages = min(stages, layers)
     h100 = gpu_profile("h100-sxm")
 

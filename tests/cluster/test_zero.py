@@ -35,16 +35,21 @@ def scenario_file(tmp_path, devices=1):
         "name": "zero",
         "pipeline": {"schedule": "1f1b", "devices": devices, "microbatch_size": 1},
         "model": {
-            "layers": 4, "hidden": 1024, "heads": 8, "seq_len": 512, "vocab": 32000,
+            "layers": 4,
+            "hidden": 1024,
+            "heads": 8,
+            "seq_len": 512,
+            "vocab": 32000,
             "global_batch": REPLICAS * MICROBATCHES,
         },
         "parallel": {"data": REPLICAS},
         "hardware": {
-            "gpu": "h100-sxm", "gpus_per_node": 1,
+            "gpu": "h100-sxm",
+            "gpus_per_node": 1,
             "intra_node_link": "nvlink4",
             "inter_node_link": {"latency_us": 0, "bandwidth_gbps": BANDWIDTH_GBPS},
         },
-    }  # fmt: skip
+    }
     path = tmp_path / "zero.json"
     path.write_text(json.dumps(data))
     return path
@@ -211,8 +216,12 @@ def test_torch_unshard_posts_gather_once_each_instead_of_every_pass(tmp_path):
     lowered = "torch-interleaved-1f1b_p2_m4_v2.lowered.csv"
     (tmp_path / "lowered.csv").write_text((GOLDEN / lowered).read_text())
     path = scenario_file(tmp_path)
-    pipeline = ["pipeline.schedule=csv", "pipeline.schedule_file=lowered.csv",
-                "pipeline.devices=2", "pipeline.microbatches=4"]  # fmt: skip
+    pipeline = [
+        "pipeline.schedule=csv",
+        "pipeline.schedule_file=lowered.csv",
+        "pipeline.devices=2",
+        "pipeline.microbatches=4",
+    ]
     zero1 = load_scenario(path, [*pipeline, "parallel.zero_stage=1"])
     zero3 = load_scenario(path, [*pipeline, "parallel.zero_stage=3"])
     assert zero3.costs.forward_ms == zero1.costs.forward_ms
@@ -227,8 +236,9 @@ def test_torch_unshard_posts_gather_once_each_instead_of_every_pass(tmp_path):
     # one UNSHARD row per stage in the step, each one gather long; none under ZeRO-1
     trace = run_scenario(zero3).trace
     rows = trace.kind == UNSHARD
-    durations = dict(zip(trace.stage[rows].tolist(), (trace.end - trace.start)[rows].tolist(),
-                         strict=True))  # fmt: skip
+    durations = dict(
+        zip(trace.stage[rows].tolist(), (trace.end - trace.start)[rows].tolist(), strict=True)
+    )
     assert durations == pytest.approx(dict(enumerate(gather_ms(devices=4))))
     assert not (run_scenario(zero1).trace.kind == UNSHARD).any()
 

@@ -29,9 +29,14 @@ def run(name, devices, microbatches, virtual_stages=1, static_gib=0.0, latency_m
         Accounting(static_memory_bytes=(static_gib * GIB,) * devices) if static_gib else None
     )
     report = build_report(
-        trace, schedule, cost, scenario="test", topology=topology, accounting=accounting,
+        trace,
+        schedule,
+        cost,
+        scenario="test",
+        topology=topology,
+        accounting=accounting,
         memory=memory,
-    )  # fmt: skip
+    )
     return trace, report, memory
 
 

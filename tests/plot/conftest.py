@@ -8,5 +8,6 @@ from tests.plot.builders import run
 @pytest.fixture(scope="session")
 def interleaved():
     """2 devices x 2 chunks with activations, wide boxes: every label fits."""
-    return run("interleaved-1f1b", 2, 4, 2, forward_ms=1, backward_ms=2,
-               activation_memory_bytes=2**28)  # fmt: skip
+    return run(
+        "interleaved-1f1b", 2, 4, 2, forward_ms=1, backward_ms=2, activation_memory_bytes=2**28
+    )

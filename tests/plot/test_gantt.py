@@ -90,8 +90,9 @@ def test_labels_stay_inside_their_boxes_and_a_kind_is_numbered_whole_or_not_at_a
 
 
 def test_a_large_chart_drops_its_labels():
-    trace, report, memory = run("zbv", 4, 48, 2, forward_ms=1, backward_input_ms=1,
-                                backward_weight_ms=1)  # fmt: skip
+    trace, report, memory = run(
+        "zbv", 4, 48, 2, forward_ms=1, backward_input_ms=1, backward_weight_ms=1
+    )
     assert not gantt_figure(trace, report, memory).axes[0].texts
 
 
@@ -133,8 +134,9 @@ def test_crosscheck_figure_has_a_legend_of_kinds(interleaved):
 
 
 def test_critical_path_is_outlined_from_dicts_or_objects():
-    trace, report, memory = run("gpipe", 3, 4, forward_ms=1, backward_ms=2, latency_ms=0.5,
-                                activation_bytes=1e6)  # fmt: skip
+    trace, report, memory = run(
+        "gpipe", 3, 4, forward_ms=1, backward_ms=2, latency_ms=0.5, activation_bytes=1e6
+    )
     schedule = get_schedule("gpipe", 3, 4, 1)
     path = explain(trace, schedule, None).critical_path
     as_objects = [SimpleNamespace(**dict(e)) for e in path]

@@ -18,8 +18,9 @@ def device_lines(ax):
 
 
 def test_panel_shows_static_plus_activations_in_gib_and_the_capacity_line():
-    trace, report, memory = run("1f1b", 3, 6, static_gib=2.0, forward_ms=1, backward_ms=2,
-                                activation_memory_bytes=GIB / 2)  # fmt: skip
+    trace, report, memory = run(
+        "1f1b", 3, 6, static_gib=2.0, forward_ms=1, backward_ms=2, activation_memory_bytes=GIB / 2
+    )
     fig = gantt_figure(trace, report, memory, capacity_bytes=8 * GIB)
     ax = memory_axes(fig)
     assert "static + activations" in ax.get_ylabel()
@@ -35,16 +36,18 @@ def test_panel_shows_static_plus_activations_in_gib_and_the_capacity_line():
 
 
 def test_no_capacity_line_when_the_capacity_is_unknown():
-    trace, report, memory = run("1f1b", 2, 4, forward_ms=1, backward_ms=2,
-                                activation_memory_bytes=GIB)  # fmt: skip
+    trace, report, memory = run(
+        "1f1b", 2, 4, forward_ms=1, backward_ms=2, activation_memory_bytes=GIB
+    )
     ax = memory_axes(gantt_figure(trace, report, memory))
     assert ax.get_ylabel().startswith("activations")
     assert not [line for line in ax.get_lines() if line.get_label().startswith("GPU memory")]
 
 
 def test_many_devices_show_the_spread_whose_top_is_the_highest_peak():
-    trace, report, memory = run("1f1b", 12, 12, forward_ms=1, backward_ms=2,
-                                activation_memory_bytes=GIB / 4)  # fmt: skip
+    trace, report, memory = run(
+        "1f1b", 12, 12, forward_ms=1, backward_ms=2, activation_memory_bytes=GIB / 4
+    )
     ax = memory_axes(gantt_figure(trace, report, memory))
     assert not device_lines(ax)  # no twelve-line tangle
     (highest,) = [line for line in ax.get_lines() if line.get_label() == "highest"]

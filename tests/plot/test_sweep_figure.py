@@ -28,7 +28,7 @@ def frame(**grid) -> pd.DataFrame:
                 "samples_per_second": 100.0 * m,
                 "peak_activation_bytes_max": float(2**20 * m * p),
                 "error": "",
-            }  # fmt: skip
+            }
         )
     return pd.DataFrame(rows)
 
@@ -42,8 +42,10 @@ def test_two_grid_keys_give_one_line_per_value_of_the_other_key():
     table = frame(**{"pipeline.microbatches": [4, 8, 16], "pipeline.devices": [2, 4, 8]})
     lines = point_lines(sweep_figure(table))
     assert sorted(line.get_label() for line in lines) == [
-        "1f1b, devices=2", "1f1b, devices=4", "1f1b, devices=8"
-    ]  # fmt: skip
+        "1f1b, devices=2",
+        "1f1b, devices=4",
+        "1f1b, devices=8",
+    ]
     for line in lines:
         p = int(line.get_label().rsplit("=", 1)[1])
         expected = table[table["pipeline.devices"] == p]["bubble_fraction"].to_list()
@@ -51,10 +53,14 @@ def test_two_grid_keys_give_one_line_per_value_of_the_other_key():
 
 
 def test_schedule_and_two_more_keys_give_every_combination():
-    table = frame(**{
-        "pipeline.microbatches": [4, 8], "pipeline.schedule": ["gpipe", "1f1b"],
-        "pipeline.devices": [2, 4], "model.recompute": [False, True],
-    })  # fmt: skip
+    table = frame(
+        **{
+            "pipeline.microbatches": [4, 8],
+            "pipeline.schedule": ["gpipe", "1f1b"],
+            "pipeline.devices": [2, 4],
+            "model.recompute": [False, True],
+        }
+    )
     labels = {line.get_label() for line in point_lines(sweep_figure(table))}
     assert len(labels) == 8
     assert "gpipe, devices=4, recompute=True" in labels

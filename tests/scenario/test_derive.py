@@ -22,9 +22,16 @@ GPT = SCENARIOS / "gpt-nvlink-vs-pcie.yaml"
 TRADEOFF = SCENARIOS / "microbatch-tradeoff.yaml"
 LLAMA = SCENARIOS / "llama-70b-4x8-h100.yaml"
 LLAMA_MODEL = TransformerModel(
-    layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, mlp="gated",
-    seq_len=4096, vocab=32000, flash_attention=True,
-)  # fmt: skip
+    layers=80,
+    hidden=8192,
+    heads=64,
+    kv_heads=8,
+    ffn_hidden=28672,
+    mlp="gated",
+    seq_len=4096,
+    vocab=32000,
+    flash_attention=True,
+)
 
 
 def run(path, *overrides):
@@ -306,15 +313,21 @@ def test_replicas_sharing_a_node_reduce_inside_it_first(tmp_path):
         "name": "dp",
         "pipeline": {"schedule": "1f1b", "devices": 4, "microbatch_size": 1},
         "model": {
-            "layers": 8, "hidden": 1024, "heads": 8, "seq_len": 512, "vocab": 32000,
+            "layers": 8,
+            "hidden": 1024,
+            "heads": 8,
+            "seq_len": 512,
+            "vocab": 32000,
             "global_batch": 32,
         },
         "parallel": {"data": 4},
         "hardware": {
-            "gpu": "h100-sxm", "gpus_per_node": 2,
-            "intra_node_link": "nvlink4", "inter_node_link": "ib-ndr",
+            "gpu": "h100-sxm",
+            "gpus_per_node": 2,
+            "intra_node_link": "nvlink4",
+            "inter_node_link": "ib-ndr",
         },
-    }  # fmt: skip
+    }
     path = tmp_path / "dp.json"
     path.write_text(json.dumps(data))
     model = TransformerModel(layers=8, hidden=1024, heads=8, seq_len=512, vocab=32000)

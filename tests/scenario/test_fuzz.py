@@ -67,15 +67,88 @@ def schema_paths(model=ScenarioSpec, prefix: str = "") -> list[str]:
 
 
 PATHS = schema_paths()
-NAMES = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipe", "dualpipev", "chimera",
-         "csv", "pipedream", "nvlink4", "ib-ndr", "ideal", "h100-sxm", "forward", "train",
-         "balanced", "even", "lognormal", "empirical"]  # fmt: skip
-NUMBERS = [0, 1, 2, 3, 4, 7, 8, 16, 64, -1, -7, 0.5, 1.5, -0.0, 1e-320, 1e-9, 1e308, 2**31,
-           2**53 + 1, 2**63, 10**12, 10**20, 10**400, math.nan, math.inf, -math.inf]  # fmt: skip
-TEXTS = ["", "abc", "1:30", "yes", "no", "on", "off", "~", "null", "2024-01-01", "0x1F", "0o17",
-         "012", "1_000", "1e3", ".inf", ".nan", "-.inf", "10**400", "1e400", "[]", "{}",
-         "[1, 2]", "[1, 2, 3, 4]", "{a: 1}", "true", "!!binary aGk=", "&a [*a]", "\x00",
-         "é\udcff"]  # fmt: skip
+NAMES = [
+    "gpipe",
+    "1f1b",
+    "interleaved-1f1b",
+    "zb-h1",
+    "zbv",
+    "dualpipe",
+    "dualpipev",
+    "chimera",
+    "csv",
+    "pipedream",
+    "nvlink4",
+    "ib-ndr",
+    "ideal",
+    "h100-sxm",
+    "forward",
+    "train",
+    "balanced",
+    "even",
+    "lognormal",
+    "empirical",
+]
+NUMBERS = [
+    0,
+    1,
+    2,
+    3,
+    4,
+    7,
+    8,
+    16,
+    64,
+    -1,
+    -7,
+    0.5,
+    1.5,
+    -0.0,
+    1e-320,
+    1e-9,
+    1e308,
+    2**31,
+    2**53 + 1,
+    2**63,
+    10**12,
+    10**20,
+    10**400,
+    math.nan,
+    math.inf,
+    -math.inf,
+]
+TEXTS = [
+    "",
+    "abc",
+    "1:30",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "~",
+    "null",
+    "2024-01-01",
+    "0x1F",
+    "0o17",
+    "012",
+    "1_000",
+    "1e3",
+    ".inf",
+    ".nan",
+    "-.inf",
+    "10**400",
+    "1e400",
+    "[]",
+    "{}",
+    "[1, 2]",
+    "[1, 2, 3, 4]",
+    "{a: 1}",
+    "true",
+    "!!binary aGk=",
+    "&a [*a]",
+    "\x00",
+    "é\udcff",
+]
 
 
 def nasty_value(rng: random.Random, depth: int = 0):
@@ -162,29 +235,82 @@ RAW_YAML = [
     "schema_version: 1\nname: t\npipeline: {schedule: 1f1b, devices: 100000000000000000000, "
     "microbatches: 2}\n",
     "schema_version: 1\nname: t\npipeline: {schedule: 1f1b, devices: 4, microbatches: 1000000000000}\n",
-    "", "---\n", "--- 1\n", "[]\n", "- a\n", "? [a, b]\n: 1\n", "1: 2\n", "null: 1\n",
-    "%YAML 1.1\n--- {a: 1}\n", "? !!set {a, b}\n: 1\n", "name: !!binary aGk=\n",
-    "? [a, b]\n: 1\n", "a: !!timestamp 2001-01-01\n", "a: !!merge {b: 1}\n", "a: 1\n---\nb: 2\n", "\ufeffschema_version: 1\n", "\t a: 1\n",
-]  # fmt: skip
+    "",
+    "---\n",
+    "--- 1\n",
+    "[]\n",
+    "- a\n",
+    "? [a, b]\n: 1\n",
+    "1: 2\n",
+    "null: 1\n",
+    "%YAML 1.1\n--- {a: 1}\n",
+    "? !!set {a, b}\n: 1\n",
+    "name: !!binary aGk=\n",
+    "? [a, b]\n: 1\n",
+    "a: !!timestamp 2001-01-01\n",
+    "a: !!merge {b: 1}\n",
+    "a: 1\n---\nb: 2\n",
+    "\ufeffschema_version: 1\n",
+    "\t a: 1\n",
+]
 RAW_JSON = [
-    '{"a": NaN}', '{"a": Infinity}', "[" * 100000 + "]" * 100000, '{"a": 1, "a": 2}',
-    '{"schema_version": 1e999}', '{"schema_version": 1, "name": "t", "pipeline": '
+    '{"a": NaN}',
+    '{"a": Infinity}',
+    "[" * 100000 + "]" * 100000,
+    '{"a": 1, "a": 2}',
+    '{"schema_version": 1e999}',
+    '{"schema_version": 1, "name": "t", "pipeline": '
     '{"schedule": "1f1b", "devices": 2, "microbatches": 2}, "costs": {"forward_ms": -Infinity}}',
-    "", "nul\x00l", '"\\ud800"', "1" * 5000,
-]  # fmt: skip
+    "",
+    "nul\x00l",
+    '"\\ud800"',
+    "1" * 5000,
+]
 RAW_TOML = [
-    "schema_version = 1\nschema_version = 1\n", "a = " + "[" * 5000 + "]" * 5000 + "\n",
+    "schema_version = 1\nschema_version = 1\n",
+    "a = " + "[" * 5000 + "]" * 5000 + "\n",
     "schema_version = 1\nname = 't'\n[pipeline]\nschedule = '1f1b'\ndevices = 2\n"
     "microbatches = 2\n[costs]\nforward_ms = inf\n",
     "schema_version = 1\nname = 't'\n[pipeline]\nschedule = '1f1b'\ndevices = 2\n"
     "microbatches = 2\n[costs]\nforward_ms = nan\n",
-    "schema_version = true\n", "= 1\n", "a = 1979-05-27T07:32:00Z\n",
-]  # fmt: skip
-OVERRIDE_VALUES = ["0", "-1", "2", "3", "8", "64", "1000000000000", "10**400", "1" + "0" * 400,
-                   "1e400", ".inf", ".nan", "-.inf", "forward", "train", "yes", "1:30", "[]",
-                   "[1,2]", "{}", "null", "", "zbv", "dualpipe", "interleaved-1f1b", "x" * 20000,
-                   "[" * 3000 + "]" * 3000, "&a [*a]", "!!python/name:os.system", "true",
-                   "0.5", "1e-320"]  # fmt: skip
+    "schema_version = true\n",
+    "= 1\n",
+    "a = 1979-05-27T07:32:00Z\n",
+]
+OVERRIDE_VALUES = [
+    "0",
+    "-1",
+    "2",
+    "3",
+    "8",
+    "64",
+    "1000000000000",
+    "10**400",
+    "1" + "0" * 400,
+    "1e400",
+    ".inf",
+    ".nan",
+    "-.inf",
+    "forward",
+    "train",
+    "yes",
+    "1:30",
+    "[]",
+    "[1,2]",
+    "{}",
+    "null",
+    "",
+    "zbv",
+    "dualpipe",
+    "interleaved-1f1b",
+    "x" * 20000,
+    "[" * 3000 + "]" * 3000,
+    "&a [*a]",
+    "!!python/name:os.system",
+    "true",
+    "0.5",
+    "1e-320",
+]
 
 
 # Values a user might really try, so that many cases get past validation and run.
@@ -203,8 +329,15 @@ PLAUSIBLE = {
     "costs.overlapped_fb_ms": ["2", "0"],
     "costs.activation_bytes": ["0", "1e6", "1e18", "1e-9"],
     "costs.overhead_ms": ["0", "0.5"],
-    "hardware.link": ["ideal", "nvlink4", "pcie4", "ib-ndr", "{latency_us: 10}",
-                      "{latency_us: 1e15, bandwidth_gbps: 1e-6}", "{bandwidth_gbps: 1e9}"],
+    "hardware.link": [
+        "ideal",
+        "nvlink4",
+        "pcie4",
+        "ib-ndr",
+        "{latency_us: 10}",
+        "{latency_us: 1e15, bandwidth_gbps: 1e-6}",
+        "{bandwidth_gbps: 1e9}",
+    ],
     "hardware.gpus_per_node": ["1", "2", "8"],
     "hardware.intra_node_link": ["nvlink4", "pcie5"],
     "hardware.inter_node_link": ["ib-hdr", "roce-400"],
@@ -229,7 +362,7 @@ PLAUSIBLE = {
     "parallel.zero_stage": ["0", "1", "3"],
     "parallel.sequence_parallel": ["true", "false"],
     "parallel.dp_overlap": ["true", "false"],
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -260,27 +393,50 @@ PROFILE = {
     "format": "pipesim-profile",
     "version": 1,
     "stages": [
-        {"stage": 0, "activation_bytes": 4096,
-         "F": {"median_ms": 1.0, "p10_ms": 0.9, "p90_ms": 1.2, "samples": 20},
-         "B": {"median_ms": 2.0, "p10_ms": 1.8, "p90_ms": 2.4, "samples": 20}},
+        {
+            "stage": 0,
+            "activation_bytes": 4096,
+            "F": {"median_ms": 1.0, "p10_ms": 0.9, "p90_ms": 1.2, "samples": 20},
+            "B": {"median_ms": 2.0, "p10_ms": 1.8, "p90_ms": 2.4, "samples": 20},
+        },
     ],
     "links": [{"name": "gloo", "latency_us": 80.0, "bandwidth_gbps": 1.5, "points": []}],
     "host": {"overhead_ms": 0.1, "hop_ms": 0.2, "samples": 10},
-}  # fmt: skip
+}
 CSV = "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"
-CSV_TRAPS = ["", "\n", "0F0", "0F99999999999999999999,1B0\n", "x,y\n", "0F0," * 5000,
-             "0F0,0B0\n" * 3, "(0F0;1B0)OVERLAP_F_B\n1F0,1B0\n", "0F-1\n", "\x00\n"]  # fmt: skip
+CSV_TRAPS = [
+    "",
+    "\n",
+    "0F0",
+    "0F99999999999999999999,1B0\n",
+    "x,y\n",
+    "0F0," * 5000,
+    "0F0,0B0\n" * 3,
+    "(0F0;1B0)OVERLAP_F_B\n1F0,1B0\n",
+    "0F-1\n",
+    "\x00\n",
+]
 
 
 def companion_case(rng: random.Random) -> Case:
     """A scenario that reads a profile or a CSV schedule, either of them broken or not."""
-    base = {"schema_version": 1, "name": "c", "pipeline": {"schedule": "1f1b", "devices": 2,
-            "microbatches": 2}}  # fmt: skip
+    base = {
+        "schema_version": 1,
+        "name": "c",
+        "pipeline": {"schedule": "1f1b", "devices": 2, "microbatches": 2},
+    }
     if rng.random() < 0.5:
         profile = json.loads(json.dumps(PROFILE))
         if rng.random() < 0.7:
-            target = rng.choice([profile, profile["stages"][0], profile["stages"][0]["F"],
-                                 profile["links"][0], profile["host"]])  # fmt: skip
+            target = rng.choice(
+                [
+                    profile,
+                    profile["stages"][0],
+                    profile["stages"][0]["F"],
+                    profile["links"][0],
+                    profile["host"],
+                ]
+            )
             target[rng.choice(sorted(target))] = nasty_value(rng)
         data = {**base, "costs": {"profile": "p.json"}}
         if rng.random() < 0.3:
@@ -296,8 +452,12 @@ def companion_case(rng: random.Random) -> Case:
         text = rng.choice(CSV_TRAPS)
         pipeline.update(devices=2, microbatches=2)
     data = {**base, "pipeline": pipeline}
-    return Case(as_yaml(data).encode(), ".yaml", overrides(rng, True)[:2] * (rng.random() < 0.3),
-                companions={"s.csv": text.encode()})  # fmt: skip
+    return Case(
+        as_yaml(data).encode(),
+        ".yaml",
+        overrides(rng, True)[:2] * (rng.random() < 0.3),
+        companions={"s.csv": text.encode()},
+    )
 
 
 TORCH_CSVS = sorted((Path(__file__).parents[1] / "schedules" / "golden").glob("torch-*.csv"))

@@ -235,9 +235,10 @@ def test_only_regular_files_of_bounded_size_are_read(tmp_path):
     profile = write(tmp_path, f"schema_version: 1\nname: t\n{PIPE}costs: {{profile: /dev/zero}}\n")
     assert one_error(profile) == f"{profile}: costs.profile: /dev/zero: not a regular file"
     csv = write(
-        tmp_path, "schema_version: 1\nname: t\npipeline: {schedule: csv, schedule_file: /dev/zero, "
+        tmp_path,
+        "schema_version: 1\nname: t\npipeline: {schedule: csv, schedule_file: /dev/zero, "
         "devices: 2, microbatches: 1}\n",
-    )  # fmt: skip
+    )
     assert one_error(csv) == f"{csv}: pipeline.schedule_file: /dev/zero: not a regular file"
 
 
@@ -248,17 +249,29 @@ def test_only_regular_files_of_bounded_size_are_read(tmp_path):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("costs: {forward_ms: .inf}", "costs.forward_ms: Input should be a finite number (got inf)"),
-        ("costs: {backward_ms: .nan}", "costs.backward_ms: Input should be a finite number (got nan)"),
+        (
+            "costs: {forward_ms: .inf}",
+            "costs.forward_ms: Input should be a finite number (got inf)",
+        ),
+        (
+            "costs: {backward_ms: .nan}",
+            "costs.backward_ms: Input should be a finite number (got nan)",
+        ),
         ("costs: {forward_ms: [1, -.inf]}", "costs.forward_ms[1]: Input should be a finite number"),
         (
             "hardware: {link: {bandwidth_gbps: .inf}}",
             "hardware.link.bandwidth_gbps: Input should be a finite number (got inf)",
         ),
-        ("costs: {forward_ms: 1e-300}", "costs.forward_ms: must be 0 or at least 1e-09 (got 1e-300)"),
-        ("costs: {activation_bytes: 1e300}", "costs.activation_bytes: Input should be less than or equal to 1000000000000000000"),
+        (
+            "costs: {forward_ms: 1e-300}",
+            "costs.forward_ms: must be 0 or at least 1e-09 (got 1e-300)",
+        ),
+        (
+            "costs: {activation_bytes: 1e300}",
+            "costs.activation_bytes: Input should be less than or equal to 1000000000000000000",
+        ),
     ],
-)  # fmt: skip
+)
 def test_non_finite_and_out_of_range_numbers_name_the_field(tmp_path, text, message):
     path = write(tmp_path, f"schema_version: 1\nname: t\n{PIPE}{text}\n")
     assert one_error(path).startswith(f"{path}: {message}")

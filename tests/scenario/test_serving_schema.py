@@ -20,7 +20,7 @@ from pipesim.scenario.serving_schema import LengthSpec, WorkloadSpec
             {"distribution": "lognormal", "mean": 5.0, "cv": 1.0, "min": 9, "max": 3},
             "min (9) must not exceed max (3)",
         ),
-    ],  # fmt: skip
+    ],
 )
 def test_a_distribution_missing_what_it_needs_says_so(given, message):
     with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):

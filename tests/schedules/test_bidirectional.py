@@ -177,8 +177,15 @@ def test_chimera_4_devices_4_microbatches():
     assert report.makespan_ms == 10
     assert [d.idle_ms for d in report.per_device] == [2] * 4
     assert [str(a) for a in schedule.device_actions[0]] == [
-        "0F0", "0F1", "7F2", "7B2", "7F3", "7B3", "0B0", "0B1",
-    ]  # fmt: skip
+        "0F0",
+        "0F1",
+        "7F2",
+        "7B2",
+        "7F3",
+        "7B3",
+        "0B0",
+        "0B1",
+    ]
     assert schedule.placement == (0, 1, 2, 3, 3, 2, 1, 0)
     assert schedule.chains == (Chain(0, 3, range(2)), Chain(4, 7, range(2, 4)))
 

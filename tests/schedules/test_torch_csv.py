@@ -142,17 +142,41 @@ def test_a_well_formed_lowered_schedule_passes():
 @pytest.mark.parametrize(
     "rank0, rank1, message",
     [
-        (GOOD[0], "1F0,1RECV_F0,1B0,1SEND_B0,1REDUCE_GRAD", "rank 1 step 1: 1RECV_F0: posted after 1F0, which needs what it receives"),
-        ("0SEND_F0,0F0,0RECV_B0,0B0,0REDUCE_GRAD", GOOD[1], "rank 0 step 0: 0SEND_F0: posted before 0F0, whose output it sends"),
+        (
+            GOOD[0],
+            "1F0,1RECV_F0,1B0,1SEND_B0,1REDUCE_GRAD",
+            "rank 1 step 1: 1RECV_F0: posted after 1F0, which needs what it receives",
+        ),
+        (
+            "0SEND_F0,0F0,0RECV_B0,0B0,0REDUCE_GRAD",
+            GOOD[1],
+            "rank 0 step 0: 0SEND_F0: posted before 0F0, whose output it sends",
+        ),
         (GOOD[0], "1F0,1B0,1SEND_B0,1REDUCE_GRAD", r"missing posts: 1RECV_F0 \(rank 1\)"),
-        ("0F0,0SEND_F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD", GOOD[1], "rank 0 step 2: 0SEND_F0: appears twice"),
-        (GOOD[0], GOOD[1] + ",1SEND_F0", "1SEND_F0: stage 1 ends its pipeline: there is nothing to send"),
-        ("0F0,0SEND_F0,0RECV_B0,0REDUCE_GRAD,0B0", GOOD[1], "0REDUCE_GRAD: posted before 0B0, the stage's last backward"),
+        (
+            "0F0,0SEND_F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD",
+            GOOD[1],
+            "rank 0 step 2: 0SEND_F0: appears twice",
+        ),
+        (
+            GOOD[0],
+            GOOD[1] + ",1SEND_F0",
+            "1SEND_F0: stage 1 ends its pipeline: there is nothing to send",
+        ),
+        (
+            "0F0,0SEND_F0,0RECV_B0,0REDUCE_GRAD,0B0",
+            GOOD[1],
+            "0REDUCE_GRAD: posted before 0B0, the stage's last backward",
+        ),
         (GOOD[0], "1RECV_F0,1F0,1B0,1SEND_B0", r"missing posts: 1REDUCE_GRAD \(rank 1\)"),
         ("1UNSHARD," + GOOD[0], GOOD[1], "1UNSHARD: stage 1 is placed on device 1, not 0"),
-        (GOOD[0], GOOD[1].replace("1RECV_F0,", "1RECV_F3,"), "1RECV_F3: microbatch 3 does not pass stage 1"),
+        (
+            GOOD[0],
+            GOOD[1].replace("1RECV_F0,", "1RECV_F3,"),
+            "1RECV_F3: microbatch 3 does not pass stage 1",
+        ),
     ],
-)  # fmt: skip
+)
 def test_broken_posts_are_marked_in_the_grid(rank0, rank1, message):
     with pytest.raises(ScheduleError, match=message) as info:
         validate(lowered(rank0, rank1))
@@ -239,8 +263,14 @@ def test_compute_only_export_is_byte_identical_to_torchs_writer(tmp_path, name):
 
 @pytest.mark.torch
 @pytest.mark.parametrize(
-    "text", ["(0F7;7B3)OVERLAP_F_B", "(0F1)OVERLAP_F_B", "(2F0;5I1;6W0)OVERLAP_F_B", "(1B0;0F2)OVERLAP_F_B"]
-)  # fmt: skip
+    "text",
+    [
+        "(0F7;7B3)OVERLAP_F_B",
+        "(0F1)OVERLAP_F_B",
+        "(2F0;5I1;6W0)OVERLAP_F_B",
+        "(1B0;0F2)OVERLAP_F_B",
+    ],
+)
 def test_groups_read_as_torch_reads_them(text):
     schedules = torch_schedules()
     theirs = schedules._Action.from_str(text)

@@ -166,9 +166,13 @@ def test_v_auto_at_1f1b_memory_matches_zbv_with_uniform_costs():
 
 def test_the_search_is_deterministic_and_reports_progress():
     costs = uniform_costs(
-        4, [1.0, 1.3, 0.8, 1.1], backward_input_ms=1.2, backward_weight_ms=0.7,
-        activation_memory_bytes=1.0, weight_grad_memory_bytes=0.3,
-    )  # fmt: skip
+        4,
+        [1.0, 1.3, 0.8, 1.1],
+        backward_input_ms=1.2,
+        backward_weight_ms=0.7,
+        activation_memory_bytes=1.0,
+        weight_grad_memory_bytes=0.3,
+    )
     topology = Topology(4, Link(latency_us=100.0))
     seen = []
     first = search_schedule("zb-auto", 4, 12, costs, topology, 6.0, progress=seen.append)

@@ -16,9 +16,15 @@ from pipesim.scenario.schema import ScenarioError
 from pipesim.serving.build import load_serving, run_serving
 
 LLAMA_70B = {
-    "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672,
-    "mlp": "gated", "seq_len": 4096, "vocab": 32000,
-}  # fmt: skip
+    "layers": 80,
+    "hidden": 8192,
+    "heads": 64,
+    "kv_heads": 8,
+    "ffn_hidden": 28672,
+    "mlp": "gated",
+    "seq_len": 4096,
+    "vocab": 32000,
+}
 H100_NODE = {"gpu": "h100-sxm", "gpus_per_node": 8, "intra_node_link": "nvlink4"}
 
 
@@ -127,17 +133,35 @@ def test_model_costs_one_request_is_the_sum_of_stage_rooflines_and_hops(tmp_path
         serving=serving,
     )
     report = run_serving(load_serving(path)).report
-    model = TransformerModel(layers=80, hidden=8192, heads=64, seq_len=4096, vocab=32000,
-                             ffn_hidden=28672, kv_heads=8, mlp="gated")  # fmt: skip
+    model = TransformerModel(
+        layers=80,
+        hidden=8192,
+        heads=64,
+        seq_len=4096,
+        vocab=32000,
+        ffn_hidden=28672,
+        kv_heads=8,
+        mlp="gated",
+    )
     gpu, nvlink = gpu_profile("h100-sxm"), link_profile("nvlink4")
     eff = Efficiency()
 
     def through(shape: BatchShape, emitting: int) -> float:
         stages = [
-            stage_iteration_ms(model, 40, gpu, shape, first=s == 0, last=s == 1, tensor=4,
-                               tensor_link=nvlink, efficiency=eff, emitting=emitting)
+            stage_iteration_ms(
+                model,
+                40,
+                gpu,
+                shape,
+                first=s == 0,
+                last=s == 1,
+                tensor=4,
+                tensor_link=nvlink,
+                efficiency=eff,
+                emitting=emitting,
+            )
             for s in range(2)
-        ]  # fmt: skip
+        ]
         return sum(stages) + nvlink.transfer_ms(stage_boundary_bytes(model, shape))
 
     ttft = through(BatchShape(prefill_tokens=512, prefill_attention=512 * 512), 1)
@@ -153,8 +177,14 @@ def test_model_costs_one_request_is_the_sum_of_stage_rooflines_and_hops(tmp_path
 
 def test_model_efficiency_reaches_the_serving_costs_whole(tmp_path):
     # every field of model.efficiency, as decode mode and training read it
-    given = {"max_fraction": 0.5, "half_tokens": 256.0, "launch_overhead_ms": 0.01,
-             "attention_fraction": 0.4, "memory_fraction": 0.6, "tensor_overlap_fraction": 0.3}  # fmt: skip
+    given = {
+        "max_fraction": 0.5,
+        "half_tokens": 256.0,
+        "launch_overhead_ms": 0.01,
+        "attention_fraction": 0.4,
+        "memory_fraction": 0.6,
+        "tensor_overlap_fraction": 0.3,
+    }
     path = scenario(
         tmp_path,
         parallel={"tensor": 8},

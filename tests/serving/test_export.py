@@ -86,11 +86,14 @@ def test_each_request_life_is_a_span_of_three_phases():
         first, finish = r.first_token_s[ident] * 1e6, r.finish_s[ident] * 1e6
         assert mine == [
             (f"request {ident}", "b", arrival),
-            ("queued", "b", arrival), ("queued", "e", scheduled),
-            ("prefill", "b", scheduled), ("prefill", "e", first),
-            ("decoding", "b", first), ("decoding", "e", finish),
+            ("queued", "b", arrival),
+            ("queued", "e", scheduled),
+            ("prefill", "b", scheduled),
+            ("prefill", "e", first),
+            ("decoding", "b", first),
+            ("decoding", "e", finish),
             (f"request {ident}", "e", finish),
-        ]  # fmt: skip
+        ]
     assert r.first_token_s[0] * 1e3 == pytest.approx(10.5)
 
 
@@ -133,8 +136,13 @@ def test_every_request_is_one_csv_line_and_one_ordered_span(
     stages, arrivals, lengths, max_num_seqs, kv_blocks
 ):
     costs = HandTypedCosts((2.0,) * stages, (0.5,) * stages, 32, (0.1,) * (stages - 1))
-    replica = ReplicaConfig(costs, max_num_seqs=max_num_seqs, max_num_batched_tokens=64,
-                            block_size=4, kv_blocks=max(kv_blocks, stages))  # fmt: skip
+    replica = ReplicaConfig(
+        costs,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=64,
+        block_size=4,
+        kv_blocks=max(kv_blocks, stages),
+    )
     requests = [
         Request(i, t, p, o)
         for i, (t, (p, o)) in enumerate(zip(sorted(arrivals), lengths, strict=False))

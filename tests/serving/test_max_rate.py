@@ -100,7 +100,7 @@ def test_a_deterministic_queue_serves_up_to_one_request_per_service_time(tmp_pat
                     "slo": {"ttft_ms": 30.0, "percentile": 100},
                 },
             }
-        )  # fmt: skip
+        )
     )
     answer, run = find_max_rate(load_serving(str(path)), rel_tolerance=0.005)
     limit = 1 / (0.020 * (1 - 0.5 / 199))
@@ -115,11 +115,25 @@ def test_a_deterministic_queue_serves_up_to_one_request_per_service_time(tmp_pat
 
 def test_max_rate_refuses_a_trace_or_a_missing_slo(tmp_path):
     (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,4,4\n")
-    base = {"schema_version": 1, "name": "x", "pipeline": {"devices": 1},
-            "costs": {"prefill_ms": 1.0, "decode_ms": 1.0}, "decode": {"tokens": 1, "prompt_tokens": 4}}  # fmt: skip
+    base = {
+        "schema_version": 1,
+        "name": "x",
+        "pipeline": {"devices": 1},
+        "costs": {"prefill_ms": 1.0, "decode_ms": 1.0},
+        "decode": {"tokens": 1, "prompt_tokens": 4},
+    }
     path = tmp_path / "trace.yaml"
-    path.write_text(yaml.safe_dump({**base, "serving": {"workload": {
-        "arrival": "trace", "trace_file": "t.csv"}, "slo": {"ttft_ms": 5.0}}}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **base,
+                "serving": {
+                    "workload": {"arrival": "trace", "trace_file": "t.csv"},
+                    "slo": {"ttft_ms": 5.0},
+                },
+            }
+        )
+    )
     with pytest.raises(MaxRateError, match=r"serving\.workload\.arrival: --max-rate needs poisson"):
         find_max_rate(load_serving(str(path)))
     path = tmp_path / "noslo.yaml"

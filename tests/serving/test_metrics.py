@@ -69,8 +69,17 @@ def test_report_keys():
     costs = HandTypedCosts((1.0,), (1.0,), 4)
     report = summarize(simulate_serving(ServeConfig(ReplicaConfig(costs)), [Request(0, 0.0, 4, 2)]))
     plain = report.to_dict()
-    for key in ("requests", "completed", "rejected", "preemptions", "duration_s",
-                "throughput_rps", "output_tokens_per_second", "goodput_rps", "mean_in_system"):  # fmt: skip
+    for key in (
+        "requests",
+        "completed",
+        "rejected",
+        "preemptions",
+        "duration_s",
+        "throughput_rps",
+        "output_tokens_per_second",
+        "goodput_rps",
+        "mean_in_system",
+    ):
         assert isinstance(plain[key], int | float), key
     for key in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "itl_ms"):
         assert set(plain[key]) == {"mean", "p50", "p90", "p99"}

@@ -18,9 +18,15 @@ from pipesim.serving.request import Request
 from pipesim.sim.links import Link
 
 MODEL = TransformerModel(
-    layers=8, hidden=1024, heads=16, seq_len=4096, vocab=32000, kv_heads=4, mlp="gated",
+    layers=8,
+    hidden=1024,
+    heads=16,
+    seq_len=4096,
+    vocab=32000,
+    kv_heads=4,
+    mlp="gated",
     ffn_hidden=2816,
-)  # fmt: skip
+)
 GPU = gpu_profile("h100-sxm")
 LINK = Link(latency_us=5.0, bandwidth_gbps=25.0, name="test")
 BACK = Link(latency_us=7.0, bandwidth_gbps=0.001, name="slow way back")  # 8 bytes: 8 us
@@ -29,9 +35,15 @@ PARTITION = (5, 3)
 
 def stage_ms(stage: int, shape: BatchShape) -> float:
     return stage_iteration_ms(
-        MODEL, PARTITION[stage], GPU, shape, first=stage == 0, last=stage == 1,
-        efficiency=Efficiency(), emitting=1 if shape.prefill_tokens else 0,
-    )  # fmt: skip
+        MODEL,
+        PARTITION[stage],
+        GPU,
+        shape,
+        first=stage == 0,
+        last=stage == 1,
+        efficiency=Efficiency(),
+        emitting=1 if shape.prefill_tokens else 0,
+    )
 
 
 def pass_ms(shape: BatchShape) -> float:
@@ -42,9 +54,15 @@ def pass_ms(shape: BatchShape) -> float:
 
 def test_one_request_alone_with_model_costs():
     costs = ModelIterationCosts(
-        model=MODEL, partition=PARTITION, gpu=GPU, tensor=1, tensor_link=None,
-        efficiency=Efficiency(), links=(LINK,), back_link=BACK,
-    )  # fmt: skip
+        model=MODEL,
+        partition=PARTITION,
+        gpu=GPU,
+        tensor=1,
+        tensor_link=None,
+        efficiency=Efficiency(),
+        links=(LINK,),
+        back_link=BACK,
+    )
     prompt, output = 300, 6
     result = simulate_serving(ServeConfig(ReplicaConfig(costs)), [Request(0, 0.0, prompt, output)])
     r = result.requests

@@ -61,16 +61,25 @@ def test_replica_inside_a_node_and_replica_across_two_pay_their_own_links(tmp_pa
 
 
 def test_replicas_on_alike_links_share_one_cost_model(tmp_path):
-    path = write(tmp_path, hardware={"gpus_per_node": 4, "intra_node_link": {"latency_us": 100},
-                                     "inter_node_link": {"latency_us": 2000}})  # fmt: skip
+    path = write(
+        tmp_path,
+        hardware={
+            "gpus_per_node": 4,
+            "intra_node_link": {"latency_us": 100},
+            "inter_node_link": {"latency_us": 2000},
+        },
+    )
     config = load_serving(path).config
     assert config.replica_costs == ()
     assert config.replica_config(1) is config.replica
 
 
 def test_a_placement_per_replica_stage(tmp_path):
-    hardware = {"placement": [0, 0, 1, 2], "intra_node_link": {"latency_us": INTRA_US},
-                "inter_node_link": {"latency_us": INTER_US}}  # fmt: skip
+    hardware = {
+        "placement": [0, 0, 1, 2],
+        "intra_node_link": {"latency_us": INTRA_US},
+        "inter_node_link": {"latency_us": INTER_US},
+    }
     config = load_serving(write(tmp_path, hardware=hardware)).config
     hops = [config.replica_config(r).costs.hops_ms for r in (0, 1)]
     assert hops == [(0.1, 0.1), (2.0, 2.0)]
@@ -101,27 +110,49 @@ def test_kv_capacity_follows_an_uneven_partition(tmp_path):
     # per token, so it limits the cache; an even split (40 + 40) would hold more
     model = {**LLAMA_70B, "partition": [30, 50]}
     hardware = {"gpu": "h100-sxm", "gpus_per_node": 8, "intra_node_link": "nvlink4"}
-    path = write(tmp_path, model=model, hardware=hardware, parallel={"tensor": 4}, costs={},
-                 serving={"workload": {"rate": 1.0, "requests": 1}, "gpu_memory_utilization": 0.9})  # fmt: skip
+    path = write(
+        tmp_path,
+        model=model,
+        hardware=hardware,
+        parallel={"tensor": 4},
+        costs={},
+        serving={"workload": {"rate": 1.0, "requests": 1}, "gpu_memory_utilization": 0.9},
+    )
     tokens = min(kv_tokens_of_stage(30, True, False), kv_tokens_of_stage(50, False, True))
     assert tokens == kv_tokens_of_stage(50, False, True)
     even = min(kv_tokens_of_stage(40, True, False), kv_tokens_of_stage(40, False, True))
     assert tokens < even
     assert load_serving(path).config.replica.kv_blocks == tokens // 16
     model["partition"] = "even"
-    path = write(tmp_path, model=model, hardware=hardware, parallel={"tensor": 4}, costs={},
-                 serving={"workload": {"rate": 1.0, "requests": 1}, "gpu_memory_utilization": 0.9})  # fmt: skip
+    path = write(
+        tmp_path,
+        model=model,
+        hardware=hardware,
+        parallel={"tensor": 4},
+        costs={},
+        serving={"workload": {"rate": 1.0, "requests": 1}, "gpu_memory_utilization": 0.9},
+    )
     assert load_serving(path).config.replica.kv_blocks == even // 16
 
 
 def test_model_costs_per_replica_cross_nodes_where_their_gpus_do(tmp_path):
     # nodes of 6 GPUs, replicas of 2 stages x 2 tensor GPUs: replica 0 holds GPUs 0-3 on
     # node 0; replica 1's stage 0 holds GPUs 4-5 (node 0), its stage 1 GPUs 6-7 (node 1)
-    hardware = {"gpu": "h100-sxm", "gpus_per_node": 6, "intra_node_link": "nvlink4",
-                "inter_node_link": "ib-ndr"}  # fmt: skip
+    hardware = {
+        "gpu": "h100-sxm",
+        "gpus_per_node": 6,
+        "intra_node_link": "nvlink4",
+        "inter_node_link": "ib-ndr",
+    }
     model = {**LLAMA_70B, "layers": 8}
-    path = write(tmp_path, model=model, hardware=hardware, parallel={"tensor": 2}, costs={},
-                 serving={"workload": {"rate": 1.0, "requests": 1}, "replicas": 2})  # fmt: skip
+    path = write(
+        tmp_path,
+        model=model,
+        hardware=hardware,
+        parallel={"tensor": 2},
+        costs={},
+        serving={"workload": {"rate": 1.0, "requests": 1}, "replicas": 2},
+    )
     config = load_serving(path).config
     costs = [config.replica_config(r).costs for r in (0, 1)]
     nvlink, infiniband = link_profile("nvlink4"), link_profile("ib-ndr")

@@ -84,8 +84,13 @@ def test_requests_or_duration_whichever_ends_first():
 
 
 def test_same_seed_same_requests_and_another_seed_others():
-    spec = dict(arrival="gamma", rate=3.0, cv=3.0, requests=500,
-                prompt_tokens={"distribution": "lognormal", "mean": 300, "cv": 1.5})  # fmt: skip
+    spec = dict(
+        arrival="gamma",
+        rate=3.0,
+        cv=3.0,
+        requests=500,
+        prompt_tokens={"distribution": "lognormal", "mean": 300, "cv": 1.5},
+    )
     assert generate_requests(workload(seed=9, **spec)) == generate_requests(
         workload(seed=9, **spec)
     )
@@ -109,7 +114,7 @@ def test_lengths_do_not_move_the_arrivals():
             requests=100,
             seed=6,
             output_tokens={"distribution": "uniform", "low": 1, "high": 9},
-        )  # fmt: skip
+        )
     )
     assert [r.arrival_s for r in plain] == [r.arrival_s for r in other]
 
@@ -194,8 +199,11 @@ def write(tmp_path, text: str, name: str = "trace.csv"):
 
 
 def test_a_trace_is_read_exactly(tmp_path):
-    write(tmp_path, "arrival_s,prompt_tokens,output_tokens,user\n0,10,5,a\n0.5,20,1,b\n"
-          "0.5,7,3,c\n\n2.25,1,1,d\n")  # fmt: skip
+    write(
+        tmp_path,
+        "arrival_s,prompt_tokens,output_tokens,user\n0,10,5,a\n0.5,20,1,b\n"
+        "0.5,7,3,c\n\n2.25,1,1,d\n",
+    )
     found = generate_requests(workload(arrival="trace", trace_file="trace.csv"), tmp_path)
     assert found == [
         Request(0, 0.0, 10, 5),

@@ -132,9 +132,14 @@ def test_gap_us_adds_channel_time_per_message():
     # LogGP's g: 0.5 ms of channel time per message on top of 1 ms for the bytes.
     link = Link(latency_us=250, bandwidth_gbps=1, gap_us=500)
     _, trace, _ = run_policy(
-        "gpipe", 2, 2, topology=Topology(2, default=link), forward=True, forward_ms=0,
+        "gpipe",
+        2,
+        2,
+        topology=Topology(2, default=link),
+        forward=True,
+        forward_ms=0,
         activation_bytes=1e6,
-    )  # fmt: skip
+    )
     comm = trace.frame[trace.frame.lane == "comm"]
     assert list(zip(comm.start, comm.end, strict=True)) == [(0.0, 1.75), (1.5, 3.25)]
     assert link.transfer_ms(1e6) == 1.75
@@ -184,8 +189,10 @@ def test_two_senders_contend_for_one_shared_channel():
     assert trace.cause[queued] == CAUSE_CHANNEL
     assert trace.frame.name[trace.cause_row[queued]] == "0F0->2"
     # The trace CSV spells every cause out: what released each row, and which row.
-    released = {n: (c, frame.name[r] if r >= 0 else None)
-                for n, c, r in zip(frame.name, frame.cause, frame.cause_row, strict=True)}  # fmt: skip
+    released = {
+        n: (c, frame.name[r] if r >= 0 else None)
+        for n, c, r in zip(frame.name, frame.cause, frame.cause_row, strict=True)
+    }
     assert released == {
         "0F0": ("start", None),
         "2F1": ("start", None),
@@ -219,12 +226,20 @@ def test_gpipe_with_latency_longer_than_a_forward_keeps_messages_in_flight():
     # backwards of microbatches 7..0 (2 ms each).
     hand = {
         0: ([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], [26, 28, 30, 32, 34, 36, 38, 40]),
-        1: ([2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5], [22.5, 24.5, 26.5, 28.5, 30.5, 32.5, 34.5, 36.5]),
+        1: (
+            [2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5],
+            [22.5, 24.5, 26.5, 28.5, 30.5, 32.5, 34.5, 36.5],
+        ),
         2: ([5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0], [19, 21, 23, 25, 27, 29, 31, 33]),
-        3: ([7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5], [15.5, 17.5, 19.5, 21.5, 23.5, 25.5, 27.5, 29.5]),
-    }  # fmt: skip
+        3: (
+            [7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5],
+            [15.5, 17.5, 19.5, 21.5, 23.5, 25.5, 27.5, 29.5],
+        ),
+    }
     forwards = [(d, f"{d}F{i}", t, t + 1) for d, (f, _) in hand.items() for i, t in enumerate(f)]
-    backwards = [(d, f"{d}B{7 - k}", t, t + 2) for d, (_, b) in hand.items() for k, t in enumerate(b)]  # fmt: skip
+    backwards = [
+        (d, f"{d}B{7 - k}", t, t + 2) for d, (_, b) in hand.items() for k, t in enumerate(b)
+    ]
     assert compute_rows(trace) == sorted(forwards + backwards)
     assert report.makespan_ms == 42
     assert report.analytic.makespan_ms == 42
@@ -234,16 +249,22 @@ def test_gpipe_with_latency_longer_than_a_forward_keeps_messages_in_flight():
     assert (comm.start["0F1->1"], comm.end["0F1->1"]) == (2.0, 3.5)
 
 
-@pytest.mark.parametrize("name, devices, microbatches, v", [("dualpipe", 4, 10, 1), ("dualpipev", 4, 10, 2)])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, devices, microbatches, v", [("dualpipe", 4, 10, 1), ("dualpipev", 4, 10, 2)]
+)
 def test_dualpipe_and_dualpipev_with_latency_agree_with_the_oracle(name, devices, microbatches, v):
     # Latency (1.5 ms) longer than a forward, and 1 MB at 2 GB/s: an overlapped F&B pair
     # sends both outputs to the same neighbour, and they are in flight together.
     topology = Topology(devices, default=Link(latency_us=1500, bandwidth_gbps=2))
     schedule = get_schedule(name, devices, microbatches, v)
     costs = uniform_costs(
-        schedule.model_stages, 1.0, backward_input_ms=1.0, backward_weight_ms=0.5,
-        overlapped_fb_ms=1.75, activation_bytes=1e6,
-    )  # fmt: skip
+        schedule.model_stages,
+        1.0,
+        backward_input_ms=1.0,
+        backward_weight_ms=0.5,
+        overlapped_fb_ms=1.75,
+        activation_bytes=1e6,
+    )
     assert_matches_oracle_and_round_trips(schedule, costs, topology)
 
 
@@ -282,7 +303,7 @@ def test_simulate_never_runs_an_invalid_schedule():
         "1B0 comes before 1F0": [
             [Action(0, F, 0), Action(0, B, 0)],
             [Action(1, B, 0), Action(1, F, 0)],
-        ],  # fmt: skip
+        ],
         "1W0 comes before 1I0": [
             [Action(0, F, 0), Action(0, I, 0), Action(0, W, 0)],
             [Action(1, F, 0), Action(1, W, 0), Action(1, I, 0)],

@@ -138,7 +138,11 @@ def policy_scenarios(draw):
     (any floats, the split backward's I and W drawn apart), a LogGP link with latency,
     bandwidth and gap, an overhead per action, sends that may hold their device."""
     name = draw(st.sampled_from(sorted(POLICIES)))
-    devices, microbatches, virtual = draw(st.integers(1, 5)), draw(st.integers(1, 10)), draw(st.integers(1, 3))  # fmt: skip
+    devices, microbatches, virtual = (
+        draw(st.integers(1, 5)),
+        draw(st.integers(1, 10)),
+        draw(st.integers(1, 3)),
+    )
     try:
         schedule = get_schedule(name, devices, microbatches, virtual)
     except ConstraintError:
@@ -213,8 +217,13 @@ def test_zero_bubble_table_5_through_the_fast_evaluator(row):
 @settings(max_examples=40, deadline=None)
 @given(
     st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b"]),
-    st.integers(1, 6), st.integers(1, 4), st.integers(1, 3), QUARTERS, QUARTERS, st.integers(0, 4),
-)  # fmt: skip
+    st.integers(1, 6),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    QUARTERS,
+    QUARTERS,
+    st.integers(0, 4),
+)
 def test_closed_forms_through_the_fast_evaluator(name, p, k, v, f, b, hop_quarters):
     # Uniform costs, one latency on every hop: the policies' closed forms hold exactly.
     v = 1 if name != "interleaved-1f1b" else v + 1
@@ -298,8 +307,9 @@ def test_one_schedule_under_many_costs_reuses_its_index():
     assert schedule_index(schedule) is not schedule_index(get_schedule("zbv", 4, 16, 2))
     topology = Topology(4, default=Link(latency_us=40, bandwidth_gbps=10.0))
     for forward in (0.5, 1.0, 1.75):
-        costs = uniform_costs(8, forward, backward_input_ms=1.0, backward_weight_ms=0.25,
-                              activation_bytes=2e6)  # fmt: skip
+        costs = uniform_costs(
+            8, forward, backward_input_ms=1.0, backward_weight_ms=0.25, activation_bytes=2e6
+        )
         both(schedule, costs, topology)
 
 
@@ -353,24 +363,36 @@ def test_broken_schedules_fail_as_in_the_engine(case, data):
 # at that very instant (so the device released it, not the input); 0B1 likewise.
 # Rows in row order: (name, start, end, cause).
 OVERLAPPED = [
-    ("0F0", 0.0, 1.0, "start"), ("0F0->1", 1.0, 1.75, "producer"),
-    ("0F1", 1.0, 2.0, "device"), ("0F1->1", 2.0, 2.75, "producer"),
-    ("1F0", 1.75, 2.75, "input"), ("1F1", 2.75, 3.75, "device"),
-    ("1B0", 3.75, 5.75, "device"), ("1B0->0", 5.75, 6.5, "producer"),
-    ("1B1", 5.75, 7.75, "device"), ("1B1->0", 7.75, 8.5, "producer"),
-    ("0B0", 6.5, 8.5, "input"), ("0B1", 8.5, 10.5, "device"),
-]  # fmt: skip
+    ("0F0", 0.0, 1.0, "start"),
+    ("0F0->1", 1.0, 1.75, "producer"),
+    ("0F1", 1.0, 2.0, "device"),
+    ("0F1->1", 2.0, 2.75, "producer"),
+    ("1F0", 1.75, 2.75, "input"),
+    ("1F1", 2.75, 3.75, "device"),
+    ("1B0", 3.75, 5.75, "device"),
+    ("1B0->0", 5.75, 6.5, "producer"),
+    ("1B1", 5.75, 7.75, "device"),
+    ("1B1->0", 7.75, 8.5, "producer"),
+    ("0B0", 6.5, 8.5, "input"),
+    ("0B1", 8.5, 10.5, "device"),
+]
 # comm_overlap off: a sender is held until its message arrives (cause "sending").
 # Rows that end together come in the order they fell due: 1F0 was due at 1.0 (when 0F0
 # sent its input), 0F1 only at 1.75 (when its own send released device 0).
 BLOCKING = [
-    ("0F0", 0.0, 1.0, "start"), ("0F0->1", 1.0, 1.75, "producer"),
-    ("1F0", 1.75, 2.75, "input"), ("0F1", 1.75, 2.75, "sending"),
-    ("0F1->1", 2.75, 3.5, "producer"), ("1F1", 3.5, 4.5, "input"),
-    ("1B0", 4.5, 6.5, "device"), ("1B0->0", 6.5, 7.25, "producer"),
-    ("0B0", 7.25, 9.25, "input"), ("1B1", 7.25, 9.25, "sending"),
-    ("1B1->0", 9.25, 10.0, "producer"), ("0B1", 10.0, 12.0, "input"),
-]  # fmt: skip
+    ("0F0", 0.0, 1.0, "start"),
+    ("0F0->1", 1.0, 1.75, "producer"),
+    ("1F0", 1.75, 2.75, "input"),
+    ("0F1", 1.75, 2.75, "sending"),
+    ("0F1->1", 2.75, 3.5, "producer"),
+    ("1F1", 3.5, 4.5, "input"),
+    ("1B0", 4.5, 6.5, "device"),
+    ("1B0->0", 6.5, 7.25, "producer"),
+    ("0B0", 7.25, 9.25, "input"),
+    ("1B1", 7.25, 9.25, "sending"),
+    ("1B1->0", 9.25, 10.0, "producer"),
+    ("0B1", 10.0, 12.0, "input"),
+]
 
 
 @pytest.mark.parametrize("overlap, expected", [(True, OVERLAPPED), (False, BLOCKING)])

@@ -24,8 +24,19 @@ from tests.sim.test_properties import random_schedules
 
 pytest.importorskip("numba")
 
-COLUMNS = ("device", "lane", "stage", "chunk", "microbatch", "kind", "peer", "start", "end",
-           "cause", "cause_row")  # fmt: skip
+COLUMNS = (
+    "device",
+    "lane",
+    "stage",
+    "chunk",
+    "microbatch",
+    "kind",
+    "peer",
+    "start",
+    "end",
+    "cause",
+    "cause_row",
+)
 
 
 def both_runners(schedule, costs, topology, **kwargs):
@@ -74,11 +85,18 @@ def test_dualpipe_groups_and_held_sends_on_both_runners():
     schedule = get_schedule("dualpipev", 4, 16, 2)
     assert schedule_index(schedule).groups
     stages = schedule.model_stages
-    costs = uniform_costs(stages, [1.0 + s / 7 for s in range(stages)], backward_input_ms=1.3,
-                          backward_weight_ms=0.7, overlapped_fb_ms=2.9, activation_bytes=3e6)  # fmt: skip
+    costs = uniform_costs(
+        stages,
+        [1.0 + s / 7 for s in range(stages)],
+        backward_input_ms=1.3,
+        backward_weight_ms=0.7,
+        overlapped_fb_ms=2.9,
+        activation_bytes=3e6,
+    )
     for overlap in (True, False):
-        topology = Topology(4, default=Link(latency_us=17, bandwidth_gbps=9.0, gap_us=2.0),
-                            comm_overlap=overlap)  # fmt: skip
+        topology = Topology(
+            4, default=Link(latency_us=17, bandwidth_gbps=9.0, gap_us=2.0), comm_overlap=overlap
+        )
         assert_identical(*both_runners(schedule, costs, topology))
 
 
@@ -86,11 +104,23 @@ def test_a_deadlock_stops_both_runners():
     # 1 runs F1 first, which waits for 0's F1, which waits behind 0's B0, which waits
     # for 1's B0: a cycle.
     cycle = [
-        [Action(0, F, 0), Action(0, I, 0), Action(0, W, 0), Action(0, F, 1), Action(0, I, 1),
-         Action(0, W, 1)],
-        [Action(1, F, 1), Action(1, F, 0), Action(1, I, 0), Action(1, W, 0), Action(1, I, 1),
-         Action(1, W, 1)],
-    ]  # fmt: skip
+        [
+            Action(0, F, 0),
+            Action(0, I, 0),
+            Action(0, W, 0),
+            Action(0, F, 1),
+            Action(0, I, 1),
+            Action(0, W, 1),
+        ],
+        [
+            Action(1, F, 1),
+            Action(1, F, 0),
+            Action(1, I, 0),
+            Action(1, W, 0),
+            Action(1, I, 1),
+            Action(1, W, 1),
+        ],
+    ]
     schedule = schedule_from_lists(cycle)
     index = schedule_index(schedule)
     costs = uniform_costs(2, 1.0, backward_input_ms=1.0, backward_weight_ms=1.0)
@@ -132,13 +162,18 @@ def test_a_repeat_call_gives_the_trace_of_a_first_call():
     stages = schedule.model_stages
 
     def costs(scale):
-        return uniform_costs(stages, [scale * (1 + s / 5) for s in range(stages)],
-                             backward_input_ms=scale, backward_weight_ms=0.5,
-                             activation_bytes=2e6)  # fmt: skip
+        return uniform_costs(
+            stages,
+            [scale * (1 + s / 5) for s in range(stages)],
+            backward_input_ms=scale,
+            backward_weight_ms=0.5,
+            activation_bytes=2e6,
+        )
 
     fast = Topology(4, default=Link(latency_us=20, bandwidth_gbps=50.0))
-    slow = Topology(4, default=Link(latency_us=900, bandwidth_gbps=1.0, gap_us=5.0),
-                    comm_overlap=False)  # fmt: skip
+    slow = Topology(
+        4, default=Link(latency_us=900, bandwidth_gbps=1.0, gap_us=5.0), comm_overlap=False
+    )
     first = fast_simulate(schedule, costs(1.0), fast)
     assert fast_module._spare[0][0] is schedule_index(schedule)  # the next call reuses its buffers
     fast_simulate(schedule, costs(3.0), slow)

@@ -174,9 +174,12 @@ def test_causes_stay_exact_under_variability(case, seed):
         return factors.setdefault((device, action), float(rng.uniform(0.5, 1.5)))
 
     trace = simulate(
-        schedule, costs, topology, duration_scale=duration_scale,
+        schedule,
+        costs,
+        topology,
+        duration_scale=duration_scale,
         link_scale=lambda src, dst: float(rng.uniform(0.5, 1.5)),
-    )  # fmt: skip
+    )
     check_causes(trace, topology)
     common = simulate(schedule, costs, topology, duration_scale=duration_scale)
     general = simulate(
