@@ -143,6 +143,15 @@ def private_names_defined(tree: ast.AST) -> set[str]:
     return {n for n in names if n.startswith("_")}
 
 
+# Third-party privates with no public way round them, each with its reason.
+ALLOWED_PRIVATE = {
+    # torch.distributed.pipelining loads a schedule CSV into its runtime only this way
+    ("pipesim.calibrate.realrun", "_load_csv"),
+    # the real-run recorder times torch's wait for a receive, which has no public hook
+    ("pipesim.calibrate.realrun", "_wait_batch_p2p"),
+}
+
+
 def is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -155,5 +164,7 @@ def test_no_module_reads_another_modules_privates(path: Path):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipesim"):
             taken = [a.name for a in node.names if is_private(a.name)]
             assert not taken, f"{here}:{node.lineno} imports {taken} from {node.module}"
+        if (here, getattr(node, "attr", "")) in ALLOWED_PRIVATE:
+            continue
         if isinstance(node, ast.Attribute) and is_private(node.attr) and node.attr not in own:
             raise AssertionError(f"{here}:{node.lineno} reaches into another module's .{node.attr}")

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pipesim.calibrate.ops import StageSpec, build_stage, make_input
-from pipesim.calibrate.realrun import _free_port
+from pipesim.calibrate.realrun import free_port
 from pipesim.scenario.profile import LinkFit, Profile, Spread, StageTiming, summarize
 
 MIN_REPEATS = 20
@@ -208,7 +208,7 @@ def gloo_link(
 
     with tempfile.TemporaryDirectory(prefix="pipesim-p2p-") as folder:
         context = mp.get_context("spawn")
-        port = _free_port()
+        port = free_port()
         procs = [
             context.Process(target=_pingpong, args=(r, port, sizes, repeats, folder))
             for r in range(2)

@@ -123,7 +123,7 @@ def run_jobs(
             for j in jobs
         ]
         context = mp.get_context("spawn")
-        port = _free_port()
+        port = free_port()
         procs = [
             context.Process(
                 target=_worker, args=(rank, world, port, backend, payload, folder, timeout_s)
@@ -180,7 +180,7 @@ def _collect(job: Job, index: int, logs: list[dict], backend: str) -> tuple[list
     return runs[: job.calibration], runs[job.calibration :]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
