@@ -47,7 +47,7 @@ class ActionSpan:
         return self.end_ms - self.start_ms
 
 
-def read_trace(path: str | Path) -> dict:
+def read_profiler_trace(path: str | Path) -> dict:
     """Load a Kineto trace, plain JSON or gzipped."""
     path = Path(path)
     try:
@@ -91,7 +91,7 @@ def import_traces(paths: list[str | Path]) -> list[ActionSpan]:
         raise TraceImportError("give at least one trace file, one per rank")
     raw = []
     for position, path in enumerate(paths):
-        data = read_trace(path)
+        data = read_profiler_trace(path)
         rank = int(data.get("distributedInfo", {}).get("rank", position))
         raw += [(rank, *span) for span in action_spans(data, rank, str(path))]
     origin = min(start for _, _, start, _ in raw)

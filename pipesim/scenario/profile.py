@@ -26,7 +26,7 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -54,11 +54,6 @@ class Spread:
     p10_ms: float
     p90_ms: float
     samples: int
-
-    @property
-    def relative_spread(self) -> float:
-        """(p90 - p10) / median: how noisy the measurement was."""
-        return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms > 0 else 0.0
 
 
 def summarize(samples_ms: list[float] | np.ndarray) -> Spread:
@@ -359,7 +354,3 @@ def topology_from_profile(profile: Profile, devices: int, link_name: str | None 
         return Topology(devices, Link(profile.host.hop_ms * 1000.0, math.inf, "fitted hop"))
     fit = profile.link(link_name)
     return Topology(devices, fit.to_link() if fit is not None else Link())
-
-
-def with_host(profile: Profile, host: HostOverhead) -> Profile:
-    return replace(profile, host=host)

@@ -148,9 +148,6 @@ class Variability:
     link_jitter: Noise | None = None
     microbatch_scale: tuple[float, ...] | Noise | None = None
 
-    def noise_for(self, kind: Kind) -> Noise | None:
-        return dict(self.noise).get(kind)
-
     @property
     def varies_durations(self) -> bool:
         mb = self.microbatch_scale
