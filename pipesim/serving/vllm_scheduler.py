@@ -1,4 +1,4 @@
-"""One virtual engine's iteration-level scheduler, as vLLM's (v0) runs it.
+"""One virtual engine's iteration-level scheduler, as vLLM's (v0) runs it: ``vllm``.
 
 Continuous batching decides, before every iteration, which sequences it holds: requests
 join and leave between iterations, never in the middle of one. With pipeline parallelism
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pipesim.cluster.inference import BatchShape
 from pipesim.serving.kv_cache import BlockPool, blocks_for
 from pipesim.serving.recorder import Recorder
-from pipesim.serving.records import ReplicaConfig
+from pipesim.serving.replica import ReplicaConfig
 
 
 class SeqState:
@@ -115,8 +115,9 @@ class Batch:
         self.prefill_attention += tokens * (seq.computed + tokens)
 
 
-class EngineScheduler:
-    """The waiting queue, the running sequences and the KV blocks of one virtual engine."""
+class VllmScheduler:
+    """The waiting queue, the running sequences and the KV blocks of one virtual engine
+    (a ``pipesim.serving.scheduler.ReplicaScheduler``)."""
 
     def __init__(self, config: ReplicaConfig, recorder: Recorder, replica: int, engine: int):
         self.config = config
@@ -141,8 +142,17 @@ class EngineScheduler:
     def unfinished(self) -> int:
         return len(self.waiting) + len(self.running)
 
-    def add(self, seq: SeqState) -> None:
-        self.waiting.append(seq)
+    @property
+    def running_seqs(self) -> int:
+        return len(self.running)
+
+    @property
+    def kv_blocks_used(self) -> int:
+        pool = self.pool
+        return pool.capacity - pool.free
+
+    def add(self, rid: int, prompt_tokens: int, output_tokens: int) -> None:
+        self.waiting.append(SeqState(rid, prompt_tokens, output_tokens))
 
     # -- forming a batch ------------------------------------------------------------------
 
@@ -262,8 +272,8 @@ class EngineScheduler:
             self.fresh.clear()
             self.last_decode_exit_s = exit_s
 
-    def complete(self, batch: Batch, exit_s: float) -> list[SeqState]:
-        """Apply ``batch``'s outcome at ``exit_s``; the sequences that finished."""
+    def complete(self, batch: Batch, exit_s: float) -> int:
+        """Apply ``batch``'s outcome at ``exit_s``; how many sequences finished."""
         finished = []
         for seq, epoch in self.finish_due.pop(batch.decode_step, ()):
             if seq.epoch == epoch:
@@ -278,7 +288,7 @@ class EngineScheduler:
             self.pool.give_back(seq.blocks)
             seq.blocks = 0
             self.recorder.finish_s[seq.rid] = exit_s
-        return finished
+        return len(finished)
 
     def _emit_first(self, seq: SeqState, exit_s: float) -> bool:
         """A prefill completed: its token is out. True when that was the last token."""

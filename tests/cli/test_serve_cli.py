@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipesim.analysis.serving_sweep import run_serving_sweep
 from pipesim.analysis.sweep import parse_grid
 from pipesim.cli import progress
 from pipesim.cli.commands import main
-from pipesim.serving.sweep import run_serving_sweep
 
 LLAMA_70B = {
     "layers": 80,
