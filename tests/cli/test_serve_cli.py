@@ -211,6 +211,19 @@ def test_a_negative_rate(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [("scheduler", "sarathi", "vllm"), ("router", "random", "round_robin, least_outstanding")],
+)
+def test_an_unknown_scheduler_or_router(tmp_path, key, value, allowed):
+    scenario = poisson(tmp_path)
+    assert_refused(
+        tmp_path,
+        ["serve", scenario, "--set", f"serving.{key}={value}"],
+        f"serve.yaml: serving.{key}: unknown {key} '{value}'; allowed: {allowed}",
+    )
+
+
 def test_zero_blocks(tmp_path):
     scenario = poisson(tmp_path)
     assert_refused(
