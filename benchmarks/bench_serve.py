@@ -26,11 +26,12 @@ import time
 
 import simpy
 
+from pipesim.scenario.arrivals import generate_requests
 from pipesim.scenario.serving_schema import LengthSpec, WorkloadSpec
+from pipesim.serving.deployment import ServeConfig
 from pipesim.serving.engine import simulate_serving
 from pipesim.serving.metrics import summarize
-from pipesim.serving.records import HandTypedCosts, ReplicaConfig, ServeConfig
-from pipesim.serving.workload import generate_requests
+from pipesim.serving.replica import HandTypedCosts, ReplicaConfig
 
 STAGES = 4
 

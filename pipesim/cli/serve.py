@@ -16,6 +16,8 @@ import json
 import click
 import pandas as pd
 
+from pipesim.analysis.max_rate import MaxRate, MaxRateError, find_max_rate
+from pipesim.analysis.serving_sweep import is_serving, run_serving_sweep
 from pipesim.cli.options import no_progress_option, set_option
 from pipesim.cli.output import (
     FIGURE_SUFFIXES,
@@ -30,11 +32,9 @@ from pipesim.cli.output import (
 from pipesim.cli.progress import open_ended_bar, progress_bar
 from pipesim.cli.render import sweep_rows
 from pipesim.plot.serving import serving_figure, serving_sweep_figure
-from pipesim.serving.build import ServeRun, ServingScenario, load_serving, run_serving
+from pipesim.scenario.serving import ServeRun, ServingScenario, load_serving, run_serving
 from pipesim.serving.export import report_scalars, requests_csv, to_chrome_trace
-from pipesim.serving.max_rate import MaxRate, MaxRateError, find_max_rate
-from pipesim.serving.records import LatencyStats
-from pipesim.serving.sweep import is_serving, run_serving_sweep
+from pipesim.serving.report import LatencyStats
 
 FORMATS = ("table", "json", "csv")
 

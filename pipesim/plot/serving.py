@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from pipesim.plot.style import CRITICAL, FONT, TITLE_FONT, pyplot
-from pipesim.serving.records import ServeResult
+from pipesim.serving.results import ServeResult
 
 LATENCIES = (
     ("ttft_ms", "time to first token"),

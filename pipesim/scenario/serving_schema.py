@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pipesim.scenario.fields import Count, Index, Milliseconds, Strict
+from pipesim.serving.router import ROUTERS
+from pipesim.serving.scheduler import DEFAULT_SCHEDULER, SCHEDULERS
 
 MAX_RATE = 1e9  # requests per second
 MAX_DURATION_S = 1e9
@@ -100,12 +102,15 @@ class SloSpec(Strict):
 
 
 class ServingSpec(Strict):
-    """Replicas behind a router, each a vLLM-style iteration-level scheduler over
-    ``parallel.tensor`` x ``pipeline.devices`` GPUs of the scenario's hardware."""
+    """Replicas behind a router, each an iteration-level scheduler over
+    ``parallel.tensor`` x ``pipeline.devices`` GPUs of the scenario's hardware. ``router``
+    and ``scheduler`` are names in ``pipesim.serving.router.ROUTERS`` and
+    ``pipesim.serving.scheduler.SCHEDULERS`` (``vllm``: vLLM v0's continuous batching)."""
 
     workload: WorkloadSpec
     replicas: Count = 1
-    router: Literal["round_robin", "least_outstanding"] = "round_robin"
+    router: str = "round_robin"
+    scheduler: str = DEFAULT_SCHEDULER
     max_num_seqs: Count = 256
     max_num_batched_tokens: Count = 8192
     chunked_prefill: bool = False
@@ -113,3 +118,17 @@ class ServingSpec(Strict):
     kv_blocks: Count | None = None  # overrides the capacity derived from the GPU's memory
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     slo: SloSpec = SloSpec()
+
+    @field_validator("router")
+    @classmethod
+    def _known_router(cls, value: str) -> str:
+        if value not in ROUTERS:
+            raise ValueError(f"unknown router {value!r}; allowed: {', '.join(ROUTERS)}")
+        return value
+
+    @field_validator("scheduler")
+    @classmethod
+    def _known_scheduler(cls, value: str) -> str:
+        if value not in SCHEDULERS:
+            raise ValueError(f"unknown scheduler {value!r}; allowed: {', '.join(SCHEDULERS)}")
+        return value

@@ -5,7 +5,7 @@ Three kinds of SimPy process share one clock:
 * **arrivals**: one process walks the requests in arrival order, hands each to the router
   and wakes the virtual engine it lands on if that engine was idle;
 * **virtual engines**: per replica, one process per pipeline stage (vLLM's virtual
-  engines). Each loops: form a batch (``scheduler``), book its passage through the
+  engines). Each loops: form a batch (the replica scheduler, ``scheduler``), book its passage through the
   replica's stages (``pipeline``), wait until it leaves the last stage, apply the outcome
   (tokens out, requests finished, blocks freed), and wait for the sampled tokens to
   travel back to the first stage. An engine's next iteration therefore waits for its
@@ -15,6 +15,9 @@ Three kinds of SimPy process share one clock:
   still busy with another engine's batch; requests arriving while it waits for the stage
   join the iteration after;
 * the **router** is a plain object the arrival process asks (``router``).
+
+Schedulers and routers are picked by name (``ServeConfig.scheduler``, ``ServeConfig.router``)
+from their registries.
 
 The simulation costs one event per arrival and one or two per iteration (the second for
 the way back, when it takes time), never one per token or per stage: a batch's time on every stage is computed when it is formed.
@@ -32,22 +35,26 @@ from collections.abc import Callable, Generator, Sequence
 
 import simpy
 
+from pipesim.serving.deployment import ServeConfig
 from pipesim.serving.kv_cache import blocks_for
 from pipesim.serving.pipeline import StagePipeline
 from pipesim.serving.recorder import Recorder
-from pipesim.serving.records import ReplicaConfig, ServeConfig, ServeResult
+from pipesim.serving.replica import ReplicaConfig
 from pipesim.serving.request import Request
-from pipesim.serving.router import Router
-from pipesim.serving.scheduler import EngineScheduler, SeqState
+from pipesim.serving.results import ServeResult
+from pipesim.serving.router import Router, make_router
+from pipesim.serving.scheduler import SchedulerFactory, scheduler_factory
 
 
 class _Replica:
     """A replica's pipeline and its virtual engines, and when each idle engine is woken."""
 
-    def __init__(self, config: ReplicaConfig, recorder: Recorder, index: int) -> None:
+    def __init__(
+        self, config: ReplicaConfig, recorder: Recorder, index: int, scheduler: SchedulerFactory
+    ) -> None:
         self.index = index
         self.pipeline = StagePipeline(config.costs)
-        self.engines = [EngineScheduler(config, recorder, index, e) for e in range(config.stages)]
+        self.engines = [scheduler(config, recorder, index, e) for e in range(config.stages)]
         self.wake: list[simpy.Event | None] = [None] * config.stages
 
     def least_loaded(self) -> int:
@@ -55,10 +62,10 @@ class _Replica:
         return loads.index(min(loads))
 
     def running(self) -> int:
-        return sum(len(engine.running) for engine in self.engines)
+        return sum(engine.running_seqs for engine in self.engines)
 
     def kv_blocks_used(self) -> int:
-        return sum(engine.pool.used for engine in self.engines)
+        return sum(engine.kv_blocks_used for engine in self.engines)
 
 
 def simulate_serving(
@@ -73,7 +80,8 @@ def simulate_serving(
     """
     _check_requests(requests)
     replica_config = config.replica  # limits and KV cache, the same in every replica
-    router = Router(config.router, config.replicas)
+    router = make_router(config.router, config.replicas)
+    scheduler = scheduler_factory(config.scheduler)
 
     def on_done(replica: int) -> None:
         if replica >= 0:
@@ -82,7 +90,9 @@ def simulate_serving(
             progress(1)
 
     recorder = Recorder(requests, on_done)
-    replicas = [_Replica(config.replica_config(r), recorder, r) for r in range(config.replicas)]
+    replicas = [
+        _Replica(config.replica_config(r), recorder, r, scheduler) for r in range(config.replicas)
+    ]
     env = simpy.Environment()
     env.process(_arrivals(env, requests, router, replicas, recorder, replica_config))
     for replica in replicas:
@@ -132,7 +142,7 @@ def _arrivals(
         e = replica.least_loaded()
         recorder.replica[position] = replica.index
         recorder.engine[position] = e
-        replica.engines[e].add(SeqState(position, request.prompt_tokens, request.output_tokens))
+        replica.engines[e].add(position, request.prompt_tokens, request.output_tokens)
         wake = replica.wake[e]
         if wake is not None:
             replica.wake[e] = None
@@ -161,7 +171,7 @@ def _engine_loop(
             replica.index, e, starts, ends, batch.size, shape.prefill_tokens, shape.decode_seqs
         )
         yield env.timeout(max(exit_s - env.now, 0.0))
-        for _ in scheduler.complete(batch, exit_s):
+        for _ in range(scheduler.complete(batch, exit_s)):
             recorder.on_done(replica.index)
         if back_s > exit_s:  # the sampled tokens are on their way to the first stage
             yield env.timeout(max(back_s - env.now, 0.0))

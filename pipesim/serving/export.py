@@ -30,7 +30,8 @@ import math
 
 import numpy as np
 
-from pipesim.serving.records import ServeReport, ServeResult
+from pipesim.serving.report import ServeReport
+from pipesim.serving.results import ServeResult
 
 US_PER_S = 1e6  # trace times are microseconds, as in pipesim.sim.export
 REQUEST_COLUMNS = (

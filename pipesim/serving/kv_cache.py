@@ -5,7 +5,7 @@ tokens, taken from a pool as the sequence grows, so memory is lost only in a seq
 last, partly filled block. A sequence of ``n`` cached tokens holds ``ceil(n /
 block_size)`` blocks. The scheduler asks the pool before it admits a prompt (blocks for
 all of it) and before each decode step that crosses into a new block; when none is free it
-preempts a sequence and returns that sequence's blocks (see ``scheduler``).
+preempts a sequence and returns that sequence's blocks (see ``vllm_scheduler``).
 
 No watermark is kept back (vLLM holds about 1% of the blocks in reserve for admissions).
 """

@@ -25,14 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipesim.serving.records import (
-    DeviceUsage,
-    LatencyStats,
-    ServeReport,
-    ServeResult,
-    Timeline,
-    Usage,
-)
+from pipesim.serving.report import DeviceUsage, LatencyStats, ServeReport, Usage
+from pipesim.serving.results import ServeResult, Timeline
 
 
 def latency_stats(values_s: np.ndarray, weights: np.ndarray | None = None) -> LatencyStats:

@@ -25,7 +25,7 @@ far smaller than that compute, so link contention is not modelled here.
 from __future__ import annotations
 
 from pipesim.cluster.inference import BatchShape
-from pipesim.serving.records import IterationCosts
+from pipesim.serving.replica import IterationCosts
 
 
 class StagePipeline:

@@ -11,14 +11,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from pipesim.serving.records import (
+from pipesim.serving.request import Request
+from pipesim.serving.results import (
     IterationLog,
     RequestRecords,
     ServeResult,
     Timeline,
     TokenGaps,
 )
-from pipesim.serving.request import Request
 
 
 class Recorder:

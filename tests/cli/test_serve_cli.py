@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipesim.analysis.serving_sweep import run_serving_sweep
 from pipesim.analysis.sweep import parse_grid
 from pipesim.cli import progress
 from pipesim.cli.commands import main
-from pipesim.serving.sweep import run_serving_sweep
 
 LLAMA_70B = {
     "layers": 80,
@@ -208,6 +208,19 @@ def test_a_negative_rate(tmp_path):
         tmp_path,
         ["serve", scenario, "--set", "serving.workload.rate=-2"],
         "serve.yaml: serving.workload.rate: Input should be greater than 0",
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [("scheduler", "sarathi", "vllm"), ("router", "random", "round_robin, least_outstanding")],
+)
+def test_an_unknown_scheduler_or_router(tmp_path, key, value, allowed):
+    scenario = poisson(tmp_path)
+    assert_refused(
+        tmp_path,
+        ["serve", scenario, "--set", f"serving.{key}={value}"],
+        f"serve.yaml: serving.{key}: unknown {key} '{value}'; allowed: {allowed}",
     )
 
 

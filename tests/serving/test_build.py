@@ -13,7 +13,7 @@ from pipesim.cluster.hardware import gpu_profile, link_profile
 from pipesim.cluster.inference import BatchShape, stage_boundary_bytes, stage_iteration_ms
 from pipesim.cluster.model import Efficiency, TransformerModel
 from pipesim.scenario.schema import ScenarioError
-from pipesim.serving.build import load_serving, run_serving
+from pipesim.scenario.serving import load_serving, run_serving
 
 LLAMA_70B = {
     "layers": 80,

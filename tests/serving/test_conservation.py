@@ -6,10 +6,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipesim.serving.deployment import ServeConfig
 from pipesim.serving.engine import never_fits, simulate_serving
 from pipesim.serving.metrics import summarize
-from pipesim.serving.records import HandTypedCosts, ReplicaConfig, ServeConfig, ServeResult
+from pipesim.serving.replica import HandTypedCosts, ReplicaConfig
 from pipesim.serving.request import Request
+from pipesim.serving.results import ServeResult
 
 
 def random_requests(count: int, seed: int, rate: float, prompt_max: int, output_max: int):

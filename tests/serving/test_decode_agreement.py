@@ -16,7 +16,7 @@ import yaml
 
 from pipesim.analysis.run import run_scenario
 from pipesim.scenario.build import build_scenario, parse_spec
-from pipesim.serving.build import load_serving, run_serving
+from pipesim.scenario.serving import load_serving, run_serving
 
 PREFILL_MS, DECODE_MS = [10.0, 20.0, 30.0], [1.0, 2.0, 3.0]
 PROMPT, TOKENS = 100, 4

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipesim.serving.deployment import ServeConfig
 from pipesim.serving.engine import simulate_serving
 from pipesim.serving.metrics import summarize
-from pipesim.serving.records import HandTypedCosts, ReplicaConfig, ServeConfig
+from pipesim.serving.replica import HandTypedCosts, ReplicaConfig
 from pipesim.serving.request import Request
 
 

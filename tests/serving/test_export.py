@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipesim.serving.deployment import ServeConfig
 from pipesim.serving.engine import simulate_serving
 from pipesim.serving.export import report_scalars, requests_csv, to_chrome_trace
 from pipesim.serving.metrics import summarize
-from pipesim.serving.records import HandTypedCosts, ReplicaConfig, ServeConfig
+from pipesim.serving.replica import HandTypedCosts, ReplicaConfig
 from pipesim.serving.request import Request
 
 

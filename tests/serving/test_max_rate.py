@@ -10,8 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.serving.build import load_serving
-from pipesim.serving.max_rate import MaxRateError, Probe, bisect_rate, find_max_rate, slo_probe
+from pipesim.analysis.max_rate import MaxRateError, Probe, bisect_rate, find_max_rate, slo_probe
+from pipesim.scenario.serving import load_serving
 
 
 def threshold_probe(limit: float, seen: list[float] | None = None):

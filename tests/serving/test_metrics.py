@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipesim.serving.deployment import ServeConfig
 from pipesim.serving.engine import simulate_serving
 from pipesim.serving.metrics import latency_stats, summarize
-from pipesim.serving.records import HandTypedCosts, ReplicaConfig, ServeConfig
+from pipesim.serving.replica import HandTypedCosts, ReplicaConfig
 from pipesim.serving.request import Request
 
 

@@ -11,9 +11,10 @@ from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.inference import BatchShape, stage_boundary_bytes, stage_iteration_ms
 from pipesim.cluster.model import Efficiency
 from pipesim.cluster.transformer import TransformerModel
-from pipesim.serving.build import ModelIterationCosts
+from pipesim.serving.deployment import ServeConfig
 from pipesim.serving.engine import simulate_serving
-from pipesim.serving.records import ReplicaConfig, ServeConfig
+from pipesim.serving.model_costs import ModelIterationCosts
+from pipesim.serving.replica import ReplicaConfig
 from pipesim.serving.request import Request
 from pipesim.sim.links import Link
 

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.cluster.inference import BatchShape
+from pipesim.serving.deployment import ServeConfig
 from pipesim.serving.engine import simulate_serving
-from pipesim.serving.records import ReplicaConfig, ServeConfig
+from pipesim.serving.replica import ReplicaConfig
 from pipesim.serving.request import Request
 from tests.serving import oracle
 

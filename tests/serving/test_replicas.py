@@ -15,8 +15,9 @@ import yaml
 from pipesim.cluster.hardware import link_profile
 from pipesim.cluster.inference import BatchShape
 from pipesim.scenario.schema import ScenarioError
-from pipesim.serving.build import load_serving, run_serving
-from pipesim.serving.records import HandTypedCosts, ReplicaConfig, ServeConfig
+from pipesim.scenario.serving import load_serving, run_serving
+from pipesim.serving.deployment import ServeConfig
+from pipesim.serving.replica import HandTypedCosts, ReplicaConfig
 from tests.serving.test_build import LLAMA_70B, llama_params_per_layer
 
 INTRA_US, INTER_US = 100, 2000

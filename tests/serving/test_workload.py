@@ -14,10 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipesim.scenario.arrivals import generate_requests
 from pipesim.scenario.schema import ScenarioError
 from pipesim.scenario.serving_schema import LengthSpec, WorkloadSpec
 from pipesim.serving.request import Request
-from pipesim.serving.workload import MAX_REQUESTS, draw_lengths, generate_requests
+from pipesim.serving.workload import MAX_REQUESTS, draw_lengths
 
 N = 20_000
 SE = 4.0  # standard errors allowed

@@ -40,24 +40,21 @@ from pathlib import Path
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.inference import kv_capacity_tokens
 from pipesim.scenario import derive
+from pipesim.scenario.arrivals import generate_requests
 from pipesim.scenario.build import parse_spec
 from pipesim.scenario.load import apply_overrides, read_mapping
 from pipesim.scenario.profile import ProfileError, load_profile
 from pipesim.scenario.schema import ScenarioError, ScenarioSpec
+from pipesim.scenario.serving_links import replica_links
 from pipesim.scenario.serving_schema import SloSpec
+from pipesim.serving.deployment import ServeConfig
 from pipesim.serving.engine import simulate_serving
-from pipesim.serving.links import replica_links
 from pipesim.serving.metrics import summarize
 from pipesim.serving.model_costs import ModelIterationCosts
-from pipesim.serving.records import (
-    HandTypedCosts,
-    ReplicaConfig,
-    ServeConfig,
-    ServeReport,
-    ServeResult,
-)
+from pipesim.serving.replica import HandTypedCosts, ReplicaConfig
+from pipesim.serving.report import ServeReport
 from pipesim.serving.request import Request
-from pipesim.serving.workload import generate_requests
+from pipesim.serving.results import ServeResult
 
 HAND_KEYS = frozenset({"prefill_ms", "decode_ms"})
 
@@ -129,7 +126,11 @@ def serve_config(spec: ScenarioSpec, source: str) -> tuple[ServeConfig, str]:
         )
         same = all(c == costs for c in replica_costs)
         config = ServeConfig(
-            replica, serving.replicas, serving.router, () if same else tuple(replica_costs)
+            replica,
+            serving.replicas,
+            serving.router,
+            () if same else tuple(replica_costs),
+            scheduler=serving.scheduler,
         )
         return config, costs_from
     except ValueError as exc:

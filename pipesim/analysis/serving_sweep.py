@@ -22,7 +22,7 @@ import pandas as pd
 
 from pipesim.analysis.sweep import GridAxis, error_line, run_sweep
 from pipesim.scenario.build import apply_overrides, parse_spec
-from pipesim.serving.build import build_serving, run_serving
+from pipesim.scenario.serving import build_serving, run_serving
 from pipesim.serving.export import report_scalars
 
 Progress = Callable[[int], None]

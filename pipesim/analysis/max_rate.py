@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipesim.serving.build import ServeRun, ServingScenario, run_serving
-from pipesim.serving.workload import generate_requests
+from pipesim.scenario.arrivals import generate_requests
+from pipesim.scenario.serving import ServeRun, ServingScenario, run_serving
 
 MIN_RATE = 1e-6  # requests/s: below this the search gives up
 MAX_RATE = 1e9
