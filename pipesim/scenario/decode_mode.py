@@ -26,7 +26,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.inference import (
     TOKEN_ID_BYTES,
     BatchShape,
@@ -35,11 +34,12 @@ from pipesim.cluster.inference import (
     stage_iteration_flops,
     stage_iteration_ms,
 )
+from pipesim.cluster.job import Job
 from pipesim.cluster.model import TransformerModel
 from pipesim.cluster.transformer import static_memory
 from pipesim.scenario import derive
 from pipesim.scenario.profile import Profile, ProfileError, load_profile
-from pipesim.scenario.schema import ScenarioError, ScenarioSpec
+from pipesim.scenario.schema import ScenarioError, ScenarioSpec, first_line, per_stage_costs
 from pipesim.schedules import decode as decode_policy
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
@@ -63,9 +63,11 @@ def scenario_fields(spec: ScenarioSpec, source: str) -> dict[str, Any]:
             f"{pipe.max_actions:,}; raise pipeline.max_actions to run it anyway"
         )
     schedule = decode_policy.build(pipe.devices, sizes.microbatches, tokens)
-    accounting = None
     if spec.model is not None:
-        costs, accounting = _model_costs(spec, schedule, sizes.microbatch_size, source)
+        _check_model(spec, source)
+    job, accounting = derive.build_job(spec, source, sizes), None
+    if spec.model is not None:
+        costs, accounting = _model_costs(job, schedule, spec, source)
     elif spec.costs.profile is not None:
         costs = _profile_costs(spec, sizes.microbatch_size, source)
     else:
@@ -75,7 +77,7 @@ def scenario_fields(spec: ScenarioSpec, source: str) -> dict[str, Any]:
         "description": spec.description,
         "schedule": schedule,
         "costs": costs,
-        "topology": derive.topology(spec, schedule, source),
+        "topology": derive.topology(job, schedule, source),
         "microbatch_size": sizes.microbatch_size,
         "mode": "decode",
         "seq_len": None,
@@ -124,15 +126,8 @@ def _check_keys(spec: ScenarioSpec, source: str) -> None:
 # Hand-typed and profiled costs
 
 
-def _per_device(value: float | list[float] | None, key: str, devices: int, source: str):
-    if isinstance(value, list):
-        if len(value) != devices:
-            raise ScenarioError(
-                f"{source}: costs.{key}: has {len(value)} entries, expected a number or "
-                f"{devices} (one per device)"
-            )
-        return [float(v) for v in value]
-    return [float(value)] * devices  # type: ignore[arg-type]
+def _per_device(value: float | list[float], key: str, devices: int, source: str) -> list[float]:
+    return list(per_stage_costs(value, devices, key, source, "one per device"))
 
 
 def _hand_costs(spec: ScenarioSpec, group_size: int, source: str) -> Costs:
@@ -176,7 +171,7 @@ def _profile_costs(spec: ScenarioSpec, group_size: int, source: str) -> Costs:
         profile = load_profile(path)
         prefill, decode, step_bytes = _profile_steps(profile, spec.pipeline.devices)
     except (ProfileError, ValueError) as exc:
-        raise ScenarioError(f"{source}: costs.profile: {_first_line(exc)}") from None
+        raise ScenarioError(f"{source}: costs.profile: {first_line(exc)}") from None
     overhead = profile.host.overhead_ms if profile.host is not None else 0.0
     prompt = spec.decode.prompt_tokens
     return step_costs(
@@ -246,18 +241,20 @@ def _costs(
 # Costs from a model
 
 
-def _model_costs(
-    spec: ScenarioSpec, schedule: Schedule, group_size: int, source: str
-) -> tuple[Costs, Accounting]:
-    hw, par = spec.hardware, spec.parallel
-    if hw.gpu is None:
+def _check_model(spec: ScenarioSpec, source: str) -> None:
+    if spec.hardware.gpu is None:
         raise ScenarioError(f"{source}: hardware.gpu: required with a model section")
     derive.check_tensor_parallel(spec, source)
-    gpu = gpu_profile(hw.gpu)
+
+
+def _model_costs(
+    job: Job, schedule: Schedule, spec: ScenarioSpec, source: str
+) -> tuple[Costs, Accounting]:
+    par, gpu, group_size = job.parallel, job.hardware.gpu, job.batch.microbatch_size
     p, steps, prompt = schedule.devices, spec.decode.tokens, spec.decode.prompt_tokens
-    model, partition = derive._model_and_partition(spec, p, source)
-    intra, _ = derive._node_links(spec, source)
-    efficiency = derive._efficiency(spec)
+    model, partition = job.model, derive.split_layers(job, p, source)
+    intra, _ = job.hardware.node_links()
+    efficiency = job.efficiency
     tp_link = intra if par.tensor > 1 else None
     forward, sent, group_flops = [], [], 0.0
     for step in range(steps):
@@ -322,8 +319,3 @@ def _static_memory(
         w.total_bytes + layers * kv_per_layer * final_context * sequences
         for w, layers in zip(weights, partition, strict=True)
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
