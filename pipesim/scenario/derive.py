@@ -21,14 +21,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pipesim.cluster import job as jobs
-from pipesim.cluster import job_costs
+from pipesim.cluster import job_costs, token_steps
 from pipesim.cluster.hardware import UnknownProfileError, gpu_profile, link_profile
 from pipesim.cluster.job import BatchSizes, Hardware, Job, JobError, ParallelLayout
 from pipesim.cluster.job_costs import ModelCosts
 from pipesim.cluster.model import Efficiency, TransformerModel
 from pipesim.scenario.schema import LinkSpec, ScenarioError, ScenarioSpec
 from pipesim.schedules.ir import Schedule
+from pipesim.sim.costs import Costs
 from pipesim.sim.links import IDEAL, Link, Topology
+from pipesim.sim.metrics import Accounting
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -228,6 +230,14 @@ def split_layers(job: Job, stages: int, source: str) -> tuple[int, ...]:
         return job_costs.split_layers(job, stages)
 
 
+def token_step_costs(
+    job: Job, schedule: Schedule, tokens: int, prompt_tokens: int, source: str
+) -> tuple[Costs, Accounting]:
+    """A decode schedule's costs and accounting (``pipesim.cluster.token_steps``)."""
+    with _in(source):
+        return token_steps.token_step_costs(job, schedule, tokens, prompt_tokens)
+
+
 __all__ = [
     "BatchSizes",
     "ModelCosts",
@@ -239,5 +249,6 @@ __all__ = [
     "model_costs",
     "parallel_of",
     "split_layers",
+    "token_step_costs",
     "topology",
 ]
