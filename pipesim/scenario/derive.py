@@ -9,8 +9,9 @@ NDR InfiniBand"; ``build_job`` turns that, once per scenario, into a
 * ``build_job``: the model's shape, its partition, the parallel layout, the hardware (one
   ``hardware.link`` for all, or nodes of ``gpus_per_node`` GPUs with an intra- and an
   inter-node link) and the efficiency curve;
-* ``topology``, ``model_costs``, ``split_layers``: ``pipesim.cluster``'s derivations of a
-  job, their ``JobError`` turned into the scenario's error.
+* ``topology``, ``model_costs``, ``split_layers``, ``token_step_costs``:
+  ``pipesim.cluster``'s derivations of a job, their ``JobError`` turned into the
+  scenario's error.
 
 Every problem is a ScenarioError naming the field.
 """
@@ -239,8 +240,6 @@ def token_step_costs(
 
 
 __all__ = [
-    "BatchSizes",
-    "ModelCosts",
     "batch_sizes",
     "build_job",
     "check_tensor_parallel",
