@@ -38,6 +38,8 @@ from pipesim.analysis.plan_memory import (
 from pipesim.analysis.plan_space import Candidate
 from pipesim.analysis.run import simulate_step
 from pipesim.cluster.hardware import gpu_profile
+from pipesim.cluster.job import BatchSizes, Job, communicating_pairs
+from pipesim.cluster.job_costs import ModelCosts
 from pipesim.scenario import derive
 from pipesim.scenario.build import Scenario, build_scenario, parse_spec
 from pipesim.scenario.schema import ScenarioError, ScenarioSpec
@@ -100,7 +102,7 @@ class Scorer:
         self.capacity = float(gpu_profile(self.spec.hardware.gpu).memory_bytes)
         self._schedules: dict[tuple, Schedule | str] = {}
         self._programs: dict[tuple, MemoryProgram] = {}
-        self._derived: dict[tuple, derive.ModelCosts] = {}
+        self._derived: dict[tuple, ModelCosts] = {}
         self._topologies: dict[tuple, Topology] = {}
         self._timelines: dict[tuple, tuple[Report, str, str]] = {}
 
@@ -114,8 +116,9 @@ class Scorer:
             return Outcome(reason=schedule)
         spec = candidate_spec(self.spec, c)
         try:  # what pipesim run would refuse (a data-parallel group across nodes, ...)
-            derived = self._model_costs(spec, schedule, c)
-            topology, where = self._topology(spec, schedule, c)
+            job = derive.build_job(spec, self.source, BatchSizes(c.microbatches, c.microbatch_size))
+            derived = self._model_costs(job, schedule, c)
+            topology, where = self._topology(job, schedule, c)
         except ScenarioError as exc:
             return Outcome(reason=self._refused(exc))
         peaks = peak_activation_bytes(self._programs[key], derived.costs)
@@ -165,7 +168,7 @@ class Scorer:
                 self._schedules[key] = f"{name} needs {POLICIES[name].CONSTRAINTS}"
         return self._schedules[key]
 
-    def _model_costs(self, spec: ScenarioSpec, schedule: Schedule, c: Candidate):
+    def _model_costs(self, job: Job, schedule: Schedule, c: Candidate):
         where = (
             schedule.placement,
             tuple(map(schedule.model_stage, range(schedule.stages))),
@@ -175,15 +178,15 @@ class Scorer:
         # costs only through where the stages sit
         key = (where, schedule.microbatches, replace(c, schedule="", virtual_stages=0))
         if key not in self._derived:
-            self._derived[key] = derive.model_costs(spec, schedule, c.microbatch_size, self.source)
+            self._derived[key] = derive.model_costs(job, schedule, self.source)
         return self._derived[key]
 
-    def _topology(self, spec: ScenarioSpec, schedule: Schedule, c: Candidate):
+    def _topology(self, job: Job, schedule: Schedule, c: Candidate):
         """The topology and the key it is cached under."""
-        pairs = frozenset(derive.communicating_pairs(schedule))
+        pairs = frozenset(communicating_pairs(schedule))
         key = (schedule.devices, pairs, c.tensor, c.data)
         if key not in self._topologies:
-            self._topologies[key] = derive.topology(spec, schedule, self.source)
+            self._topologies[key] = derive.topology(job, schedule, self.source)
         return self._topologies[key], key
 
     def _score_searched(self, c: Candidate) -> Outcome:

@@ -16,7 +16,6 @@ actions (10 million unless the scenario raises it).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,9 +23,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipesim.scenario import decode, derive, searched
-from pipesim.scenario.load import apply_overrides, read_mapping, read_text_file
+from pipesim.scenario import decode_mode, derive, searched
+from pipesim.scenario.load import apply_overrides, read_mapping
 from pipesim.scenario.profile import ProfileError, costs_from_profile, load_profile
+from pipesim.scenario.schedule import build_schedule
 from pipesim.scenario.schema import (
     CostsSpec,
     PipelineSpec,
@@ -34,12 +34,12 @@ from pipesim.scenario.schema import (
     ScenarioSpec,
     VariabilitySpec,
     describe_validation_error,
+    first_line,
+    per_stage_costs,
 )
 from pipesim.scenario.variability import KIND_LETTERS, profile_stage_cvs, variability_from_mapping
-from pipesim.schedules import fit_virtual_stages, get_schedule
-from pipesim.schedules.ir import Schedule, ScheduleError, forward_only
-from pipesim.schedules.torch_csv import read_torch_csv
-from pipesim.schedules.validation import validate
+from pipesim.schedules import fit_virtual_stages
+from pipesim.schedules.ir import Schedule
 from pipesim.search import AUTO_POLICIES, SearchResult
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.links import Topology
@@ -133,54 +133,46 @@ def _build_variability(section: VariabilitySpec, schedule: Schedule, source: str
                 load_profile(Path(source).parent / name), key, schedule.model_stages
             )
         except ValueError as exc:
-            raise ScenarioError(
-                f"{source}: variability.{key}.profile: {_first_line(exc)}"
-            ) from None
+            raise ScenarioError(f"{source}: variability.{key}.profile: {first_line(exc)}") from None
     try:
         return variability_from_mapping(data, schedule.devices, cvs)
     except ValueError as exc:
-        raise ScenarioError(f"{source}: variability.{_first_line(exc)}") from None
+        raise ScenarioError(f"{source}: variability.{first_line(exc)}") from None
 
 
 def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
-    if (pipe := spec.pipeline).mode == "decode":  # token steps: pipesim.scenario.decode
-        return Scenario(**decode.scenario_fields(spec, source))
+    if (pipe := spec.pipeline).mode == "decode":  # token steps: pipesim.scenario.decode_mode
+        return Scenario(**decode_mode.scenario_fields(spec, source))
     if spec.model is not None:
         derive.check_tensor_parallel(spec, source)
     schedule = None
     if _microbatches_from_file(spec):  # a csv schedule gives them, as it gives the devices
-        schedule = _build_schedule(spec, source, 0)
+        schedule = build_schedule(spec, source, 0)
         pipe = pipe.model_copy(update={"microbatches": schedule.microbatches})
         spec = spec.model_copy(update={"pipeline": pipe})
     sizes = derive.batch_sizes(spec, source)
     if schedule is None:
-        schedule = _build_schedule(spec, source, sizes.microbatches)
-    topology = derive.topology(spec, schedule, source)
+        schedule = build_schedule(spec, source, sizes.microbatches)
+    job = derive.build_job(spec, source, sizes)
+    fields = {
+        "name": spec.name,
+        "description": spec.description,
+        "schedule": schedule,
+        "topology": derive.topology(job, schedule, source),
+        "microbatch_size": sizes.microbatch_size,
+        "mode": pipe.mode,
+        "spec": spec,
+    }
     if spec.model is None:
         _no_parallel_without_model(spec, source)
-        return Scenario(
-            name=spec.name,
-            description=spec.description,
-            schedule=schedule,
-            costs=_build_costs(spec.costs, schedule.model_stages, source, pipe),
-            topology=topology,
-            microbatch_size=sizes.microbatch_size,
-            mode=pipe.mode,
-            seq_len=None,
-            spec=spec,
-        )
+        costs = _build_costs(spec.costs, schedule.model_stages, source, pipe)
+        return Scenario(**fields, costs=costs, seq_len=None)
     _no_hand_costs(spec, source)
-    derived = derive.model_costs(spec, schedule, sizes.microbatch_size, source)
+    derived = derive.model_costs(job, schedule, source)
     return Scenario(
-        name=spec.name,
-        description=spec.description,
-        schedule=schedule,
+        **fields,
         costs=derived.costs,
-        topology=topology,
-        microbatch_size=sizes.microbatch_size,
-        mode=pipe.mode,
         seq_len=spec.model.seq_len,
-        spec=spec,
         accounting=derived.accounting,
         tail_ms=derived.tail_ms,
         tail_after_flush=not spec.parallel.dp_overlap,
@@ -204,52 +196,12 @@ def _no_parallel_without_model(spec: ScenarioSpec, source: str) -> None:
         )
 
 
-def check_size(pipe: PipelineSpec, microbatches: int, source: str) -> None:
-    """The size guard: refuse a schedule of more than ``pipeline.max_actions`` actions
-    before building it (devices x microbatches x virtual stages x kinds, with three kinds,
-    F, I and W, when training and one when running forward only)."""
-    kinds = 1 if pipe.mode == "forward" else 3
-    actions = pipe.devices * microbatches * pipe.virtual_stages * kinds
-    if actions > pipe.max_actions:
-        raise ScenarioError(
-            f"{source}: pipeline: up to {_amount(actions)} actions ({pipe.devices} devices x "
-            f"{microbatches} microbatches x {pipe.virtual_stages} virtual stages x {kinds} "
-            f"kinds), over the limit of {pipe.max_actions:,}; raise pipeline.max_actions "
-            "to run it anyway"
-        )
-
-
-def _amount(count: int) -> str:
-    return f"{count:,}" if count < 10**12 else f"{float(count):.2e}"
-
-
 def _no_hand_costs(spec: ScenarioSpec, source: str) -> None:
     typed = sorted(spec.costs.model_fields_set)
     if typed:
         raise ScenarioError(
             f"{source}: costs.{typed[0]}: not allowed with a model section (costs are derived from the model)"
         )
-
-
-def _build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Schedule:
-    pipe = spec.pipeline
-    forward = pipe.mode == "forward"
-    if pipe.schedule is None:
-        hint = " (a serving: scenario runs with pipesim serve)" if spec.serving else ""
-        raise ScenarioError(f"{source}: pipeline.schedule: required key is missing{hint}")
-    if pipe.schedule == "csv":
-        return _schedule_from_file(pipe, source, forward)
-    if pipe.schedule_file is not None:
-        raise ScenarioError(f"{source}: pipeline.schedule_file: only used with schedule: csv")
-    name = searched.stand_in(pipe, source)
-    if pipe.devices is None:
-        raise ScenarioError(f"{source}: pipeline.devices: required (a csv schedule may omit it)")
-    check_size(pipe, microbatches, source)
-    searched.check_size(pipe, microbatches, source)
-    try:
-        return get_schedule(name, pipe.devices, microbatches, pipe.virtual_stages, forward=forward)
-    except ScheduleError as exc:
-        raise ScenarioError(f"{source}: pipeline: {_first_line(exc)}") from None
 
 
 def _searched(scenario: Scenario, source: str, progress=None) -> Scenario:
@@ -267,57 +219,13 @@ def _searched(scenario: Scenario, source: str, progress=None) -> Scenario:
     return replace(scenario, schedule=found.schedule, search=found)
 
 
-def _schedule_from_file(pipe: PipelineSpec, source: str, forward: bool) -> Schedule:
-    if pipe.schedule_file is None:
-        raise ScenarioError(f"{source}: pipeline.schedule_file: required when schedule is csv")
-    csv_path = Path(source).parent / pipe.schedule_file
-    try:
-        text = read_text_file(csv_path, MAX_SCHEDULE_FILE_BYTES)
-    except ScenarioError as exc:
-        raise ScenarioError(f"{source}: pipeline.schedule_file: {exc.line}") from None
-    cells = sum(map(text.count, ",;\n")) + 1  # at least one per action
-    if cells > pipe.max_actions:
-        raise ScenarioError(
-            f"{source}: pipeline.schedule_file: {csv_path.name} may hold up to {cells:,} "
-            f"actions, over the limit of {pipe.max_actions:,}; raise pipeline.max_actions "
-            "to run it anyway"
-        )
-    digits = (d.lstrip("0") or "0" for d in re.findall(r"\d+", text))
-    largest = max(digits, key=lambda d: (len(d), d), default="0")
-    if len(largest) > len(str(cells)) or int(largest) >= cells:
-        raise ScenarioError(
-            f"{csv_path}: index {largest[:20]}{'...' if len(largest) > 20 else ''} is too large: "
-            f"a file of at most {cells:,} actions has no stage or microbatch that large"
-        )
-    try:
-        schedule = read_torch_csv(text, name=f"csv:{csv_path.name}")  # any form torch writes
-        if forward:
-            schedule = forward_only(schedule)
-        validate(schedule)
-    except ScheduleError as exc:
-        head, _, picture = str(exc).partition("\n")
-        raise ScenarioError(f"{csv_path}: {head}", picture) from None
-    for field_name, given, found in (
-        ("devices", pipe.devices, schedule.devices),
-        ("microbatches", pipe.microbatches, schedule.microbatches),
-    ):
-        if given is not None and given != found:
-            raise ScenarioError(
-                f"{source}: pipeline.{field_name}: {given} given but {csv_path.name} has {found}"
-            )
-    return schedule
-
-
 def _build_costs(spec: CostsSpec, stages: int, source: str, pipe: PipelineSpec) -> Costs:
     if spec.profile is not None:
         return _profile_costs(spec, stages, source)
     values = spec.model_dump(exclude={"profile", "prefill_ms", "decode_ms"})
     for key, value in values.items():
-        if isinstance(value, list) and len(value) != stages:
-            raise ScenarioError(
-                f"{source}: costs.{key}: has {len(value)} entries, expected a number or {stages} "
-                f"({_stage_count(pipe)})"
-            )
+        if isinstance(value, list):
+            values[key] = per_stage_costs(value, stages, key, source, _stage_count(pipe))
     try:
         return uniform_costs(stages, **values)
     except ValueError as exc:
@@ -341,10 +249,8 @@ def _profile_costs(spec: CostsSpec, stages: int, source: str) -> Costs:
     try:
         return costs_from_profile(load_profile(path), stages)
     except (ProfileError, ValueError) as exc:
-        raise ScenarioError(f"{source}: costs.profile: {_first_line(exc)}") from None
+        raise ScenarioError(f"{source}: costs.profile: {first_line(exc)}") from None
 
-
-MAX_SCHEDULE_FILE_BYTES = 64 << 20
 
 PER_CHUNK_COSTS = (
     "forward_ms",
@@ -400,8 +306,3 @@ MAX_SCALED = 1e300
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -37,6 +37,7 @@ from pipesim.scenario.fields import Strict as _Strict
 from pipesim.scenario.serving_schema import DecodeSpec, ServingSpec
 from pipesim.schedules import POLICIES
 from pipesim.search import AUTO_POLICIES
+from pipesim.sim.costs import StageCountError, per_stage
 
 MAX_ERROR_CHARS = 300
 _CALIBRATED = Efficiency()
@@ -63,6 +64,26 @@ def one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """``text`` as one printable line of at most ``limit`` characters."""
     shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit * 2])
     return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (its type's name when it has none)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def per_stage_costs(
+    value: float | list[float], stages: int, key: str, source: str, count: str
+) -> tuple[float, ...]:
+    """``costs.<key>``, a number or one per stage, as one number per stage (``per_stage``);
+    a list of another length is refused, the expected count explained by ``count``."""
+    try:
+        return per_stage(value, stages, key)
+    except StageCountError as exc:
+        raise ScenarioError(
+            f"{source}: costs.{key}: has {exc.entries} entries, expected a number or "
+            f"{stages} ({count})"
+        ) from None
 
 
 class PipelineSpec(_Strict):

@@ -44,7 +44,7 @@ from pipesim.scenario.arrivals import generate_requests
 from pipesim.scenario.build import parse_spec
 from pipesim.scenario.load import apply_overrides, read_mapping
 from pipesim.scenario.profile import ProfileError, load_profile
-from pipesim.scenario.schema import ScenarioError, ScenarioSpec
+from pipesim.scenario.schema import ScenarioError, ScenarioSpec, per_stage_costs
 from pipesim.scenario.serving_links import replica_links
 from pipesim.scenario.serving_schema import SloSpec
 from pipesim.serving.deployment import ServeConfig
@@ -218,14 +218,7 @@ def _per_stage(value, key: str, stages: int, source: str) -> list[float]:
             f"{source}: costs.{key}: required by pipesim serve without a model section "
             "(a number, or one per pipeline stage)"
         )
-    if isinstance(value, list):
-        if len(value) != stages:
-            raise ScenarioError(
-                f"{source}: costs.{key}: has {len(value)} entries, expected a number or "
-                f"{stages} (one per stage of pipeline.devices)"
-            )
-        return [float(v) for v in value]
-    return [float(value)] * stages
+    return list(per_stage_costs(value, stages, key, source, "one per stage of pipeline.devices"))
 
 
 def _reference_prompt(spec: ScenarioSpec, source: str) -> int:
@@ -283,7 +276,8 @@ def _model_costs(spec: ScenarioSpec, source: str) -> tuple[list[ModelIterationCo
         )
     derive.check_tensor_parallel(spec, source)
     stages = pipeline_size(spec)
-    model, partition = derive._model_and_partition(spec, stages, source)
+    job = derive.build_job(spec, source)
+    model, partition = job.model, derive.split_layers(job, stages, source)
     gpu = gpu_profile(hw.gpu)
     try:
         tokens = kv_capacity_tokens(
@@ -296,8 +290,8 @@ def _model_costs(spec: ScenarioSpec, source: str) -> tuple[list[ModelIterationCo
         )
     except ValueError as exc:
         raise ScenarioError(f"{source}: model: {str(exc).splitlines()[0]}") from None
-    intra, _ = derive._node_links(spec, source)
-    efficiency = derive._efficiency(spec)  # as decode mode and training read model.efficiency
+    intra, _ = job.hardware.node_links()
+    efficiency = job.efficiency  # as decode mode and training read model.efficiency
     costs = [
         ModelIterationCosts(
             model=model,

@@ -25,7 +25,7 @@ from pipesim.sim.links import Link
 def replica_links(spec: ScenarioSpec, stages: int, source: str) -> list[list[Link]]:
     """For each replica, the link from stage ``s`` to ``s + 1`` for each boundary, then
     (with two stages or more) the link from the last stage back to the first."""
-    intra, inter = derive._node_links(spec, source)
+    intra, inter = derive.hardware_of(spec, source).node_links()
     replicas = []
     for nodes in _replica_nodes(spec, stages, source):
         pairs = [(nodes[s], nodes[s + 1]) for s in range(stages - 1)]

@@ -99,6 +99,25 @@ class Costs:
         return 0.0 if values is None else values[model_stage]
 
 
+class StageCountError(ValueError):
+    """A per-stage list whose length is not the number of stages."""
+
+    def __init__(self, key: str, entries: int, stages: int) -> None:
+        self.key, self.entries, self.stages = key, entries, stages
+        super().__init__(f"{key} has {entries} entries, expected {stages} (one per stage)")
+
+
+def per_stage(value: float | Sequence[float], stages: int, key: str = "value") -> tuple[float, ...]:
+    """A number or one per stage, as one float per stage: a number applies to every
+    stage, a list (or tuple) of ``stages`` entries is taken as given, any other length is
+    a ``StageCountError`` naming ``key``."""
+    if isinstance(value, list | tuple):
+        if len(value) != stages:
+            raise StageCountError(key, len(value), stages)
+        return tuple(float(v) for v in value)
+    return (float(value),) * stages
+
+
 def uniform_costs(
     stages: int,
     forward_ms: float | list[float] = 1.0,
@@ -117,30 +136,22 @@ def uniform_costs(
 ) -> Costs:
     """Costs from scalars or per-stage lists (a scalar applies to every stage)."""
 
-    def per_stage(value: float | list[float] | None, key: str) -> tuple[float, ...] | None:
-        if value is None:
-            return None
-        if isinstance(value, list | tuple):
-            if len(value) != stages:
-                raise ValueError(
-                    f"{key} has {len(value)} entries, expected {stages} (one per stage)"
-                )
-            return tuple(float(v) for v in value)
-        return (float(value),) * stages
+    def per_stage_or_none(value, key: str) -> tuple[float, ...] | None:
+        return None if value is None else per_stage(value, stages, key)
 
-    fwd = per_stage(forward_ms, "forward_ms")
+    fwd = per_stage_or_none(forward_ms, "forward_ms")
     if backward_input_ms is not None or backward_weight_ms is not None:
         if backward_input_ms is None or backward_weight_ms is None:
             raise ValueError("give both backward_input_ms and backward_weight_ms, or neither")
-        inp = per_stage(backward_input_ms, "backward_input_ms")
-        wgt = per_stage(backward_weight_ms, "backward_weight_ms")
+        inp = per_stage_or_none(backward_input_ms, "backward_input_ms")
+        wgt = per_stage_or_none(backward_weight_ms, "backward_weight_ms")
         full = (
-            per_stage(backward_ms, "backward_ms")
+            per_stage_or_none(backward_ms, "backward_ms")
             if backward_ms is not None
             else tuple(a + b for a, b in zip(inp, wgt, strict=True))
         )
     else:
-        full = per_stage(2.0 if backward_ms is None else backward_ms, "backward_ms")
+        full = per_stage_or_none(2.0 if backward_ms is None else backward_ms, "backward_ms")
         inp = tuple(b / 2 for b in full)
         wgt = inp
     return Costs(
@@ -148,15 +159,19 @@ def uniform_costs(
         backward_ms=full,
         backward_input_ms=inp,
         backward_weight_ms=wgt,
-        activation_bytes=per_stage(activation_bytes, "activation_bytes"),
-        activation_memory_bytes=per_stage(activation_memory_bytes, "activation_memory_bytes"),
-        weight_grad_memory_bytes=per_stage(weight_grad_memory_bytes, "weight_grad_memory_bytes"),
-        overlapped_fb_ms=per_stage(overlapped_fb_ms, "overlapped_fb_ms"),
+        activation_bytes=per_stage_or_none(activation_bytes, "activation_bytes"),
+        activation_memory_bytes=per_stage_or_none(
+            activation_memory_bytes, "activation_memory_bytes"
+        ),
+        weight_grad_memory_bytes=per_stage_or_none(
+            weight_grad_memory_bytes, "weight_grad_memory_bytes"
+        ),
+        overlapped_fb_ms=per_stage_or_none(overlapped_fb_ms, "overlapped_fb_ms"),
         overhead_ms=overhead_ms,
-        reduce_grad_ms=per_stage(reduce_grad_ms, "reduce_grad_ms"),
-        unshard_ms=per_stage(unshard_ms, "unshard_ms"),
-        reshard_ms=per_stage(reshard_ms, "reshard_ms"),
+        reduce_grad_ms=per_stage_or_none(reduce_grad_ms, "reduce_grad_ms"),
+        unshard_ms=per_stage_or_none(unshard_ms, "unshard_ms"),
+        reshard_ms=per_stage_or_none(reshard_ms, "reshard_ms"),
     )
 
 
-__all__ = ["Costs", "uniform_costs"]
+__all__ = ["Costs", "StageCountError", "per_stage", "uniform_costs"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipesim.scenario.build import ScenarioError, load_scenario, with_schedule
+from pipesim.scenario.serving import load_serving
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 BASE = {
@@ -348,3 +349,61 @@ def test_with_schedule_leaves_wrong_types_to_validation():
     assert data["costs"]["forward_ms"] == "x" and data["pipeline"]["virtual_stages"] == 2
     data, _ = with_schedule({**BASE, "costs": {"forward_ms": 10**400}}, "zbv")  # no float
     assert data["costs"]["forward_ms"] == 10**400
+
+
+DECODE = {
+    "schema_version": 1,
+    "name": "t",
+    "pipeline": {"mode": "decode", "devices": 2, "microbatches": 2},
+    "decode": {"tokens": 3, "prompt_tokens": 4},
+    "costs": {"prefill_ms": 1.0, "decode_ms": 1.0},
+}
+SERVE = {
+    "schema_version": 1,
+    "name": "t",
+    "pipeline": {"devices": 2},
+    "costs": {"prefill_ms": 1, "decode_ms": 1},
+    "serving": {"workload": {"rate": 1.0, "requests": 5, "prompt_tokens": 8}},
+}
+
+
+@pytest.mark.parametrize(
+    "base, section, load, message",
+    [
+        (
+            BASE,
+            {"forward_ms": [1, 2]},
+            load_scenario,
+            "costs.forward_ms: has 2 entries, expected a number or 4 (devices * "
+            "virtual_stages = 4 * 1)",
+        ),
+        (
+            DECODE,
+            {"decode_ms": [1, 2, 3]},
+            load_scenario,
+            "costs.decode_ms: has 3 entries, expected a number or 2 (one per device)",
+        ),
+        (
+            SERVE,
+            {"prefill_ms": [1, 2, 3]},
+            load_serving,
+            "costs.prefill_ms: has 3 entries, expected a number or 2 (one per stage of "
+            "pipeline.devices)",
+        ),
+    ],
+    ids=["train", "decode", "serve"],
+)
+def test_a_number_or_one_per_stage_says_how_many_it_expected(
+    tmp_path, base, section, load, message
+):
+    data = {**base, "costs": {**base["costs"], **section}}
+    path = write(tmp_path, json.dumps(data), "s.json")
+    with pytest.raises(ScenarioError) as info:
+        load(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_a_number_stands_for_every_stage_and_a_list_is_taken_as_given(tmp_path):
+    path = write(tmp_path, json.dumps({**DECODE, "costs": {"prefill_ms": [1, 2], "decode_ms": 3}}))
+    built = load_scenario(path)
+    assert built.costs.forward_ms == (1.0, 2.0, 3.0, 3.0, 3.0, 3.0)

@@ -1,4 +1,5 @@
-"""Building a decode scenario (``pipeline.mode: decode``): schedule, per-step costs, links.
+"""Building a decode-mode scenario (``pipeline.mode: decode``, token generation): schedule,
+per-step costs, links.
 
 A decode scenario says how many devices (``pipeline.devices``), how many groups of
 requests are in flight (``pipeline.microbatches``, ``microbatch_size`` requests each) and
@@ -12,8 +13,8 @@ how many tokens each request generates after a prompt (``decode.tokens``,
   of a group sends to the next device, and the prefill sends ``prompt_tokens`` times that;
 * from a model (``model:`` and ``hardware.gpu``): the prefill of ``b`` prompts of
   ``prompt_tokens`` tokens, and decode step ``t`` of ``b`` sequences at context
-  ``prompt_tokens + t``, both as ``pipesim.cluster.inference`` costs them, the hidden
-  states of every token crossing each boundary;
+  ``prompt_tokens + t``, the hidden states of every token crossing each boundary, as
+  ``pipesim.cluster.token_steps`` derives them from the scenario's job;
 * from a profile (``costs: {profile: ...}``) with ``prefill`` and ``decode`` timings per
   stage, measured at the scenario's prompt length and group size.
 
@@ -26,20 +27,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipesim.cluster.hardware import gpu_profile
-from pipesim.cluster.inference import (
-    TOKEN_ID_BYTES,
-    BatchShape,
-    kv_cache_bytes_per_token,
-    stage_boundary_bytes,
-    stage_iteration_flops,
-    stage_iteration_ms,
-)
-from pipesim.cluster.model import TransformerModel
-from pipesim.cluster.transformer import static_memory
+from pipesim.cluster.job import Job
+from pipesim.cluster.token_steps import token_step_messages
 from pipesim.scenario import derive
 from pipesim.scenario.profile import Profile, ProfileError, load_profile
-from pipesim.scenario.schema import ScenarioError, ScenarioSpec
+from pipesim.scenario.schema import ScenarioError, ScenarioSpec, first_line, per_stage_costs
 from pipesim.schedules import decode as decode_policy
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
@@ -63,9 +55,11 @@ def scenario_fields(spec: ScenarioSpec, source: str) -> dict[str, Any]:
             f"{pipe.max_actions:,}; raise pipeline.max_actions to run it anyway"
         )
     schedule = decode_policy.build(pipe.devices, sizes.microbatches, tokens)
-    accounting = None
     if spec.model is not None:
-        costs, accounting = _model_costs(spec, schedule, sizes.microbatch_size, source)
+        _check_model(spec, source)
+    job, accounting = derive.build_job(spec, source, sizes), None
+    if spec.model is not None:
+        costs, accounting = _model_costs(job, schedule, spec, source)
     elif spec.costs.profile is not None:
         costs = _profile_costs(spec, sizes.microbatch_size, source)
     else:
@@ -75,7 +69,7 @@ def scenario_fields(spec: ScenarioSpec, source: str) -> dict[str, Any]:
         "description": spec.description,
         "schedule": schedule,
         "costs": costs,
-        "topology": derive.topology(spec, schedule, source),
+        "topology": derive.topology(job, schedule, source),
         "microbatch_size": sizes.microbatch_size,
         "mode": "decode",
         "seq_len": None,
@@ -124,15 +118,8 @@ def _check_keys(spec: ScenarioSpec, source: str) -> None:
 # Hand-typed and profiled costs
 
 
-def _per_device(value: float | list[float] | None, key: str, devices: int, source: str):
-    if isinstance(value, list):
-        if len(value) != devices:
-            raise ScenarioError(
-                f"{source}: costs.{key}: has {len(value)} entries, expected a number or "
-                f"{devices} (one per device)"
-            )
-        return [float(v) for v in value]
-    return [float(value)] * devices  # type: ignore[arg-type]
+def _per_device(value: float | list[float], key: str, devices: int, source: str) -> list[float]:
+    return list(per_stage_costs(value, devices, key, source, "one per device"))
 
 
 def _hand_costs(spec: ScenarioSpec, group_size: int, source: str) -> Costs:
@@ -176,7 +163,7 @@ def _profile_costs(spec: ScenarioSpec, group_size: int, source: str) -> Costs:
         profile = load_profile(path)
         prefill, decode, step_bytes = _profile_steps(profile, spec.pipeline.devices)
     except (ProfileError, ValueError) as exc:
-        raise ScenarioError(f"{source}: costs.profile: {_first_line(exc)}") from None
+        raise ScenarioError(f"{source}: costs.profile: {first_line(exc)}") from None
     overhead = profile.host.overhead_ms if profile.host is not None else 0.0
     prompt = spec.decode.prompt_tokens
     return step_costs(
@@ -221,109 +208,23 @@ def step_costs(
     p, steps = spec.pipeline.devices, spec.decode.tokens
     forward = prefill_ms + decode_ms * (steps - 1)
     sent = prefill_bytes + decode_bytes * (steps - 1)
-    return _costs(forward, sent, p, group_size, overhead_ms)
-
-
-def _costs(
-    forward: list[float], sent: list[float], p: int, group_size: int, overhead_ms: float
-) -> Costs:
-    token_ids = float(group_size * TOKEN_ID_BYTES)
-    sent = [token_ids if (s + 1) % p == 0 else b for s, b in enumerate(sent)]
-    zeros = (0.0,) * len(forward)
-    return Costs(
-        forward_ms=tuple(forward),
-        backward_ms=zeros,
-        backward_input_ms=zeros,
-        backward_weight_ms=zeros,
-        activation_bytes=tuple(sent),
-        activation_memory_bytes=zeros,
-        weight_grad_memory_bytes=zeros,
-        overhead_ms=overhead_ms,
-    )
+    return token_step_messages(forward, sent, p, group_size, overhead_ms)
 
 
 # ---------------------------------------------------------------------------
 # Costs from a model
 
 
-def _model_costs(
-    spec: ScenarioSpec, schedule: Schedule, group_size: int, source: str
-) -> tuple[Costs, Accounting]:
-    hw, par = spec.hardware, spec.parallel
-    if hw.gpu is None:
+def _check_model(spec: ScenarioSpec, source: str) -> None:
+    if spec.hardware.gpu is None:
         raise ScenarioError(f"{source}: hardware.gpu: required with a model section")
     derive.check_tensor_parallel(spec, source)
-    gpu = gpu_profile(hw.gpu)
-    p, steps, prompt = schedule.devices, spec.decode.tokens, spec.decode.prompt_tokens
-    model, partition = derive._model_and_partition(spec, p, source)
-    intra, _ = derive._node_links(spec, source)
-    efficiency = derive._efficiency(spec)
-    tp_link = intra if par.tensor > 1 else None
-    forward, sent, group_flops = [], [], 0.0
-    for step in range(steps):
-        shape = _step_shape(step, group_size, prompt)
-        emitting = group_size if step == 0 else 0
-        for s, layers in enumerate(partition):
-            forward.append(
-                stage_iteration_ms(
-                    model,
-                    layers,
-                    gpu,
-                    shape,
-                    first=s == 0,
-                    last=s == p - 1,
-                    tensor=par.tensor,
-                    tensor_link=tp_link,
-                    efficiency=efficiency,
-                    emitting=emitting,
-                )
-            )
-            sent.append(stage_boundary_bytes(model, shape))
-            group_flops += sum(
-                stage_iteration_flops(model, layers, shape, last=s == p - 1, emitting=emitting)
-            )
-    costs = _costs(forward, sent, p, group_size, 0.0)
-    groups = schedule.microbatches
-    static = _static_memory(model, partition, par.tensor, groups * group_size, spec)
-    accounting = Accounting(
-        static_memory_bytes=static,
-        memory_capacity_bytes=gpu.memory_bytes,
-        # MFU counts what the costs run: every step's layers, its attention over the
-        # context so far, and the LM head where a token is sampled
-        flops_per_step=group_flops * groups,
-        peak_flops=gpu.peak_tflops * 1e12 * p * par.tensor,
+
+
+def _model_costs(
+    job: Job, schedule: Schedule, spec: ScenarioSpec, source: str
+) -> tuple[Costs, Accounting]:
+    """Every token step's costs and the accounting, from the model (module docstring)."""
+    return derive.token_step_costs(
+        job, schedule, spec.decode.tokens, spec.decode.prompt_tokens, source
     )
-    return costs, accounting
-
-
-def _step_shape(step: int, group_size: int, prompt: int) -> BatchShape:
-    """Step 0: the group's prompts; step t: one token per sequence at context prompt + t."""
-    if step == 0:
-        return BatchShape(
-            prefill_tokens=group_size * prompt, prefill_attention=group_size * prompt * prompt
-        )
-    return BatchShape(decode_seqs=group_size, decode_context=group_size * (prompt + step))
-
-
-def _static_memory(
-    model: TransformerModel,
-    partition: tuple[int, ...],
-    tensor: int,
-    sequences: int,
-    spec: ScenarioSpec,
-) -> tuple[float, ...]:
-    """Static memory per device: its weights and the KV cache of every sequence at its
-    final length (the prompt and every token but the last), for its layers."""
-    weights = static_memory(model, partition, tensor=tensor, training=False)
-    # the last sampled token is never run through the model: its key and value are not kept
-    final_context = spec.decode.prompt_tokens + spec.decode.tokens - 1
-    kv_per_layer = kv_cache_bytes_per_token(model, tensor) / model.layers
-    return tuple(
-        w.total_bytes + layers * kv_per_layer * final_context * sequences
-        for w, layers in zip(weights, partition, strict=True)
-    )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,162 @@
+"""One job, as the cost model reads it: the model, its parallel layout and the hardware.
+
+A user describes "a GPT with 48 layers of hidden 8192, tensor-parallel over 8 GPUs, on
+nodes of 8 H100s over NVLink and NDR InfiniBand". A ``Job`` holds exactly that, as plain
+frozen data: the model's shape (``TransformerModel``) and how its layers are split over
+the pipeline stages (``partition``), the parallel layout (tensor, data, ZeRO stage and
+what overlaps), the hardware (GPU, links, GPUs per node, placement, PCIe sharing), how fast
+the GPU runs (``Efficiency``) and the batch sizes. ``pipesim.scenario`` builds it once from
+a scenario file; ``pipesim.cluster.job_costs`` derives stage costs from it and
+``topology`` the links between pipeline devices.
+
+A job the cost model cannot lay out raises ``JobError``, whose ``field`` names the part of
+the job as a scenario file names it (``hardware.gpu``, ``model``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipesim.cluster.efficiency import Efficiency
+from pipesim.cluster.hardware import GpuProfile, build_topology
+from pipesim.cluster.transformer import TransformerModel
+from pipesim.schedules.ir import Schedule
+from pipesim.sim.links import IDEAL, Link, Topology
+
+
+class JobError(ValueError):
+    """A job that cannot be laid out: ``field`` (as a scenario names it) and what is wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field, self.message = field, message
+        super().__init__(f"{field}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelLayout:
+    """How the replicas of the pipeline split the work besides pipelining: ``tensor`` GPUs
+    per stage (Megatron-LM's tensor parallelism, optionally with sequence parallelism and
+    its communication overlapped, ``tp_overlap``), ``data`` replicas with ZeRO stage
+    ``zero_stage`` and their gradient reduction overlapped with the backward
+    (``dp_overlap``)."""
+
+    tensor: int = 1
+    data: int = 1
+    zero_stage: int = 0
+    sequence_parallel: bool = False
+    tp_overlap: bool = False
+    dp_overlap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """The GPU and the links: ``link`` joins any two GPUs unless ``intra_node_link`` (inside
+    a node) or ``inter_node_link`` (between nodes) is given. Nodes hold ``gpus_per_node``
+    GPUs, or devices sit on the nodes ``placement`` names; ``pcie_switch_share`` GPUs share
+    one PCIe switch's upstream link. ``comm_overlap: False`` keeps a sender busy until its
+    message has arrived."""
+
+    gpu: GpuProfile | None = None
+    link: Link = IDEAL
+    intra_node_link: Link | None = None
+    inter_node_link: Link | None = None
+    gpus_per_node: int | None = None
+    placement: tuple[int, ...] | None = None
+    pcie_switch_share: int | None = None
+    comm_overlap: bool = True
+
+    def node_links(self) -> tuple[Link, Link]:
+        """The links inside a node and between nodes; ``link`` stands in for either when
+        it is not given."""
+        return self.intra_node_link or self.link, self.inter_node_link or self.link
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSizes:
+    """Microbatches per step and samples per microbatch."""
+
+    microbatches: int
+    microbatch_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A training or inference job (module docstring). ``partition`` is ``"even"``,
+    ``"balanced"`` or the layers of each stage; ``training: False`` runs forward only.
+    ``batch`` is None where no step is run (a serving deployment)."""
+
+    hardware: Hardware
+    model: TransformerModel | None = None
+    partition: str | tuple[int, ...] = "even"
+    parallel: ParallelLayout = ParallelLayout()
+    efficiency: Efficiency = Efficiency()
+    batch: BatchSizes | None = None
+    training: bool = True
+
+    def gpus_per_node(self, devices: int) -> int:
+        """``hardware.gpus_per_node``, or every GPU of the job when no node size is given
+        (all ``devices`` then sit on one node, with their tensor and data ranks)."""
+        par = self.parallel
+        return self.hardware.gpus_per_node or devices * par.tensor * par.data
+
+
+def communicating_pairs(schedule: Schedule) -> set[tuple[int, int]]:
+    """The directed device pairs a schedule sends over: neighbouring stages of each chain,
+    activations forward and gradients back."""
+    pairs = set()
+    for chain in schedule.chains:
+        for stage in chain.stages[:-1]:
+            src, dst = schedule.placement[stage], schedule.placement[stage + 1]
+            if src != dst:
+                pairs |= {(src, dst), (dst, src)}
+    return pairs
+
+
+def topology(job: Job, schedule: Schedule) -> Topology:
+    """One link for every pair, or a cluster of nodes.
+
+    With ``gpus_per_node`` (or a ``placement``) devices sit on nodes; without, every device
+    sits on one node, and ``intra_node_link``, when given, joins them. With tensor
+    parallelism t and data parallelism n laid out as Megatron-LM does (tensor ranks
+    innermost, then data, then pipeline), pipeline device d's first GPU is ``d * t * n``, so
+    it sits on node ``d * t * n // gpus_per_node``.
+    """
+    hw, par, devices = job.hardware, job.parallel, schedule.devices
+    intra, inter = hw.node_links()
+    if hw.gpus_per_node is None and hw.placement is None:
+        if hw.inter_node_link is not None:
+            raise JobError(
+                "hardware.inter_node_link",
+                "needs hardware.gpus_per_node or hardware.placement (without them all "
+                "devices sit on one node)",
+            )
+        if hw.pcie_switch_share is None:
+            return Topology(devices, default=intra, comm_overlap=hw.comm_overlap)
+    per_node = job.gpus_per_node(devices)
+    nodes = hw.placement
+    if nodes is None:
+        nodes = tuple(d * par.tensor * par.data // per_node for d in range(devices))
+    try:
+        return build_topology(
+            devices,
+            max(per_node // (par.tensor * par.data), 1),
+            intra,
+            inter,
+            placement=nodes,
+            pcie_switch_share=hw.pcie_switch_share,
+            comm_overlap=hw.comm_overlap,
+            pairs=communicating_pairs(schedule),
+        )
+    except ValueError as exc:
+        raise JobError("hardware", str(exc)) from None
+
+
+__all__ = [
+    "BatchSizes",
+    "Hardware",
+    "Job",
+    "JobError",
+    "ParallelLayout",
+    "communicating_pairs",
+    "topology",
+]

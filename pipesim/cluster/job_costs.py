@@ -1,0 +1,224 @@
+"""A job's stage costs: from one ``Job`` (``pipesim.cluster.job``) to what the engine needs.
+
+``split_layers`` cuts the model into the schedule's stages; ``model_costs`` gives every
+stage's durations and sizes from the transformer's FLOPs and the GPU, each device's
+end-of-step work (optimizer step and data-parallel gradient reduction), static memory and
+the MFU inputs. Every problem is a ``JobError`` naming the part of the job.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from pipesim.cluster.job import Job, JobError
+from pipesim.cluster.model import (
+    TransformerModel,
+    data_parallel_allreduce_ms,
+    partition_layers,
+    stage_costs,
+    time_loads,
+)
+from pipesim.cluster.parallel import data_parallel_link
+from pipesim.cluster.pass_time import (
+    TensorParallel,
+    exposed_data_parallel_ms,
+    optimizer_step_ms,
+    with_parameter_gathers,
+)
+from pipesim.cluster.transformer import model_flops_per_step, static_memory
+from pipesim.schedules.ir import Schedule
+from pipesim.schedules.posts import REDUCE_GRAD, UNSHARD
+from pipesim.sim.costs import Costs
+from pipesim.sim.metrics import Accounting
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCosts:
+    costs: Costs
+    accounting: Accounting
+    tail_ms: tuple[float, ...] | None
+
+
+def split_layers(job: Job, stages: int, by_time: bool = False) -> tuple[int, ...]:
+    """The job's layers split over ``stages`` (``partition_layers``). ``"balanced"``
+    equalises FLOPs, or with ``by_time`` stage times (``time_loads``: the memory-bound work
+    and the tensor-parallel setting counted, as training runs them)."""
+    model, par = _model(job), job.parallel
+    try:
+        loads = None
+        if by_time and job.partition == "balanced":
+            tp = TensorParallel(
+                par.tensor,
+                0.0,  # "balanced" balances stage times, TP communication aside
+                par.sequence_parallel,
+                par.tp_overlap,
+                job.efficiency.tensor_overlap_fraction,
+            )
+            size = job.batch.microbatch_size
+            loads = time_loads(model, size, job.hardware.gpu, job.efficiency, tp)
+        return partition_layers(model, stages, job.partition, loads=loads)
+    except ValueError as exc:
+        raise JobError("model", str(exc)) from None
+
+
+def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
+    """Costs, end-of-step tail and accounting of a job with a model, run by ``schedule``
+    (``job.batch.microbatch_size`` samples per microbatch).
+
+    The tail of each device is its optimizer step plus the data-parallel gradient
+    reduction it waits for (all of it, or with ``dp_overlap`` what outlasts its last
+    backward and first forward). Forward-only (``job.training`` False, inference) counts
+    forward FLOPs for MFU, keeps the weights only in static memory (no gradients, no
+    optimizer states) and has no tail.
+    """
+    hw, par, size = job.hardware, job.parallel, job.batch.microbatch_size
+    gpu = hw.gpu
+    if gpu is None:
+        raise JobError("hardware.gpu", "required with a model section")
+    intra, _ = hw.node_links()
+    partition = split_layers(job, schedule.model_stages, by_time=True)
+    model = _model(job)
+    costs = stage_costs(
+        model,
+        partition,
+        size,
+        gpu,
+        job.efficiency,
+        tensor=par.tensor,
+        tensor_link=intra if par.tensor > 1 else None,
+        sequence_parallel=par.sequence_parallel,
+        tensor_overlap=par.tp_overlap,
+    )
+    stages_on: list[list[int]] = [[] for _ in range(schedule.devices)]
+    for stage, device in enumerate(schedule.placement):
+        stages_on[device].append(schedule.model_stage(stage))
+    static = static_memory(
+        model,
+        partition,
+        par.data,
+        par.zero_stage,
+        par.tensor,
+        job.training,
+        pipelined=not _reduces_every_backward(schedule),
+    )
+    tail = None
+    if job.training:
+        costs, tail = _step_tail(job, schedule, partition, costs, stages_on)
+    global_batch = schedule.microbatches * size * par.data
+    accounting = Accounting(
+        static_memory_bytes=tuple(sum(static[k].total_bytes for k in s) for s in stages_on),
+        memory_capacity_bytes=gpu.memory_bytes,
+        replicas=par.data,
+        flops_per_step=model_flops_per_step(model, global_batch, forward_only=not job.training),
+        peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * par.data,
+    )
+    return ModelCosts(costs, accounting, tail)
+
+
+def _model(job: Job) -> TransformerModel:
+    if job.model is None:
+        raise ValueError("the job has no model")
+    return job.model
+
+
+def _step_tail(
+    job: Job,
+    schedule: Schedule,
+    partition: tuple[int, ...],
+    costs: Costs,
+    stages_on: list[list[int]],
+) -> tuple[Costs, tuple[float, ...] | None]:
+    """Each device's end-of-step work: optimizer step and exposed gradient reduction (a ring
+    inside a node; across nodes, reduced inside each node first when a node holds several
+    replicas). With torch's REDUCE_GRAD posts in the schedule, the reduction goes to them,
+    stage by stage, and the optimizer step with them (``_at_reduce_grad_posts``). Under
+    ZeRO-3 every forward and backward also gathers its stage's parameters over the same
+    group, charged to the stage costs (``with_parameter_gathers``), or, in torch's lowered
+    form, to its UNSHARD posts (one gather each, on the gather stream), and the step's
+    reduction is the reduce-scatter alone; without a pipeline every backward
+    reduce-scatters its own gradients, and nothing is left for the end of the step."""
+    par, model = job.parallel, _model(job)
+    optimizer = optimizer_step_ms(
+        model, partition, job.hardware.gpu, job.efficiency, par.data, par.zero_stage, par.tensor
+    )
+    reduction, compute = (0.0,) * len(partition), costs  # compute: before any gathers
+    if par.data > 1:
+        reduction = _gradient_reduction_ms(job, schedule, partition)
+        if par.zero_stage == 3:
+            # An all-gather (or a reduce-scatter) is half a ring all-reduce: n - 1 of its
+            # 2 (n - 1) steps. Every pass gathers its weights; the step only reduce-scatters.
+            reduction = tuple(r / 2 for r in reduction)
+            if any(post.kind == UNSHARD for placed in schedule.posts for _, post in placed):
+                costs = replace(costs, unshard_ms=reduction)  # torch's posts say where
+            elif _reduces_every_backward(schedule):
+                costs = with_parameter_gathers(
+                    costs, reduction, par.dp_overlap, partition, reduction
+                )
+                reduction = (0.0,) * len(reduction)
+            else:  # torch.distributed.pipelining: one reduce-scatter, at REDUCE_GRAD
+                costs = with_parameter_gathers(costs, reduction, par.dp_overlap, partition)
+    if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
+        return _at_reduce_grad_posts(schedule, costs, reduction, optimizer, stages_on), None
+    tail = []
+    for stages in stages_on:
+        exposed = exposed_data_parallel_ms(
+            sum(reduction[k] for k in stages),
+            sum(compute.forward_ms[k] for k in stages),
+            sum(compute.backward_ms[k] for k in stages),
+            par.dp_overlap,
+            gather_weights=par.zero_stage < 3,
+        )
+        tail.append(sum(optimizer[k] for k in stages) + exposed)
+    return costs, (tuple(tail) if any(tail) else None)
+
+
+def _gradient_reduction_ms(
+    job: Job, schedule: Schedule, partition: tuple[int, ...]
+) -> tuple[float, ...]:
+    """Each stage's data-parallel gradient all-reduce over the link its ring runs on."""
+    par = job.parallel
+    (intra, inter), per_node = job.hardware.node_links(), job.gpus_per_node(schedule.devices)
+    link = data_parallel_link(par.tensor, par.data, per_node, intra, inter)
+    # Replicas tensor-innermost: a node holds per_node / tensor of them, or all of them
+    inside = par.tensor * par.data <= per_node  # data_parallel_link's test
+    sharing = 1 if inside else math.gcd(par.data, per_node // par.tensor)
+    return data_parallel_allreduce_ms(
+        _model(job),
+        partition,
+        par.data,
+        link,
+        par.tensor,
+        ranks_per_node=sharing,
+        intra_node_link=intra,
+    )
+
+
+def _reduces_every_backward(schedule: Schedule) -> bool:
+    """Whether ZeRO reduce-scatters the gradients after every backward: without a pipeline
+    (one device, no torch posts) FSDP (torchtitan) and DeepSpeed do; under a pipelining
+    runtime gradients accumulate unsharded until the step's one reduction (REDUCE_GRAD)."""
+    return schedule.devices == 1 and not schedule.posts
+
+
+def _at_reduce_grad_posts(
+    schedule: Schedule,
+    costs: Costs,
+    reduction: tuple[float, ...],
+    optimizer: tuple[float, ...],
+    stages_on: list[list[int]],
+) -> Costs:
+    """Costs for torch's lowered form, whose REDUCE_GRAD posts place each stage's gradient
+    reduction (``Costs.reduce_grad_ms``) and leave the engine no end-of-step tail. torch
+    steps the optimizer after the schedule, once a rank's last reduction is done, so each
+    device's optimizer steps join the last REDUCE_GRAD it posts."""
+    times = list(reduction)
+    for device, placed in enumerate(schedule.posts):
+        reductions = [post.stage for _, post in placed if post.kind == REDUCE_GRAD]
+        if reductions:
+            last = schedule.model_stage(reductions[-1])
+            times[last] += sum(optimizer[k] for k in stages_on[device])
+    return replace(costs, reduce_grad_ms=tuple(times))
+
+
+__all__ = ["ModelCosts", "model_costs", "split_layers"]
