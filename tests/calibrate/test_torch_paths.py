@@ -59,6 +59,7 @@ def _sleep_overshoot_ms(repeats: int = 20) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # a sleep's overshoot on a loaded machine outgrows any fixed slack
 def test_harness_times_synthetic_sleeps():
     spec = StageSpec("synthetic", forward_ms=2.0, backward_input_ms=1.0, backward_weight_ms=3.0)
     before = _sleep_overshoot_ms()
