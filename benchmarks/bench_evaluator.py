@@ -66,8 +66,8 @@ def _schedule_and_costs(name: str, actions: int):
 
 def _warm_up(numba: bool) -> float:
     """Seconds to get the compiled sweep ready in this process (0 without numba)."""
-    from pipesim.sim.evaluate import evaluate
-    from pipesim.sim.fast_sweep import compiled_kernel, prefer_compiled
+    from pipesim.sim.fast.choose import evaluate
+    from pipesim.sim.fast.kernel import compiled_kernel, prefer_compiled
     from pipesim.sim.links import Link, Topology
 
     prefer_compiled(numba)
@@ -82,7 +82,7 @@ def _warm_up(numba: bool) -> float:
 
 def one_run(name: str, actions: int, numba: bool, engine: bool = True) -> dict:
     from pipesim.sim.engine import simulate
-    from pipesim.sim.evaluate import evaluate
+    from pipesim.sim.fast.choose import evaluate
     from pipesim.sim.links import Link, Topology
 
     warm_s = _warm_up(numba)

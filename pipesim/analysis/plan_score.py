@@ -44,7 +44,7 @@ from pipesim.scenario.schema import ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
-from pipesim.sim.evaluate import evaluate
+from pipesim.sim.fast.choose import evaluate
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import Accounting, Report, build_report

@@ -19,7 +19,7 @@ from pipesim.scenario.schema import ScenarioError
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, decode_metrics
 from pipesim.sim.engine import DurationScale
-from pipesim.sim.evaluate import EVALUATORS, evaluate, fast_unsupported
+from pipesim.sim.fast.choose import EVALUATORS, evaluate, fast_unsupported
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
 from pipesim.sim.metrics import Report, build_report
 from pipesim.sim.trace import Trace
@@ -88,7 +88,7 @@ def run_scenario(
     variability (``seed`` makes it reproducible; ``progress(1)`` after each step; always
     on the SimPy engine). ``critical_path``: also walk the critical path and the cause of
     every idle gap. ``evaluator``: ``auto``, ``fast`` or ``simpy`` for the step
-    (``pipesim.sim.evaluate``; ScenarioError where ``fast`` cannot run it).
+    (``pipesim.sim.fast.choose``; ScenarioError where ``fast`` cannot run it).
     """
     if runs is not None:
         check_study_size(scenario, runs)

@@ -2,7 +2,7 @@
 
 Rows are matched by what they are (a compute action, a transfer, a tail), since the
 two evaluators may order rows that end at the same instant differently
-(``pipesim.sim.fast_rows``). Times must agree to 1e-9 relative (in practice, to the bit),
+(``pipesim.sim.fast.rows``). Times must agree to 1e-9 relative (in practice, to the bit),
 causes exactly, and a cause's row must be the same row, except the pipeline flush, which
 may name any row ending at the flush.
 """
@@ -30,8 +30,8 @@ from pipesim.schedules.torch_csv import read_torch_csv
 from pipesim.sim.closed_form import closed_form
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import DeadlockError, simulate
-from pipesim.sim.evaluate import EVALUATORS, evaluate, fast_unsupported
-from pipesim.sim.fast_index import schedule_index
+from pipesim.sim.fast.choose import EVALUATORS, evaluate, fast_unsupported
+from pipesim.sim.fast.index import schedule_index
 from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import build_report

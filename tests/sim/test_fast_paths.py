@@ -1,6 +1,6 @@
 """The sweep's two runners, compiled (numba) and plain Python, give the same Trace.
 
-Both run one source (``pipesim.sim.fast_sweep.sweep_kernel``); these tests pin that the
+Both run one source (``pipesim.sim.fast.kernel.sweep_kernel``); these tests pin that the
 compiled one keeps the Python one's floating-point operations and order: every array of
 the Trace equal, times to the bit, on every policy with random costs and links (groups,
 held sends, gaps and overheads included), on random schedules, and a deadlock found by
@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Action, F, I, W, schedule_from_lists
-from pipesim.sim import fast as fast_module
 from pipesim.sim.costs import uniform_costs
-from pipesim.sim.fast import fast_simulate, link_times, node_durations, sweep
-from pipesim.sim.fast_index import schedule_index
-from pipesim.sim.fast_sweep import compiled_kernel, prefer_compiled
+from pipesim.sim.fast import evaluator as fast_module
+from pipesim.sim.fast.evaluator import fast_simulate, link_times, node_durations, sweep
+from pipesim.sim.fast.index import schedule_index
+from pipesim.sim.fast.kernel import compiled_kernel, prefer_compiled
 from pipesim.sim.links import Link, Topology
 from tests.sim.test_fast import dedicated, policy_scenarios
 from tests.sim.test_properties import random_schedules

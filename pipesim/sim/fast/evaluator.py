@@ -12,9 +12,9 @@ So every start and end is fixed by the dependency graph alone, a longest-path pr
 ``sweep`` solves it in one pass over the graph: it visits the devices in turn and runs
 each as far as its inputs are known, so every node is computed once, after what it
 waits for, with the engine's own floating-point operations in the engine's order. The
-loop is ``pipesim.sim.fast_sweep``'s, compiled by numba where that optional extra is
+loop is ``pipesim.sim.fast.kernel``'s, compiled by numba where that optional extra is
 installed and plain Python otherwise, with the same results to the bit.
-Everything around the pass is bulk NumPy (``pipesim.sim.fast_rows``): the durations and
+Everything around the pass is bulk NumPy (``pipesim.sim.fast.rows``): the durations and
 link times it reads, and the Trace it yields, with the same rows, times and causes as
 ``pipesim.sim.engine.simulate``.
 
@@ -26,7 +26,7 @@ back and forth between the last two devices once per microbatch (124 rounds at D
 m=64), so the rounds grow with the microbatches and each costs a pass over every node.
 The pass here costs one visit per node, whatever the path.
 
-What it cannot express goes to the engine (``pipesim.sim.evaluate``): channels shared
+What it cannot express goes to the engine (``pipesim.sim.fast.choose``): channels shared
 by several senders (served first come, first served across senders, with a tie rule
 over the instant), random durations or link times, torch's runtime posts, negative
 times. An invalid schedule or a deadlock also goes to the engine, whose validator says
@@ -42,9 +42,9 @@ import numpy as np
 
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
-from pipesim.sim.fast_index import ScheduleIndex, remember, schedule_index
-from pipesim.sim.fast_rows import LinkTimes, build_trace
-from pipesim.sim.fast_sweep import SweepResult, run_sweep
+from pipesim.sim.fast.index import ScheduleIndex, remember, schedule_index
+from pipesim.sim.fast.kernel import SweepResult, run_sweep
+from pipesim.sim.fast.rows import LinkTimes, build_trace
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import Trace
 
@@ -188,7 +188,7 @@ def sweep(
 ) -> SweepResult | None:
     """Every node's start, end and cause, every message's arrival and the time it entered
     its channel, and the runs of nodes in the order they were computed (a topological
-    order): a ``SweepResult``, or None on a deadlock. The loop itself is ``pipesim.sim.fast_sweep``'s (compiled where numba is
+    order): a ``SweepResult``, or None on a deadlock. The loop itself is ``pipesim.sim.fast.kernel``'s (compiled where numba is
     installed); ``hold``: a send keeps its device busy until it arrives."""
     times = (duration, links.channel, links.occupancy_ms, links.latency_ms)
     return run_sweep(index.graph, times, links.channels, overhead_ms, hold, _spare_for(index))

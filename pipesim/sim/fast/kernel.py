@@ -36,7 +36,7 @@ _graph_buffers: list = []  # (graph, its buffers) for the Python loop, the last 
 
 
 class SweepGraph(NamedTuple):
-    """The graph the sweep walks, as flat int64 vectors (``pipesim.sim.fast_index``):
+    """The graph the sweep walks, as flat int64 vectors (``pipesim.sim.fast.index``):
     device ranges, each node's input and output (a message, -1, or ``-2 - g`` for group
     g), and the groups' message lists in compressed form (group g's inputs are
     ``group_inputs[group_input_first[g]:group_input_first[g + 1]]``, likewise outputs)."""

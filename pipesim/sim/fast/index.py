@@ -33,8 +33,8 @@ from operator import itemgetter
 import numpy as np
 
 from pipesim.schedules.ir import B, F, I, Kind, Schedule
-from pipesim.sim.fast_check import schedule_fault
-from pipesim.sim.fast_sweep import SweepGraph
+from pipesim.sim.fast.check import schedule_fault
+from pipesim.sim.fast.kernel import SweepGraph
 from pipesim.sim.trace import KIND_CODE, KIND_CODES, SEND_B, SEND_F
 
 _F, _B, _I = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
@@ -52,7 +52,7 @@ class ScheduleIndex:
     ``node_microbatch`` (-1 for a group), ``node_model_stage`` (the layer group whose cost
     it takes; -1 for a group), ``node_action`` (object array). ``bounds[d]:bounds[d+1]``
     are device d's nodes. ``graph``: what the sweep walks, each node's input and output
-    message among it (``pipesim.sim.fast_sweep.SweepGraph``).
+    message among it (``pipesim.sim.fast.kernel.SweepGraph``).
     Per message: ``message_node`` (its producer), ``message_src``/``message_dst``
     (devices), ``message_kind`` (SEND_F or SEND_B), ``message_stage`` and
     ``message_microbatch`` (the producing atom), ``message_atom`` (object array).

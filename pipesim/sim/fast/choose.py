@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.engine import DurationScale, check_arguments, simulate
-from pipesim.sim.fast import fast_simulate, unsupported
+from pipesim.sim.fast.evaluator import fast_simulate, unsupported
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import Trace
 

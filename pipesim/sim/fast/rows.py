@@ -1,6 +1,6 @@
 """The fast evaluator's Trace: rows, causes and their order, from the sweep's times.
 
-The sweep (``pipesim.sim.fast_sweep``) records, as it computes them, what each row
+The sweep (``pipesim.sim.fast.kernel``) records, as it computes them, what each row
 needs: a node's start, end and cause (its device falling free, a held send, or its
 input, the input only if strictly later, as in the engine; the first node of a device
 with no late input starts at 0 with no cause), and a message's entry into its channel
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipesim.sim.fast_index import ScheduleIndex, remember
-from pipesim.sim.fast_sweep import SweepResult
+from pipesim.sim.fast.index import ScheduleIndex, remember
+from pipesim.sim.fast.kernel import SweepResult
 from pipesim.sim.trace import (
     ALLREDUCE,
     CAUSE_CHANNEL,
