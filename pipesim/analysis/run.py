@@ -174,9 +174,7 @@ def study(scenario: Scenario, runs: int, seed: int, progress: Progress | None = 
     deterministic step)."""
 
     def run_step(duration_scale, link_scale):
-        report = simulate_step(
-            scenario, duration_scale, link_scale, evaluator=Evaluator.SIMPY
-        ).report
+        report = simulate_step(scenario, duration_scale, link_scale, evaluator="simpy").report
         return report.makespan_ms, report.bubble_fraction
 
     variability = scenario.variability or Variability()

@@ -3,8 +3,9 @@
 The sweep (see ``pipesim.sim.fast``) visits every compute node once, in an order where
 each comes after what it waits for: devices in turn, each running on while its next
 node's input is known. On the way it records what the Trace needs of each node and
-message: start, end, cause, when it was due, when a message entered its channel. That is a loop over a million small integers, which Python runs
-at a few million steps a second and machine code at a few hundred million.
+message: start, end, cause, when it was due, when a message entered its channel. That
+is a loop over a million small integers, which Python runs at a few million steps a
+second and machine code at a few hundred million.
 
 So the loop is written once, as a plain function over indexable buffers
 (``sweep_kernel``), and run in one of two ways:
@@ -18,6 +19,9 @@ So the loop is written once, as a plain function over indexable buffers
 Both run the same source, hence the same floating-point operations in the same order:
 their timelines agree to the bit, and both are the engine's (no fast-math, no
 reassociation: numba keeps IEEE semantics unless asked otherwise).
+
+``longest_paths`` is the entry: one sweep of a graph, into the buffers a caller's
+``SweepBuffers`` kept from the last sweep of it, where there are any.
 """
 
 from __future__ import annotations
