@@ -46,7 +46,7 @@ from pipesim.scenario.schema import ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
-from pipesim.sim.evaluate import evaluate
+from pipesim.sim.fast import EvaluatorCache, simulate_with
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import Accounting, Report, build_report
@@ -105,6 +105,7 @@ class Scorer:
         self._derived: dict[tuple, ModelCosts] = {}
         self._topologies: dict[tuple, Topology] = {}
         self._timelines: dict[tuple, tuple[Report, str, str]] = {}
+        self._evaluator_cache = EvaluatorCache()  # schedule indexes, sweep buffers
 
     def score(self, c: Candidate) -> Outcome:
         """Prune or score one candidate."""
@@ -129,12 +130,13 @@ class Scorer:
         # alone (the ZeRO stage where the optimizer step does not change) share one
         shared = (key, derived.costs, derived.tail_ms, where, not c.dp_overlap)
         if shared not in self._timelines:
-            trace, evaluator = evaluate(
+            trace, evaluator = simulate_with(
                 schedule,
                 derived.costs,
                 topology,
                 tail_ms=derived.tail_ms,
                 tail_after_flush=not c.dp_overlap,
+                cache=self._evaluator_cache,
             )
             memory = memory_timelines(trace, schedule, derived.costs)
             report = build_report(

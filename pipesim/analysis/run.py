@@ -19,7 +19,7 @@ from pipesim.scenario.schema import ScenarioError
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, decode_metrics
 from pipesim.sim.engine import DurationScale
-from pipesim.sim.evaluate import EVALUATORS, evaluate, fast_unsupported
+from pipesim.sim.fast import Evaluator, EvaluatorCache, fast_unsupported, simulate_with
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
 from pipesim.sim.metrics import Report, build_report
 from pipesim.sim.trace import Trace
@@ -80,7 +80,8 @@ def run_scenario(
     seed: int = 0,
     critical_path: bool = False,
     progress: Progress | None = None,
-    evaluator: str = "auto",
+    evaluator: Evaluator | str = Evaluator.AUTO,
+    cache: EvaluatorCache | None = None,
 ) -> Result:
     """Simulate one step of ``scenario`` and measure it.
 
@@ -88,11 +89,12 @@ def run_scenario(
     variability (``seed`` makes it reproducible; ``progress(1)`` after each step; always
     on the SimPy engine). ``critical_path``: also walk the critical path and the cause of
     every idle gap. ``evaluator``: ``auto``, ``fast`` or ``simpy`` for the step
-    (``pipesim.sim.evaluate``; ScenarioError where ``fast`` cannot run it).
+    (``pipesim.sim.fast``; ScenarioError where ``fast`` cannot run it). ``cache``: what
+    the fast evaluator keeps between calls (a sweep worker holds one for its points).
     """
     if runs is not None:
         check_study_size(scenario, runs)
-    result = simulate_step(scenario, evaluator=evaluator)
+    result = simulate_step(scenario, evaluator=evaluator, cache=cache)
     summary = study(scenario, runs, seed, progress).summary() if runs is not None else None
     return Result(
         scenario,
@@ -128,20 +130,23 @@ def simulate_step(
     scenario: Scenario,
     duration_scale: DurationScale | None = None,
     link_scale: Callable[[int, int], float] | None = None,
-    evaluator: str = "auto",
+    evaluator: Evaluator | str = Evaluator.AUTO,
+    cache: EvaluatorCache | None = None,
 ) -> Result:
     """Simulate one step, bare (``duration_scale`` and ``link_scale``: one random step of a
     Monte Carlo study, see ``pipesim.sim.variability``), with the ``evaluator`` asked for
-    (``report.evaluator`` says which ran)."""
-    trace, evaluator = evaluate(
+    (``report.evaluator`` says which ran); ``cache``: see ``run_scenario``."""
+    cache = cache or EvaluatorCache()  # one schedule index for the choice and the step
+    trace, evaluator = simulate_with(
         scenario.schedule,
         scenario.costs,
         scenario.topology,
-        evaluator=choose_evaluator(scenario, evaluator, duration_scale or link_scale),
+        evaluator=choose_evaluator(scenario, evaluator, duration_scale or link_scale, cache),
         duration_scale=duration_scale,
         link_scale=link_scale,
         tail_ms=scenario.tail_ms,
         tail_after_flush=scenario.tail_after_flush,
+        cache=cache,
     )
     memory = memory_timelines(trace, scenario.schedule, scenario.costs)
     report = build_report(
@@ -176,22 +181,28 @@ def study(scenario: Scenario, runs: int, seed: int, progress: Progress | None = 
     return monte_carlo(variability, scenario.schedule, run_step, runs, seed, progress)
 
 
-def choose_evaluator(scenario: Scenario, evaluator: str, random_step: object = None) -> str:
+def choose_evaluator(
+    scenario: Scenario,
+    evaluator: Evaluator | str,
+    random_step: object = None,
+    cache: EvaluatorCache | None = None,
+) -> Evaluator:
     """The evaluator to run a step of ``scenario`` with: ``auto`` keeps the engine for a
     scenario with ``variability:`` (its steps are random); ScenarioError, one line, where
     ``fast`` is asked for and cannot run the scenario exactly."""
-    if evaluator not in EVALUATORS:
-        raise ScenarioError(f"--evaluator {evaluator!r}: allowed: {', '.join(EVALUATORS)}")
-    if evaluator == "simpy" or random_step:
+    if evaluator not in tuple(Evaluator):
+        raise ScenarioError(f"--evaluator {evaluator!r}: allowed: {', '.join(Evaluator)}")
+    evaluator = Evaluator(evaluator)
+    if evaluator is Evaluator.SIMPY or random_step:
         return evaluator
-    reason = fast_unsupported(scenario.schedule, scenario.costs, scenario.topology)
+    reason = fast_unsupported(scenario.schedule, scenario.costs, scenario.topology, cache=cache)
     if reason is None and scenario.variability is not None:
         reason = "the scenario has a variability: section (random steps), run by the engine"
     if reason is None:
         return evaluator
-    if evaluator == "fast":
+    if evaluator is Evaluator.FAST:
         raise ScenarioError(f"{scenario.name}: --evaluator fast cannot run it: {reason}")
-    return "simpy"
+    return Evaluator.SIMPY
 
 
 def _explain(result: Result) -> Explanation:

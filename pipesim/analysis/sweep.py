@@ -36,6 +36,7 @@ from pipesim.analysis.run import run_scenario
 from pipesim.scenario.build import apply_overrides
 from pipesim.scenario.load import load_yaml
 from pipesim.scenario.schema import ScenarioError
+from pipesim.sim.fast import EvaluatorCache
 
 
 class SweepError(ValueError):
@@ -100,8 +101,15 @@ def grid_points(axes: Sequence[GridAxis]) -> list[tuple[str, ...]]:
 # The worker: plain data in, plain data out (picklable, for processes and Dask)
 
 
-def run_point(base: dict, source: str, keys: Sequence[str], raw: Sequence[str]) -> dict:
-    """Simulate one point; the report's scalars, or ``{"error": text}``.
+def run_point(
+    base: dict,
+    source: str,
+    keys: Sequence[str],
+    raw: Sequence[str],
+    cache: EvaluatorCache | None = None,
+) -> dict:
+    """Simulate one point; the report's scalars, or ``{"error": text}`` (``cache``: the
+    fast evaluator's, shared by the points of a chunk).
 
     A point of a ``pipeline.schedule`` grid (without a ``pipeline.virtual_stages`` one)
     runs each schedule at the chunk count it needs, the same model cut finer, as
@@ -114,14 +122,16 @@ def run_point(base: dict, source: str, keys: Sequence[str], raw: Sequence[str]) 
         pipeline = data.get("pipeline")
         name = pipeline.get("schedule") if refit and isinstance(pipeline, dict) else None
         scenario, _ = scenario_for_schedule(data, source, name)
-        return run_scenario(scenario).scalars()
+        return run_scenario(scenario, cache=cache).scalars()
     except Exception as exc:  # noqa: BLE001 - one bad point is a row, never a lost sweep
         return {"error": error_line(exc, source)}
 
 
 def run_chunk(base: dict, source: str, keys: Sequence[str], chunk: Sequence) -> list:
-    """``[(index, row), ...]`` for a chunk of ``(index, raw values)`` points."""
-    return [(index, run_point(base, source, keys, raw)) for index, raw in chunk]
+    """``[(index, row), ...]`` for a chunk of ``(index, raw values)`` points (one
+    evaluator cache for them all: points that share a schedule lay it out once)."""
+    cache = EvaluatorCache()
+    return [(index, run_point(base, source, keys, raw, cache)) for index, raw in chunk]
 
 
 def error_line(exc: BaseException, source: str) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from pipesim.sim.fast import Evaluator
+
 set_option = click.option(
     "--set",
     "overrides",
@@ -16,7 +18,7 @@ no_progress_option = click.option(
 )
 evaluator_option = click.option(
     "--evaluator",
-    type=click.Choice(["auto", "fast", "simpy"]),
+    type=click.Choice([evaluator.value for evaluator in Evaluator]),
     default="auto",
     show_default=True,
     help="fast: the NumPy sweep (deterministic scenarios); simpy: the event engine; "

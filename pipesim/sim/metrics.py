@@ -22,6 +22,7 @@ import numpy as np
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.closed_form import Analytic, closed_form
 from pipesim.sim.costs import Costs
+from pipesim.sim.fast.choose import Evaluator
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
 from pipesim.sim.trace import COMPUTE, Trace
@@ -84,7 +85,7 @@ class Report:
     step_time_ms: float = 0.0  # the makespan, end-of-step collectives included
     mfu: float | None = None
     oom: bool = False
-    evaluator: str = "simpy"  # which evaluator computed the timeline: "simpy" or "fast"
+    evaluator: Evaluator = Evaluator.SIMPY  # which computed the timeline: SIMPY or FAST
 
     def to_dict(self) -> dict:
         data = asdict(self)

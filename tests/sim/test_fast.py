@@ -2,11 +2,13 @@
 
 Rows are matched by what they are (a compute action, a transfer, a tail), since the
 two evaluators may order rows that end at the same instant differently
-(``pipesim.sim.fast_rows``). Times must agree to 1e-9 relative (in practice, to the bit),
+(``pipesim.sim.fast.rows``). Times must agree to 1e-9 relative (in practice, to the bit),
 causes exactly, and a cause's row must be the same row, except the pipeline flush, which
 may name any row ending at the flush.
 """
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +32,13 @@ from pipesim.schedules.torch_csv import read_torch_csv
 from pipesim.sim.closed_form import closed_form
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import DeadlockError, simulate
-from pipesim.sim.evaluate import EVALUATORS, evaluate, fast_unsupported
-from pipesim.sim.fast_index import schedule_index
+from pipesim.sim.fast import (
+    Evaluator,
+    EvaluatorCache,
+    fast_unsupported,
+    parse_evaluator,
+    simulate_with,
+)
 from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import build_report
@@ -104,9 +111,9 @@ def assert_rows_follow_their_causes(trace):
     assert (trace.start[trace.cause == CAUSE_START] == 0).all()
 
 
-def both(schedule, costs, topology=None, **kwargs):
+def both(schedule, costs, topology=None, cache=None, **kwargs):
     engine = simulate(schedule, costs, topology, **kwargs)
-    fast, which = evaluate(schedule, costs, topology, evaluator="fast", **kwargs)
+    fast, which = simulate_with(schedule, costs, topology, evaluator="fast", cache=cache, **kwargs)
     assert which == "fast"
     assert_same_trace(engine, fast)
     assert_rows_follow_their_causes(fast)
@@ -209,7 +216,7 @@ def test_zero_bubble_table_5_through_the_fast_evaluator(row):
     topology = latency_topology(p, t_comm)
     for name, cell in zip(["1f1b", "zb-h1", "zb-h2"], expected, strict=True):
         schedule = get_schedule(name, p, m)
-        trace, which = evaluate(schedule, costs, topology)
+        trace, which = simulate_with(schedule, costs, topology)
         assert which == "fast"
         assert round(build_report(trace, schedule, costs).span_bubble_rate, 4) == cell, name
 
@@ -232,7 +239,7 @@ def test_closed_forms_through_the_fast_evaluator(name, p, k, v, f, b, hop_quarte
     topology = latency_topology(p, hop_quarters / 4)
     analytic = closed_form(schedule, costs, topology)
     assume(analytic is not None)  # 1F1B's formula with latency holds only where F >= B
-    trace, which = evaluate(schedule, costs, topology)
+    trace, which = simulate_with(schedule, costs, topology)
     assert which == "fast"
     assert trace.makespan_ms == pytest.approx(analytic.makespan_ms, rel=1e-12)
 
@@ -247,11 +254,11 @@ def test_auto_takes_the_engine_for_shared_channels_and_variability():
     link = Link(latency_us=10, bandwidth_gbps=1.0)
     shared = Topology(4, default=link, channels={(0, 1): "switch", (2, 1): "switch"})
     assert "shared by several senders" in fast_unsupported(schedule, costs, shared)
-    trace, which = evaluate(schedule, costs, shared)
+    trace, which = simulate_with(schedule, costs, shared)
     assert which == "simpy"
     assert np.array_equal(trace.end, simulate(schedule, costs, shared).end)
     with pytest.raises(ValueError, match="channel 'switch' is shared by several senders"):
-        evaluate(schedule, costs, shared, evaluator="fast")
+        simulate_with(schedule, costs, shared, evaluator="fast")
     # One sender on a named channel is still a dedicated channel.
     single = Topology(4, default=link, channels={(0, 1): "nic0", (2, 3): "nic1"})
     assert fast_unsupported(schedule, costs, single) is None
@@ -259,15 +266,15 @@ def test_auto_takes_the_engine_for_shared_channels_and_variability():
     noise = {"duration_scale": lambda d, a: 1.0, "link_scale": lambda s, d: 1.0}
     for key, scale in noise.items():
         assert "at random" in fast_unsupported(schedule, costs, None, **{key: scale})
-        assert evaluate(schedule, costs, None, **{key: scale})[1] == "simpy"
+        assert simulate_with(schedule, costs, None, **{key: scale})[1] == "simpy"
         with pytest.raises(ValueError, match=f"at random \\({key}\\)"):
-            evaluate(schedule, costs, None, evaluator="fast", **{key: scale})
+            simulate_with(schedule, costs, None, evaluator="fast", **{key: scale})
     negative = uniform_costs(4, 1.0, -2.0)
     assert "negative" in fast_unsupported(schedule, negative)
-    assert evaluate(schedule, costs, None, evaluator="simpy")[1] == "simpy"
+    assert simulate_with(schedule, costs, None, evaluator="simpy")[1] == "simpy"
     with pytest.raises(ValueError, match="unknown evaluator 'quick'; allowed: auto, fast, simpy"):
-        evaluate(schedule, costs, evaluator="quick")
-    assert EVALUATORS == ("auto", "fast", "simpy")
+        simulate_with(schedule, costs, evaluator="quick")
+    assert tuple(Evaluator) == ("auto", "fast", "simpy")
 
 
 def test_runtime_posts_go_to_the_engine():
@@ -275,42 +282,79 @@ def test_runtime_posts_go_to_the_engine():
     schedule = read_torch_csv(path.read_text(), "zbv")
     costs = uniform_costs(schedule.model_stages, 1.0, 2.0)
     assert "runtime posts" in fast_unsupported(schedule, costs)
-    assert evaluate(schedule, costs)[1] == "simpy"
+    assert simulate_with(schedule, costs)[1] == "simpy"
 
 
 def test_invalid_and_deadlocked_schedules_raise_the_engines_errors():
     costs = uniform_costs(2)
     backward_first = [[Action(0, F, 0), Action(0, B, 0)], [Action(1, B, 0), Action(1, F, 0)]]
-    for evaluator in EVALUATORS:
+    for evaluator in Evaluator:
         with pytest.raises(ScheduleError, match="1B0 comes before 1F0"):
-            evaluate(schedule_from_lists(backward_first), costs, evaluator=evaluator)
+            simulate_with(schedule_from_lists(backward_first), costs, evaluator=evaluator)
     cycle = [
         [Action(0, F, 0), Action(0, B, 0), Action(0, F, 1), Action(0, B, 1)],
         [Action(1, F, 1), Action(1, F, 0), Action(1, B, 0), Action(1, B, 1)],
     ]
     with pytest.raises(DeadlockError, match="rank 1 step 0: 1F1 waits for the activation"):
-        evaluate(schedule_from_lists(cycle), costs, evaluator="fast")
+        simulate_with(schedule_from_lists(cycle), costs, evaluator="fast")
 
 
 def test_costs_or_tails_that_do_not_fit_the_schedule_are_refused_by_every_evaluator():
     schedule = get_schedule("1f1b", 4, 8)
-    for evaluator in EVALUATORS:
+    for evaluator in Evaluator:
         with pytest.raises(ValueError, match="^costs cover 3 stages, the schedule needs 4$"):
-            evaluate(schedule, uniform_costs(3), evaluator=evaluator)
+            simulate_with(schedule, uniform_costs(3), evaluator=evaluator)
         with pytest.raises(ValueError, match="^tail_ms has 3 entries, expected 4$"):
-            evaluate(schedule, uniform_costs(4), tail_ms=[1.0] * 3, evaluator=evaluator)
+            simulate_with(schedule, uniform_costs(4), tail_ms=[1.0] * 3, evaluator=evaluator)
 
 
 def test_one_schedule_under_many_costs_reuses_its_index():
     schedule = get_schedule("zbv", 4, 8, 2)
-    assert schedule_index(schedule) is schedule_index(get_schedule("zbv", 4, 8, 2))
-    assert schedule_index(schedule) is not schedule_index(get_schedule("zbv", 4, 16, 2))
+    cache = EvaluatorCache()
+    assert cache.index(schedule) is cache.index(get_schedule("zbv", 4, 8, 2))
+    assert cache.index(schedule) is not cache.index(get_schedule("zbv", 4, 16, 2))
     topology = Topology(4, default=Link(latency_us=40, bandwidth_gbps=10.0))
     for forward in (0.5, 1.0, 1.75):
         costs = uniform_costs(
             8, forward, backward_input_ms=1.0, backward_weight_ms=0.25, activation_bytes=2e6
         )
-        both(schedule, costs, topology)
+        both(schedule, costs, topology, cache)
+    assert cache.index_builds == 2  # the two schedules above, each laid out once
+
+
+def test_a_held_cache_is_reused_and_two_caches_share_nothing():
+    schedule = get_schedule("interleaved-1f1b", 4, 8, 2)
+    costs = uniform_costs(8, 1.0, 2.0, activation_bytes=1e6)
+    topology = Topology(4, default=Link(latency_us=10, bandwidth_gbps=20.0))
+    mine, theirs = EvaluatorCache(), EvaluatorCache()
+    first, which = simulate_with(schedule, costs, topology, cache=mine)
+    assert which is Evaluator.FAST and mine.index_builds == 1
+    again = simulate_with(get_schedule("interleaved-1f1b", 4, 8, 2), costs, topology, cache=mine)
+    assert mine.index_builds == 1  # the same schedule by content: no second layout
+    assert np.array_equal(again[0].end, first.end)
+    assert mine.buffers.holds(mine.index(schedule).graph)  # the next sweep reuses them
+    assert theirs.index_builds == 0 and not theirs.buffers.holds(mine.index(schedule).graph)
+    simulate_with(schedule, uniform_costs(8, 2.0, 1.0), topology, cache=theirs)
+    assert (mine.index_builds, theirs.index_builds) == (1, 1)
+    assert theirs.index(schedule) is not mine.index(schedule)
+    # without a cache, every call builds afresh and gives the same answer
+    fresh, _ = simulate_with(schedule, costs, topology)
+    assert fresh.end.tobytes() == first.end.tobytes() and mine.index_builds == 1
+
+
+def test_the_evaluator_enum_round_trips_through_the_report_json():
+    schedule = get_schedule("1f1b", 2, 4)
+    costs = uniform_costs(2, 1.0, 2.0)
+    trace, which = simulate_with(schedule, costs)
+    report = replace(build_report(trace, schedule, costs), evaluator=which)
+    text = json.dumps(report.to_dict())
+    as_strings = json.dumps(report.to_dict() | {"evaluator": "fast"})
+    assert text == as_strings and '"evaluator": "fast"' in text  # byte for byte the string
+    assert Evaluator(json.loads(text)["evaluator"]) is Evaluator.FAST is which
+    assert f"{which}" == str(which) == "fast"
+    assert build_report(trace, schedule, costs).evaluator is Evaluator.SIMPY  # the default
+    with pytest.raises(ValueError, match="unknown evaluator 'numpy'; allowed: auto, fast"):
+        parse_evaluator("numpy")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -319,7 +363,7 @@ def test_idle_gaps_and_their_causes_match_the_engine(case):
     # Every idle stretch of every device, and what it waited for, read off either trace.
     schedule, costs, topology = case
     engine = explain(simulate(schedule, costs, topology), schedule, topology)
-    fast = explain(evaluate(schedule, costs, topology)[0], schedule, topology)
+    fast = explain(simulate_with(schedule, costs, topology)[0], schedule, topology)
     assert fast.gaps == engine.gaps
     assert [s["end_ms"] for s in fast.critical_path][-1] == engine.makespan_ms
 
@@ -350,10 +394,10 @@ def test_broken_schedules_fail_as_in_the_engine(case, data):
         engine = simulate(broken, costs, topology)
     except (ScheduleError, DeadlockError) as error:
         with pytest.raises(type(error)) as raised:
-            evaluate(broken, costs, topology, evaluator="fast")
+            simulate_with(broken, costs, topology, evaluator="fast")
         assert str(raised.value) == str(error)
         return
-    fast, which = evaluate(broken, costs, topology, evaluator="fast")
+    fast, which = simulate_with(broken, costs, topology, evaluator="fast")
     assert which == "fast"  # what the engine runs, the sweep runs too
     assert_same_trace(engine, fast)
 
@@ -402,7 +446,7 @@ def test_hand_worked_timelines(overlap, expected):
     costs = uniform_costs(2, 1.0, 2.0, activation_bytes=500_000)
     link = Link(latency_us=250, bandwidth_gbps=1.0)
     topology = Topology(2, default=link, comm_overlap=overlap)
-    trace, which = evaluate(schedule, costs, topology)
+    trace, which = simulate_with(schedule, costs, topology)
     frame = trace.frame
     rows = list(zip(frame.name, frame.start, frame.end, frame.cause, strict=True))
     assert (which, rows) == ("fast", expected)
@@ -419,7 +463,7 @@ def test_a_channel_named_after_another_pair_is_shared_too():
     assert "channel '2->3' is shared by several senders" in fast_unsupported(
         schedule, costs, topology
     )
-    assert evaluate(schedule, costs, topology)[1] == "simpy"
+    assert simulate_with(schedule, costs, topology)[1] == "simpy"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -429,7 +473,7 @@ def test_auto_is_exact_with_any_channels(case):
     # auto takes the sweep, it gives the engine's trace.
     schedule, costs, topology = case
     engine = simulate(schedule, costs, topology)
-    trace, which = evaluate(schedule, costs, topology)
+    trace, which = simulate_with(schedule, costs, topology)
     if which == "fast":
         assert_same_trace(engine, trace)
     else:

@@ -1,6 +1,6 @@
 """The sweep's two runners, compiled (numba) and plain Python, give the same Trace.
 
-Both run one source (``pipesim.sim.fast_sweep.sweep_kernel``); these tests pin that the
+Both run one source (``pipesim.sim.fast.kernel.sweep_kernel``); these tests pin that the
 compiled one keeps the Python one's floating-point operations and order: every array of
 the Trace equal, times to the bit, on every policy with random costs and links (groups,
 held sends, gaps and overheads included), on random schedules, and a deadlock found by
@@ -13,11 +13,10 @@ from hypothesis import HealthCheck, given, settings
 
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Action, F, I, W, schedule_from_lists
-from pipesim.sim import fast as fast_module
 from pipesim.sim.costs import uniform_costs
-from pipesim.sim.fast import fast_simulate, link_times, node_durations, sweep
-from pipesim.sim.fast_index import schedule_index
-from pipesim.sim.fast_sweep import compiled_kernel, prefer_compiled
+from pipesim.sim.fast import EvaluatorCache
+from pipesim.sim.fast.evaluator import fast_simulate, link_times, node_durations, sweep
+from pipesim.sim.fast.kernel import SweepBuffers, compiled_kernel
 from pipesim.sim.links import Link, Topology
 from tests.sim.test_fast import dedicated, policy_scenarios
 from tests.sim.test_properties import random_schedules
@@ -43,12 +42,9 @@ def both_runners(schedule, costs, topology, **kwargs):
     """The fast Trace with the compiled sweep, then with the Python one."""
     traces = []
     for compiled in (True, False):
-        previous = prefer_compiled(compiled)
-        try:
-            assert (compiled_kernel() is not None) == compiled
-            traces.append(fast_simulate(schedule, costs, topology, **kwargs))
-        finally:
-            prefer_compiled(previous)
+        assert (compiled_kernel(compiled) is not None) == compiled
+        cache = EvaluatorCache(compiled=compiled)
+        traces.append(fast_simulate(schedule, costs, topology, cache=cache, **kwargs))
     return traces
 
 
@@ -83,7 +79,7 @@ def test_random_schedules_give_one_trace_on_both_runners(case):
 def test_dualpipe_groups_and_held_sends_on_both_runners():
     # DualPipeV runs overlapped F&B pairs as groups; sends that hold their device.
     schedule = get_schedule("dualpipev", 4, 16, 2)
-    assert schedule_index(schedule).groups
+    assert EvaluatorCache().index(schedule).groups
     stages = schedule.model_stages
     costs = uniform_costs(
         stages,
@@ -122,16 +118,13 @@ def test_a_deadlock_stops_both_runners():
         ],
     ]
     schedule = schedule_from_lists(cycle)
-    index = schedule_index(schedule)
+    index = EvaluatorCache().index(schedule)
     costs = uniform_costs(2, 1.0, backward_input_ms=1.0, backward_weight_ms=1.0)
     topology = Topology(2, default=Link(latency_us=5, bandwidth_gbps=10.0))
     links = link_times(index, costs, topology)
     for compiled in (True, False):
-        previous = prefer_compiled(compiled)
-        try:
-            assert sweep(index, node_durations(index, costs), links, 0.0, False) is None
-        finally:
-            prefer_compiled(previous)
+        buffers = SweepBuffers(compiled)
+        assert sweep(index, node_durations(index, costs), links, 0.0, False, buffers) is None
 
 
 def test_the_sweep_records_a_topological_order_of_runs():
@@ -140,16 +133,13 @@ def test_the_sweep_records_a_topological_order_of_runs():
     # yet); device 1 (1F0 1B0 1F1 1B1) then runs through: 1F0 from 1 to 2, 1B0 to 4,
     # 1F1 to 5, 1B1 to 7; device 0 finishes: 0B0 from 4 to 6, 0B1 from 7 to 9.
     schedule = get_schedule("1f1b", 2, 2)
-    index = schedule_index(schedule)
+    index = EvaluatorCache().index(schedule)
     costs = uniform_costs(2, 1.0, 2.0)
     links = link_times(index, costs, Topology(2))
     expected = [[0, 2], [4, 8], [2, 4]]
     for compiled in (True, False):
-        previous = prefer_compiled(compiled)
-        try:
-            solved = sweep(index, node_durations(index, costs), links, 0.0, False)
-        finally:
-            prefer_compiled(previous)
+        buffers = SweepBuffers(compiled)
+        solved = sweep(index, node_durations(index, costs), links, 0.0, False, buffers)
         assert solved.runs.tolist() == expected
         assert solved.end.tolist() == [1.0, 2.0, 6.0, 9.0, 2.0, 4.0, 5.0, 7.0]
 
@@ -174,8 +164,10 @@ def test_a_repeat_call_gives_the_trace_of_a_first_call():
     slow = Topology(
         4, default=Link(latency_us=900, bandwidth_gbps=1.0, gap_us=5.0), comm_overlap=False
     )
-    first = fast_simulate(schedule, costs(1.0), fast)
-    assert fast_module._spare[0][0] is schedule_index(schedule)  # the next call reuses its buffers
-    fast_simulate(schedule, costs(3.0), slow)
-    fast_simulate(schedule, costs(0.5), Topology(4))
-    assert_identical(fast_simulate(schedule, costs(1.0), fast), first)
+    cache = EvaluatorCache()
+    first = fast_simulate(schedule, costs(1.0), fast, cache=cache)
+    assert cache.buffers.holds(cache.index(schedule).graph)  # the next call reuses them
+    fast_simulate(schedule, costs(3.0), slow, cache=cache)
+    fast_simulate(schedule, costs(0.5), Topology(4), cache=cache)
+    assert_identical(fast_simulate(schedule, costs(1.0), fast, cache=cache), first)
+    assert cache.index_builds == 1

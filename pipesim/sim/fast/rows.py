@@ -1,6 +1,6 @@
 """The fast evaluator's Trace: rows, causes and their order, from the sweep's times.
 
-The sweep (``pipesim.sim.fast_sweep``) records, as it computes them, what each row
+The sweep (``pipesim.sim.fast.kernel``) records, as it computes them, what each row
 needs: a node's start, end and cause (its device falling free, a held send, or its
 input, the input only if strictly later, as in the engine; the first node of a device
 with no late input starts at 0 with no cause), and a message's entry into its channel
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipesim.sim.fast_index import ScheduleIndex, remember
-from pipesim.sim.fast_sweep import SweepResult
+from pipesim.sim.fast.index import ScheduleIndex, remember
+from pipesim.sim.fast.kernel import SweepResult
 from pipesim.sim.trace import (
     ALLREDUCE,
     CAUSE_CHANNEL,
@@ -85,14 +85,49 @@ def build_trace(
     A cause names a *reference*: a node ``n`` (``n < nodes``) or a message ``k``
     (``nodes + k``); rows are numbered last, and each reference then becomes a row.
     """
-    nodes = len(index.node_device)
     layout = _layout(index, links)
-    on_channel = layout.on_channel
     node_order = _node_order(sweep)
+    nodes = len(index.node_device)
     node_rank = np.empty(nodes, dtype=np.int64)
     node_rank[node_order] = np.arange(nodes)
     tails = _tails(index, tail_ms, tail_after_flush, sweep, node_rank)
-    # Number the rows: units (a node and its transfers, or a tail row) sorted by end time.
+    numbers = _number_rows(index, layout, sweep, tails, node_order)
+    ref_row = numbers.ref_row
+    rows = [
+        _Columns(
+            index.node_device,
+            index.node_stage,
+            index.node_microbatch,
+            index.node_kind,
+            sweep.start,
+            sweep.end,
+            layout.no_peer,
+            sweep.cause,
+            ref_row[sweep.cause_ref],
+            index.node_action,
+        ),
+        _transfers(layout, sweep, numbers.node_row, numbers.message_row),
+        _tail_columns(tails, ref_row),
+    ]
+    places = [numbers.node_row, numbers.message_row[layout.on_channel], numbers.tail_row]
+    return _assemble(index, rows, places, numbers.total)
+
+
+@dataclass(frozen=True, slots=True)
+class _RowNumbers:
+    """Where each node, message and tail lands among the Trace's rows."""
+
+    node_row: np.ndarray
+    message_row: np.ndarray  # delivered at once: its producer's row
+    tail_row: np.ndarray
+    ref_row: np.ndarray  # per reference (node, then message, then -1 for none): its row
+    total: int
+
+
+def _number_rows(index, layout: _Layout, sweep: SweepResult, tails: _Tails, node_order):
+    """Number the rows: units (a node and its transfers, or a tail row) sorted by end
+    time, nodes in ``node_order`` among equal ends, tails after them."""
+    nodes = len(index.node_device)
     unit_size = layout.unit_size
     if len(tails.end):
         unit_size = np.concatenate([unit_size, np.ones(len(tails.end), dtype=np.int64)])
@@ -107,39 +142,28 @@ def build_trace(
     first_row = np.empty(len(unit_size), dtype=np.int64)
     first_row[order] = ends
     node_row, tail_row = first_row[:nodes], first_row[nodes:]
-    message_row = node_row[index.message_node]  # delivered at once: its producer's row
-    message_row[on_channel] += layout.rank
+    message_row = node_row[index.message_node]
+    message_row[layout.on_channel] += layout.rank
     ref_row = np.concatenate([node_row, message_row, [-1]])  # reference -1: no row
-    none = np.full(len(tails.device), -1, dtype=np.int64)
-    rows = [
-        _Columns(
-            index.node_device,
-            index.node_stage,
-            index.node_microbatch,
-            index.node_kind,
-            sweep.start,
-            sweep.end,
-            layout.no_peer,
-            sweep.cause,
-            ref_row[sweep.cause_ref],
-            index.node_action,
-        ),
-        _transfers(layout, sweep, node_row, message_row),
-        _Columns(
-            tails.device,
-            none,
-            none,
-            np.full(len(tails.device), ALLREDUCE, dtype=np.int64),
-            tails.start,
-            tails.end,
-            none,
-            tails.cause,
-            ref_row[tails.ref],
-            np.full(len(tails.device), None, dtype=object),
-        ),
-    ]
-    places = [node_row, message_row[on_channel], tail_row]
-    return _assemble(index, rows, places, int(unit_size.sum()))
+    return _RowNumbers(node_row, message_row, tail_row, ref_row, int(unit_size.sum()))
+
+
+def _tail_columns(tails: _Tails, ref_row: np.ndarray) -> _Columns:
+    """One row per device's end-of-step work (an all-reduce row, no stage or peer)."""
+    count = len(tails.device)
+    none = np.full(count, -1, dtype=np.int64)
+    return _Columns(
+        tails.device,
+        none,
+        none,
+        np.full(count, ALLREDUCE, dtype=np.int64),
+        tails.start,
+        tails.end,
+        none,
+        tails.cause,
+        ref_row[tails.ref],
+        np.full(count, None, dtype=object),
+    )
 
 
 def _node_order(sweep: SweepResult) -> np.ndarray:

@@ -12,9 +12,9 @@ So every start and end is fixed by the dependency graph alone, a longest-path pr
 ``sweep`` solves it in one pass over the graph: it visits the devices in turn and runs
 each as far as its inputs are known, so every node is computed once, after what it
 waits for, with the engine's own floating-point operations in the engine's order. The
-loop is ``pipesim.sim.fast_sweep``'s, compiled by numba where that optional extra is
+loop is ``pipesim.sim.fast.kernel``'s, compiled by numba where that optional extra is
 installed and plain Python otherwise, with the same results to the bit.
-Everything around the pass is bulk NumPy (``pipesim.sim.fast_rows``): the durations and
+Everything around the pass is bulk NumPy (``pipesim.sim.fast.rows``): the durations and
 link times it reads, and the Trace it yields, with the same rows, times and causes as
 ``pipesim.sim.engine.simulate``.
 
@@ -26,7 +26,7 @@ back and forth between the last two devices once per microbatch (124 rounds at D
 m=64), so the rounds grow with the microbatches and each costs a pass over every node.
 The pass here costs one visit per node, whatever the path.
 
-What it cannot express goes to the engine (``pipesim.sim.evaluate``): channels shared
+What it cannot express goes to the engine (``pipesim.sim.fast.choose``): channels shared
 by several senders (served first come, first served across senders, with a tie rule
 over the instant), random durations or link times, torch's runtime posts, negative
 times. An invalid schedule or a deadlock also goes to the engine, whose validator says
@@ -36,33 +36,36 @@ what is wrong, with the grid.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
 
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
-from pipesim.sim.fast_index import ScheduleIndex, remember, schedule_index
-from pipesim.sim.fast_rows import LinkTimes, build_trace
-from pipesim.sim.fast_sweep import SweepResult, run_sweep
+from pipesim.sim.fast.cache import EvaluatorCache
+from pipesim.sim.fast.index import ScheduleIndex, remember
+from pipesim.sim.fast.kernel import SweepBuffers, SweepResult, longest_paths
+from pipesim.sim.fast.rows import LinkTimes, build_trace
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import Trace
 
-_spare: list = []  # (index, sweep buffers) of the last fast_simulate, for the next
 
-
-def unsupported(schedule: Schedule, costs: Costs, topology: Topology | None) -> str | None:
+def unsupported(
+    schedule: Schedule,
+    costs: Costs,
+    topology: Topology | None,
+    cache: EvaluatorCache | None = None,
+) -> str | None:
     """Why the sweep cannot reproduce the engine here (one line), or None.
 
     An invalid schedule is not a reason: the sweep hands it to the engine, whose
-    validator raises the same error either way."""
+    validator raises the same error either way. ``cache``: as for ``fast_simulate``."""
     if schedule.posts:
         return "the schedule carries torch's runtime posts (a lowered CSV), run by the engine"
     if _negative(costs, topology):
         return "a duration or link time is negative, which only the engine runs"
     if topology is None:
         return None
-    return _wiring(schedule_index(schedule), topology)[0]
+    return _wiring((cache or EvaluatorCache()).index(schedule), topology)[0]
 
 
 def _wiring(index: ScheduleIndex, topology: Topology) -> tuple:
@@ -107,33 +110,29 @@ def fast_simulate(
     *,
     tail_ms: Sequence[float] | None = None,
     tail_after_flush: bool = True,
+    cache: EvaluatorCache | None = None,
 ) -> Trace | None:
     """The Trace ``simulate`` would return, or None where the sweep stops short (a
     deadlock or an invalid schedule: the engine then says what is wrong).
 
     The caller checks ``unsupported`` first; ``tail_ms`` and ``tail_after_flush`` mean what
-    they mean to ``simulate``.
+    they mean to ``simulate``. ``cache``: what earlier calls left to reuse (the schedule's
+    index, the sweep's buffers); None: made for this call alone.
     """
-    topology = topology or _ideal(schedule.devices)
-    index = schedule_index(schedule)
+    cache = cache or EvaluatorCache()
+    topology = topology or cache.ideal(schedule.devices)
+    index = cache.index(schedule)
     if index.fault is not None:
         return None
     duration = node_durations(index, costs)
     links = link_times(index, costs, topology)
     hold = not topology.comm_overlap
-    solved = sweep(index, duration, links, costs.overhead_ms, hold)
+    solved = sweep(index, duration, links, costs.overhead_ms, hold, cache.buffers)
     if solved is None:
         return None
     trace = build_trace(index, solved, links, tail_ms, tail_after_flush)
-    if solved.state:  # the Trace keeps none of the sweep's buffers: the next call may
-        _spare[:] = [(index, solved.state)]
+    cache.buffers.keep(index.graph, solved.state)  # the Trace keeps none of them
     return trace
-
-
-@lru_cache(maxsize=16)
-def _ideal(devices: int) -> Topology:
-    """Ideal links between ``devices`` devices (made once per size)."""
-    return Topology(devices)
 
 
 def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
@@ -184,24 +183,21 @@ def _negative(costs: Costs, topology: Topology | None) -> bool:
 
 
 def sweep(
-    index: ScheduleIndex, duration: np.ndarray, links: LinkTimes, overhead_ms: float, hold: bool
+    index: ScheduleIndex,
+    duration: np.ndarray,
+    links: LinkTimes,
+    overhead_ms: float,
+    hold: bool,
+    buffers: SweepBuffers | None = None,
 ) -> SweepResult | None:
     """Every node's start, end and cause, every message's arrival and the time it entered
     its channel, and the runs of nodes in the order they were computed (a topological
-    order): a ``SweepResult``, or None on a deadlock. The loop itself is ``pipesim.sim.fast_sweep``'s (compiled where numba is
-    installed); ``hold``: a send keeps its device busy until it arrives."""
+    order): a ``SweepResult``, or None on a deadlock. The loop itself is
+    ``pipesim.sim.fast.kernel.longest_paths`` (compiled where numba is installed);
+    ``hold``: a send keeps its device busy until it arrives; ``buffers``: what earlier
+    sweeps left (None: fresh ones)."""
     times = (duration, links.channel, links.occupancy_ms, links.latency_ms)
-    return run_sweep(index.graph, times, links.channels, overhead_ms, hold, _spare_for(index))
-
-
-def _spare_for(index: ScheduleIndex) -> list | None:
-    """The sweep buffers the last call left, if it swept this index (taken: one user at
-    a time). Only the last call's are kept, so at most one set is held."""
-    try:
-        owner, state = _spare.pop()
-    except IndexError:
-        return None
-    return [state] if owner is index else None
+    return longest_paths(index.graph, times, links.channels, overhead_ms, hold, buffers)
 
 
 __all__ = ["LinkTimes", "fast_simulate", "link_times", "node_durations", "sweep", "unsupported"]

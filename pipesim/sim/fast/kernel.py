@@ -3,8 +3,9 @@
 The sweep (see ``pipesim.sim.fast``) visits every compute node once, in an order where
 each comes after what it waits for: devices in turn, each running on while its next
 node's input is known. On the way it records what the Trace needs of each node and
-message: start, end, cause, when it was due, when a message entered its channel. That is a loop over a million small integers, which Python runs
-at a few million steps a second and machine code at a few hundred million.
+message: start, end, cause, when it was due, when a message entered its channel. That
+is a loop over a million small integers, which Python runs at a few million steps a
+second and machine code at a few hundred million.
 
 So the loop is written once, as a plain function over indexable buffers
 (``sweep_kernel``), and run in one of two ways:
@@ -18,6 +19,9 @@ So the loop is written once, as a plain function over indexable buffers
 Both run the same source, hence the same floating-point operations in the same order:
 their timelines agree to the bit, and both are the engine's (no fast-math, no
 reassociation: numba keeps IEEE semantics unless asked otherwise).
+
+``longest_paths`` is the entry: one sweep of a graph, into the buffers a caller's
+``SweepBuffers`` kept from the last sweep of it, where there are any.
 """
 
 from __future__ import annotations
@@ -30,13 +34,16 @@ import numpy as np
 from pipesim.sim.trace import CAUSE_DEVICE, CAUSE_INPUT, CAUSE_SENDING, CAUSE_START
 
 _START, _DEVICE, _SENDING, _INPUT = CAUSE_START, CAUSE_DEVICE, CAUSE_SENDING, CAUSE_INPUT
-_compiled: dict[str, Any] = {}  # by name: the compiled function, None if numba is missing
-_settings = {"compiled": True}
-_graph_buffers: list = []  # (graph, its buffers) for the Python loop, the last graph only
+# The one process-wide store of the fast evaluator: numba's machine code, by function name
+# (None where numba is missing). It is the same code for every caller, compiled or loaded
+# from numba's disk cache once per process (about a second), and numba keeps its own
+# dispatchers per process anyway; everything a caller's calls reuse lives on objects the
+# caller holds (``SweepBuffers`` here, ``pipesim.sim.fast.cache.EvaluatorCache``).
+_compiled: dict[str, Any] = {}
 
 
 class SweepGraph(NamedTuple):
-    """The graph the sweep walks, as flat int64 vectors (``pipesim.sim.fast_index``):
+    """The graph the sweep walks, as flat int64 vectors (``pipesim.sim.fast.index``):
     device ranges, each node's input and output (a message, -1, or ``-2 - g`` for group
     g), and the groups' message lists in compressed form (group g's inputs are
     ``group_inputs[group_input_first[g]:group_input_first[g + 1]]``, likewise outputs)."""
@@ -75,23 +82,12 @@ class SweepResult(NamedTuple):
     state: tuple  # the buffers behind these views, to hand back for the next sweep (or ())
 
 
-def prefer_compiled(enabled: bool) -> bool:
-    """Use the compiled loop where numba is installed (``True``, the default) or always
-    the Python one; returns the previous setting. For benchmarks and tests that compare
-    the two."""
-    previous = _settings["compiled"]
-    _settings["compiled"] = enabled
-    return previous
-
-
 def compiled(function, helpers=()):
     """``function`` compiled by numba (with the plain functions it calls, ``helpers``),
-    or None where numba is not installed or the Python path is preferred. numba is
-    imported here, on first use, as an optional extra; the machine code is cached on
-    disk. No reference counting (``_nrt=False``): the loops allocate nothing, and
-    counting every array taken out of a tuple at each device visit cost 20x the work."""
-    if not _settings["compiled"]:
-        return None
+    or None where numba is not installed. numba is imported here, on first use, as an
+    optional extra; the machine code is cached on disk. No reference counting
+    (``_nrt=False``): the loops allocate nothing, and counting every array taken out of a
+    tuple at each device visit cost 20x the work."""
     if function.__name__ not in _compiled:
         try:
             import numba
@@ -105,69 +101,120 @@ def compiled(function, helpers=()):
     return _compiled[function.__name__]
 
 
-def compiled_kernel():
-    """The compiled ``sweep_kernel``, or None (see ``compiled``)."""
+def compiled_kernel(enabled: bool = True):
+    """The compiled ``sweep_kernel``, or None where numba is missing or ``enabled`` is
+    False (the Python loop is asked for)."""
+    if not enabled:
+        return None
     return compiled(
         sweep_kernel, (_first_active, _run_device, _all_sent, _group_input, _ship_group, _send)
     )
 
 
-def run_sweep(
+class SweepBuffers:
+    """What one sweep leaves for the next over the same graph, held by the caller.
+
+    Its output buffers: fresh memory costs the operating system a page fault per page, as
+    much as the sweep itself at a million nodes, so a repeat sweep writes into the last
+    one's (every value is rewritten). For the Python loop, the graph as ``array.array``
+    buffers. Only the last graph's are kept, so at most one set is held. ``compiled``:
+    run numba's loop where it is installed (False: the Python one, for the tests and
+    benchmarks that compare the two)."""
+
+    __slots__ = ("compiled", "_spare", "_python_graph")
+
+    def __init__(self, compiled: bool = True) -> None:
+        self.compiled = compiled
+        self._spare: list[tuple[SweepGraph, tuple]] = []
+        self._python_graph: tuple[SweepGraph, tuple] | None = None
+
+    def keep(self, graph: SweepGraph, state: tuple) -> None:
+        """Keep a finished sweep's buffers (``SweepResult.state``) for the next sweep of
+        ``graph``; call it once nothing reads the result's views (a Trace keeps none)."""
+        if state:
+            self._spare[:] = [(graph, state)]
+
+    def holds(self, graph: SweepGraph) -> bool:
+        """Whether the next sweep of ``graph`` may write into kept buffers."""
+        return any(owner is graph for owner, _ in self._spare)
+
+    def take(self, graph: SweepGraph, sizes: tuple) -> tuple | None:
+        """The kept buffers, if they are ``graph``'s and of ``sizes`` (taken: one user at
+        a time), or None."""
+        try:
+            owner, state = self._spare.pop()
+        except IndexError:  # none kept, or another thread took the last one
+            return None
+        if owner is graph and tuple(len(b) for b in state) == sizes:
+            return state
+        return None
+
+    def python_graph(self, graph: SweepGraph) -> tuple:
+        """``graph`` as ``array.array`` buffers for the Python loop, kept for the last graph."""
+        kept = self._python_graph
+        if kept is not None and kept[0] is graph:
+            return kept[1]
+        buffers = tuple(_buffer("q", v) for v in graph)
+        self._python_graph = (graph, buffers)
+        return buffers
+
+
+_STATE_CODES = "ddqqdddqdqdqdqqq"  # float64 "d" or int64 "q", one per buffer of ``state``
+
+
+def longest_paths(
     graph: SweepGraph,
     times: tuple,
     channels: int,
     overhead_ms: float,
     hold: bool,
-    spare: list | None = None,
+    buffers: SweepBuffers | None = None,
 ) -> SweepResult | None:
     """Sweep ``graph`` with ``times``: per node its duration, per message its channel
     (-1: delivered at once), channel time and latency (ms), over ``channels`` channels.
     A ``SweepResult``, or None on a deadlock (no device can move while some have work).
 
-    ``spare``: buffers of earlier sweeps of this graph (``SweepResult.state``), taken
-    instead of new ones where they fit: fresh memory costs the operating system a page
-    fault per page, as much as the sweep itself at a million nodes."""
-    nodes, messages = len(graph.input_of), len(times[1])
+    ``buffers``: what earlier sweeps left (see ``SweepBuffers``; None: fresh ones)."""
+    buffers = SweepBuffers() if buffers is None else buffers
     devices = len(graph.bounds) - 1
-    kernel = compiled_kernel()
-    sizes = (
-        nodes,
-        nodes,
-        nodes,
-        nodes,
-        nodes,
-        messages,
-        messages,
-        messages,
-        messages,
-        2 * nodes + 2,
-        max(channels, 1),
-        max(channels, 1),
-        devices,
-        devices,
-        devices,
-        devices,
-    )
-    codes = "ddqqdddqdqdqdqqq"
+    sizes = _state_sizes(len(graph.input_of), len(times[1]), channels, devices)
+    kernel = compiled_kernel(buffers.compiled)
     if kernel is not None:
-        state = _spare_state(spare, sizes)
-        if state is None:
-            state = tuple(
-                np.empty(n, dtype=np.float64 if c == "d" else np.int64)
-                for c, n in zip(codes, sizes, strict=True)
-            )
+        state = buffers.take(graph, sizes) or tuple(
+            np.empty(n, dtype=np.float64 if c == "d" else np.int64)
+            for c, n in zip(_STATE_CODES, sizes, strict=True)
+        )
         written = kernel(graph, times, float(overhead_ms), bool(hold), state)
         kept = state
     else:
-        state = tuple(array(c, bytes(8 * n)) for c, n in zip(codes, sizes, strict=True))
-        buffers = tuple(_buffer(c, v) for c, v in zip("dqdd", times, strict=True))
-        graph_buffers = _python_graph(graph)
-        written = sweep_kernel(graph_buffers, buffers, float(overhead_ms), bool(hold), state)
+        state = tuple(array(c, bytes(8 * n)) for c, n in zip(_STATE_CODES, sizes, strict=True))
+        times = tuple(_buffer(c, v) for c, v in zip("dqdd", times, strict=True))
+        python_graph = buffers.python_graph(graph)
+        written = sweep_kernel(python_graph, times, float(overhead_ms), bool(hold), state)
         state = tuple(np.frombuffer(b, dtype=b.typecode) for b in state)
         kept = ()  # not for reuse: the compiled loop takes only NumPy's own buffers
-    if written < 0:
-        return None
-    end, start, cause, cause_ref, scheduled, arrival, begin, behind, sent = state[:9]
+    return None if written < 0 else _result(state, written, kept)
+
+
+def _state_sizes(nodes: int, messages: int, channels: int, devices: int) -> tuple:
+    """The length of each buffer of ``state`` (see ``sweep_kernel``): per node end, start,
+    cause, cause_ref, scheduled; per message arrival, begin, behind, sent; the run bounds;
+    per channel when it falls free and its last message; per device free, free_ref, at,
+    and the list of active devices."""
+    lanes = max(channels, 1)
+    return (
+        *(nodes,) * 5,
+        *(messages,) * 4,
+        2 * nodes + 2,
+        lanes,
+        lanes,
+        *(devices,) * 4,
+    )
+
+
+def _result(state: tuple, written: int, kept: tuple) -> SweepResult:
+    """The ``SweepResult`` over a finished sweep's buffers (``written`` run bounds)."""
+    end, start, cause, cause_ref, scheduled, arrival, begin, behind, _sent = state[:9]
     runs, free, free_ref = state[9][:written].reshape(-1, 2), state[12], state[13]
     return SweepResult(
         end,
@@ -185,28 +232,6 @@ def run_sweep(
     )
 
 
-def _spare_state(spare: list | None, sizes: tuple) -> tuple | None:
-    """A spare set of buffers of the right sizes (taken off ``spare``), or None."""
-    while spare:
-        try:
-            state = spare.pop()
-        except IndexError:  # another thread took the last one
-            return None
-        if tuple(len(b) for b in state) == sizes:
-            return state
-    return None
-
-
-def _python_graph(graph: SweepGraph) -> tuple:
-    """``graph`` as ``array.array`` buffers for the Python loop, kept for the last graph."""
-    kept = _graph_buffers[0] if _graph_buffers else None
-    if kept is not None and kept[0] is graph:
-        return kept[1]
-    buffers = tuple(_buffer("q", v) for v in graph)
-    _graph_buffers[:] = [(graph, buffers)]
-    return buffers
-
-
 def _buffer(code: str, values) -> array:
     """A vector as a compact ``array.array`` (int64 ``"q"`` or float64 ``"d"``)."""
     out = array(code)
@@ -216,7 +241,7 @@ def _buffer(code: str, values) -> array:
 
 
 def sweep_kernel(graph, times, overhead_ms, hold, state):
-    """Fill ``state`` (see ``run_sweep``); return how many run bounds were written, or -1
+    """Fill ``state`` (see ``longest_paths``); return how many run bounds were written, or -1
     on a deadlock. Devices are visited in turn; each runs on while its next node's input
     is known (a message not yet sent has ``sent`` -1). Every float operation is the
     engine's, in the engine's order."""
@@ -363,11 +388,11 @@ def _send(times, state, k, t):
 
 
 __all__ = [
+    "SweepBuffers",
     "SweepGraph",
     "SweepResult",
     "compiled",
     "compiled_kernel",
-    "prefer_compiled",
-    "run_sweep",
+    "longest_paths",
     "sweep_kernel",
 ]

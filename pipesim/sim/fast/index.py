@@ -2,7 +2,8 @@
 
 The fast evaluator (``pipesim.sim.fast``) never looks at an Action while it runs: it
 walks integer arrays. This module builds them once per schedule, whatever the costs or
-the links, so a planner that scores one schedule under many costs pays for it once.
+the links; a caller's ``EvaluatorCache`` keeps them, so a planner that scores one
+schedule under many costs pays for it once.
 
 The graph has two kinds of node:
 
@@ -26,19 +27,17 @@ evaluator hands the schedule to the engine, whose validator names the fault.
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 from dataclasses import dataclass
 from operator import itemgetter
 
 import numpy as np
 
 from pipesim.schedules.ir import B, F, I, Kind, Schedule
-from pipesim.sim.fast_check import schedule_fault
-from pipesim.sim.fast_sweep import SweepGraph
+from pipesim.sim.fast.check import schedule_fault
+from pipesim.sim.fast.kernel import SweepGraph
 from pipesim.sim.trace import KIND_CODE, KIND_CODES, SEND_B, SEND_F
 
 _F, _B, _I = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
-_CACHE_SIZE = 8
 _MEMO_SIZE = 8
 _STAGE, _KIND, _MICROBATCH = (itemgetter(k) for k in range(3))  # an Action's fields
 _GROUP = KIND_CODE[Kind.OVERLAP_F_B]
@@ -52,7 +51,7 @@ class ScheduleIndex:
     ``node_microbatch`` (-1 for a group), ``node_model_stage`` (the layer group whose cost
     it takes; -1 for a group), ``node_action`` (object array). ``bounds[d]:bounds[d+1]``
     are device d's nodes. ``graph``: what the sweep walks, each node's input and output
-    message among it (``pipesim.sim.fast_sweep.SweepGraph``).
+    message among it (``pipesim.sim.fast.kernel.SweepGraph``).
     Per message: ``message_node`` (its producer), ``message_src``/``message_dst``
     (devices), ``message_kind`` (SEND_F or SEND_B), ``message_stage`` and
     ``message_microbatch`` (the producing atom), ``message_atom`` (object array).
@@ -84,34 +83,6 @@ class ScheduleIndex:
     chunk_of: np.ndarray  # per stage, plus a trailing -1 for stage -1
     fault: str | None
     memo: dict  # what later calls reuse (see ``remember``)
-
-
-_cache: OrderedDict[int, tuple[Schedule, ScheduleIndex]] = OrderedDict()  # by content hash
-_last_seen: dict[int, tuple[Schedule, int]] = {}  # the last schedule asked for, and its hash
-
-
-def schedule_index(schedule: Schedule) -> ScheduleIndex:
-    """The index of ``schedule``, built on first use and kept for the last few schedules.
-
-    Kept by content, not identity: a planner rebuilds the same schedule for every cost it
-    tries, and hashing the action lists costs a small fraction of laying them out again.
-    """
-    last = _last_seen.get(id(schedule))
-    if last is not None and last[0] is schedule:  # the very same object: no hashing
-        key = last[1]
-    else:
-        key = hash((schedule.device_actions, schedule.placement, schedule.chains))
-        _last_seen.clear()
-        _last_seen[id(schedule)] = (schedule, key)
-    hit = _cache.get(key)
-    if hit is not None and (hit[0] is schedule or hit[0] == schedule):
-        _cache.move_to_end(key)
-        return hit[1]
-    index = _build(schedule)
-    _cache[key] = (schedule, index)
-    while len(_cache) > _CACHE_SIZE:
-        _cache.popitem(last=False)
-    return index
 
 
 @dataclass(slots=True)
@@ -149,7 +120,8 @@ def _atoms(node_action: list) -> _Atoms:
     return _Atoms(node, stage, kind, microbatch, atoms, is_group)
 
 
-def _build(schedule: Schedule) -> ScheduleIndex:
+def build_index(schedule: Schedule) -> ScheduleIndex:
+    """Lay out ``schedule``'s graph (the caller keeps it: ``EvaluatorCache.index``)."""
     devices, stages = schedule.devices, schedule.stages
     lengths = [len(actions) for actions in schedule.device_actions]
     bounds = (0, *np.cumsum(lengths).tolist())
@@ -353,4 +325,4 @@ def remember(index: ScheduleIndex, key, value) -> None:
     index.memo[key] = value
 
 
-__all__ = ["ScheduleIndex", "remember", "schedule_index"]
+__all__ = ["ScheduleIndex", "build_index", "remember"]

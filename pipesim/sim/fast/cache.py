@@ -1,0 +1,76 @@
+"""What repeated calls of the fast evaluator reuse, kept on one object the caller holds.
+
+A planner scores one schedule under thousands of costs, a sweep worker runs many points
+of one schedule, a benchmark repeats a call. What depends on the schedule alone (its
+graph laid out as arrays, ``pipesim.sim.fast.index``) and the memory a sweep writes into
+(``pipesim.sim.fast.kernel.SweepBuffers``) need not be made again for each call: an
+``EvaluatorCache`` keeps them for as long as its holder keeps it. Two caches share
+nothing, and a call given none builds what it needs and drops it afterwards, so the
+answer never depends on what ran before (only the time it takes does).
+
+Held by: the planner's ``Scorer`` (one per worker and base scenario), a sweep worker's
+chunk, ``simulate_step`` for the calls of one step, the benchmarks. The one store that
+stays process-wide is numba's compiled code (see ``pipesim.sim.fast.kernel``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from pipesim.schedules.ir import Schedule
+from pipesim.sim.fast.index import ScheduleIndex, build_index
+from pipesim.sim.fast.kernel import SweepBuffers
+from pipesim.sim.links import Topology
+
+
+class EvaluatorCache:
+    """The indexes of the last few schedules (``schedules`` of them, by content), the
+    sweep's buffers, and ideal topologies by size.
+
+    ``compiled``: sweep with numba's loop where it is installed (False: the plain Python
+    one). ``index_builds`` counts the schedules laid out, for tests and benchmarks.
+    """
+
+    __slots__ = ("buffers", "index_builds", "_indexes", "_last", "_ideal", "_schedules")
+
+    def __init__(self, *, schedules: int = 8, compiled: bool = True) -> None:
+        self.buffers = SweepBuffers(compiled)
+        self.index_builds = 0
+        self._indexes: OrderedDict[int, tuple[Schedule, ScheduleIndex]] = OrderedDict()
+        self._last: tuple[Schedule, int] | None = None  # the last schedule asked for, its hash
+        self._ideal: dict[int, Topology] = {}
+        self._schedules = schedules
+
+    def index(self, schedule: Schedule) -> ScheduleIndex:
+        """The index of ``schedule``, built on first use and kept for the last few schedules.
+
+        Kept by content, not identity: a planner rebuilds the same schedule for every cost
+        it tries, and hashing the action lists costs a small fraction of laying them out
+        again.
+        """
+        last = self._last
+        if last is not None and last[0] is schedule:  # the very same object: no hashing
+            key = last[1]
+        else:
+            key = hash((schedule.device_actions, schedule.placement, schedule.chains))
+            self._last = (schedule, key)
+        hit = self._indexes.get(key)
+        if hit is not None and (hit[0] is schedule or hit[0] == schedule):
+            self._indexes.move_to_end(key)
+            return hit[1]
+        index = build_index(schedule)
+        self.index_builds += 1
+        self._indexes[key] = (schedule, index)
+        while len(self._indexes) > self._schedules:
+            self._indexes.popitem(last=False)
+        return index
+
+    def ideal(self, devices: int) -> Topology:
+        """Ideal links between ``devices`` devices (made once per size)."""
+        topology = self._ideal.get(devices)
+        if topology is None:
+            topology = self._ideal[devices] = Topology(devices)
+        return topology
+
+
+__all__ = ["EvaluatorCache"]
