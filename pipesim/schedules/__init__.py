@@ -49,7 +49,7 @@ _POLICY_MODULES = (
 def _load() -> dict[str, ModuleType]:
     policies = {}
     for module_name in _POLICY_MODULES:
-        module = import_module(f"pipesim.schedules.{module_name}")
+        module = import_module(f"pipesim.schedules.policies.{module_name}")
         policies[module.NAME] = module
     return policies
 

@@ -31,8 +31,8 @@ and holds less memory.
 from __future__ import annotations
 
 from pipesim.schedules.ir import Action, Schedule, require, single_chain
-from pipesim.schedules.zb_h1 import rank_actions as zb_h1_rank_actions
-from pipesim.schedules.zb_h1 import split_backward_rank_actions
+from pipesim.schedules.policies.zb_h1 import rank_actions as zb_h1_rank_actions
+from pipesim.schedules.policies.zb_h1 import split_backward_rank_actions
 
 NAME = "zb-h2"
 SUMMARY = "Zero Bubble ZB-H2: split backward, longer warm-up; zero bubble at 2x 1F1B's memory"

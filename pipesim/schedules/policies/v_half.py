@@ -18,8 +18,8 @@ against 1F1B's D (the paper's table, for F = I = W), with a bubble about half of
 
 from __future__ import annotations
 
-from pipesim.schedules.building_blocks import build_v_schedule
 from pipesim.schedules.ir import Schedule, require
+from pipesim.schedules.policies.building_blocks import build_v_schedule
 
 NAME = "v-half"
 SUMMARY = "V-Half: V-shape building block with 1/2 of 1F1B's activation memory"

@@ -28,7 +28,7 @@ holds up to ``2(p - r) - 1`` activations, ``2p - 1`` on rank 0 against 1F1B's ``
 from __future__ import annotations
 
 from pipesim.schedules.ir import Schedule, require, single_chain
-from pipesim.schedules.one_f_one_b import rank_actions
+from pipesim.schedules.policies.one_f_one_b import rank_actions
 
 NAME = "eager-1f1b"
 SUMMARY = "eager 1F1B: twice 1F1B's warm-up so forward sends overlap compute (Alpa)"

@@ -19,8 +19,8 @@ a throughput that drops when F, I and W differ, since the block leaves no slack.
 
 from __future__ import annotations
 
-from pipesim.schedules.building_blocks import build_v_schedule
 from pipesim.schedules.ir import Schedule, require
+from pipesim.schedules.policies.building_blocks import build_v_schedule
 
 NAME = "v-min"
 SUMMARY = "V-Min: V-shape building block with 1/3 of 1F1B's activation memory"

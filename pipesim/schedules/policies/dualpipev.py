@@ -16,8 +16,8 @@ with PP = 2D stages, the same as DualPipe on 2D devices, on half the devices.
 
 from __future__ import annotations
 
-from pipesim.schedules.dualpipe import rank_actions
 from pipesim.schedules.ir import Schedule, require, single_chain, v_placement
+from pipesim.schedules.policies.dualpipe import rank_actions
 
 NAME = "dualpipev"
 SUMMARY = "DualPipeV: DualPipe cut in half on a V-shaped placement (two chunks per device)"

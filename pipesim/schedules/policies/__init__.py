@@ -1,0 +1,1 @@
+"""The schedule policies: one module per policy."""
