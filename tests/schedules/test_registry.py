@@ -58,6 +58,15 @@ def test_entries_carry_the_chunk_rule_and_the_closed_form():
 
 
 @pytest.mark.parametrize("name", DOCUMENTED_ORDER)
+def test_the_constraints_line_states_the_chunk_rule(name):
+    rule, constraints = POLICIES[name].chunks, POLICIES[name].constraints
+    if rule.exact:
+        assert f"virtual_stages = {rule.count}" in constraints
+    else:
+        assert f"virtual_stages >= {rule.count}" in constraints
+
+
+@pytest.mark.parametrize("name", DOCUMENTED_ORDER)
 def test_an_option_the_policy_does_not_take_is_refused_by_name(name):
     assert POLICIES[name].options == ()
     virtual = fit_virtual_stages(name, 1)
