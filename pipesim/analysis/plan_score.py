@@ -167,7 +167,7 @@ class Scorer:
                 self._programs[key] = memory_program(schedule)
                 self._schedules[key] = schedule
             except ScheduleError:
-                self._schedules[key] = f"{name} needs {POLICIES[name].CONSTRAINTS}"
+                self._schedules[key] = f"{name} needs {POLICIES[name].constraints}"
         return self._schedules[key]
 
     def _model_costs(self, job: Job, schedule: Schedule, c: Candidate):

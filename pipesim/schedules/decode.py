@@ -16,7 +16,7 @@ rule for forwards then says exactly what decoding needs:
   the sampled token looping back.
 
 Each device runs its steps in token order, group after group, breadth first as in Looped
-BFS (``pipesim.schedules.looped_bfs``):
+BFS (``pipesim.schedules.policies.looped_bfs``):
 
     device s:  (step 0: g0 g1 ... g{k-1})  (step 1: g0 ... g{k-1})  ...  (step T-1: ...)
 

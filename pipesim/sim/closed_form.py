@@ -1,7 +1,8 @@
 """Closed forms for the classic schedules, used to cross-check the engine.
 
-A policy whose makespan has a formula declares it next to its generator (``gpipe``,
-``1f1b``, ``interleaved-1f1b``; see ``pipesim.schedules``). The formulas hold only when
+A policy whose makespan has a formula declares it in its registry entry
+(``Policy.closed_form``: ``gpipe``, ``1f1b``, ``interleaved-1f1b``; see
+``pipesim.schedules``), next to its generator. The formulas hold only when
 every stage costs the same (forward F, backward B per microbatch-chunk) and every stage
 boundary costs the same hop time c. Links follow LogGP: a message holds its link for
 ``bytes / bandwidth`` and arrives ``latency`` after that, so c = latency + bytes /

@@ -9,14 +9,8 @@ import pytest
 from pipesim.analysis.critical import Explanation
 from pipesim.analysis.run import Result, explain_scenario, run_scenario
 from pipesim.scenario.build import load_scenario
-from pipesim.schedules import (
-    POLICIES,
-    closed_form_of,
-    get_schedule,
-    gpipe,
-    interleaved,
-    one_f_one_b,
-)
+from pipesim.schedules import POLICIES, closed_form_of, get_schedule
+from pipesim.schedules.policies import gpipe, interleaved, one_f_one_b
 from pipesim.sim import closed_form as closed_form_module
 from pipesim.sim.closed_form import Analytic, closed_form
 from pipesim.sim.costs import uniform_costs

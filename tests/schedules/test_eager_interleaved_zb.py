@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.schedules import ConstraintError, get_schedule, interleaved_zero_bubble, zb_h1
+from pipesim.schedules import ConstraintError, get_schedule
 from pipesim.schedules.ir import B, F, I, W, from_csv, to_csv
+from pipesim.schedules.policies import interleaved_zero_bubble, zb_h1
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from tests.helpers import latency_topology, run_policy

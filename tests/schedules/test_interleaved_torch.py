@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.schedules import ConstraintError, get_schedule
-from pipesim.schedules.interleaved import closed_form, microbatches_per_round, warmup_steps
 from pipesim.schedules.ir import B, F, from_csv, to_csv
+from pipesim.schedules.policies.interleaved import closed_form, microbatches_per_round, warmup_steps
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.metrics import build_report

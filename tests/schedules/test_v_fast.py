@@ -1,6 +1,6 @@
 """The fast V-Half / V-Min generator makes exactly the reference's schedules.
 
-pipesim.schedules.building_blocks checks the squeeze's memory cap inside the window a move
+pipesim.schedules.policies.building_blocks checks the squeeze's memory cap inside the window a move
 spans instead of recounting the whole device after every tried move;
 tests/schedules/v_reference.py keeps the plain algorithm. Every device's action order must
 match, action for action. The window check itself is compared with a slot-by-slot count on
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.schedules import v_half, v_min
-from pipesim.schedules.building_blocks import _MemoryProfile, build_v_schedule
+from pipesim.schedules.policies import v_half, v_min
+from pipesim.schedules.policies.building_blocks import _MemoryProfile, build_v_schedule
 from tests.schedules.v_reference import reference_v_schedule
 
 MODULES = {"v-half": v_half, "v-min": v_min}

@@ -17,9 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.schedules import ConstraintError, get_schedule, v_half, v_min
-from pipesim.schedules.building_blocks import INTERVAL, check_blocks
+from pipesim.schedules import ConstraintError, get_schedule
 from pipesim.schedules.ir import from_csv, to_csv
+from pipesim.schedules.policies import v_half, v_min
+from pipesim.schedules.policies.building_blocks import INTERVAL, check_blocks
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.metrics import build_report

@@ -1,6 +1,6 @@
 """Reference V-shape building-block generator: the original, straightforward algorithm.
 
-A test-only oracle for pipesim.schedules.building_blocks. It repeats the block, then
+A test-only oracle for pipesim.schedules.policies.building_blocks. It repeats the block, then
 squeezes each pass into the earliest free slot after its inputs, re-checking the whole
 device's peak memory (an O(m) pass over the grid) after every tried move, and an early
 pass may try O(m) slots: slow, but plainly what the method says. The fast generator must

@@ -10,13 +10,12 @@ activation until the flush.
 from __future__ import annotations
 
 from pipesim.schedules.ir import Action, B, F, Schedule, loop_placement, single_chain
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "looped-bfs"
-SUMMARY = "breadth-first looping over virtual stages (torch ScheduleLoopedBFS)"
-CONSTRAINTS = "any virtual_stages >= 1"
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     placement = loop_placement(devices, virtual_stages)
     device_actions = []
     for rank in range(devices):
@@ -27,3 +26,12 @@ def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object)
     return Schedule(
         tuple(device_actions), placement, single_chain(len(placement), microbatches), NAME
     )
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="breadth-first looping over virtual stages (torch ScheduleLoopedBFS)",
+    constraints="any virtual_stages >= 1",
+    chunks=ChunkRule.any(),
+    build=build,
+)

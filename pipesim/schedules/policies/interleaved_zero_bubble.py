@@ -39,11 +39,9 @@ from pipesim.schedules.ir import (
     require,
     single_chain,
 )
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "interleaved-zero-bubble"
-SUMMARY = "interleaved 1F1B with split backward, W deferred by rank (torch)"
-CONSTRAINTS = "virtual_stages >= 2; microbatches a multiple of max(1, microbatches // devices)"
-MIN_VIRTUAL_STAGES = 2
 
 
 def _rounds(devices: int, microbatches: int) -> int:
@@ -81,9 +79,8 @@ def rank_actions(rank: int, devices: int, microbatches: int, chunks: int) -> tup
     return tuple(actions)
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object) -> Schedule:
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     p, m, v = devices, microbatches, virtual_stages
-    require(v >= 2, f"interleaved-zero-bubble needs virtual_stages >= 2, got virtual_stages={v}")
     rounds = _rounds(p, m)
     require(
         m % rounds == 0,
@@ -92,3 +89,12 @@ def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object)
     )
     device_actions = tuple(rank_actions(r, p, m, v) for r in range(p))
     return Schedule(device_actions, loop_placement(p, v), single_chain(p * v, m), NAME)
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="interleaved 1F1B with split backward, W deferred by rank (torch)",
+    constraints="virtual_stages >= 2; microbatches a multiple of max(1, microbatches // devices)",
+    chunks=ChunkRule.at_least(2),
+    build=build,
+)

@@ -14,12 +14,10 @@ every steady-state cycle, so there is no short closed form with latency.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, B, F, Schedule, require, single_chain
+from pipesim.schedules.ir import Action, B, F, Schedule, single_chain
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "1f1b"
-SUMMARY = "one forward one backward with a flush (PipeDream-Flush, Megatron-LM)"
-CONSTRAINTS = "virtual_stages = 1"
-VIRTUAL_STAGES = 1
 
 
 def rank_actions(
@@ -34,10 +32,7 @@ def rank_actions(
     return tuple(actions)
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
-    require(
-        virtual_stages == 1, f"1f1b takes virtual_stages = 1, got virtual_stages={virtual_stages}"
-    )
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     device_actions = tuple(rank_actions(r, devices, microbatches) for r in range(devices))
     return Schedule(
         device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME
@@ -52,3 +47,13 @@ def closed_form(
         return None
     work = forward_ms + backward_ms if training else forward_ms
     return (m + p - 1) * work, m * work
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="one forward one backward with a flush (PipeDream-Flush, Megatron-LM)",
+    constraints="virtual_stages = 1",
+    chunks=ChunkRule.exactly(1),
+    build=build,
+    closed_form=closed_form,
+)

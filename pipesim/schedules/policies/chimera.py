@@ -26,11 +26,9 @@ forward units, bubble fraction (D-2)/(2m+D-2) with the paper's N = m.
 from __future__ import annotations
 
 from pipesim.schedules.ir import Action, B, Chain, F, Schedule, require
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "chimera"
-SUMMARY = "Chimera: two pipelines in opposite directions (two stages per device)"
-CONSTRAINTS = "devices even; microbatches a multiple of devices; virtual_stages = 1"
-VIRTUAL_STAGES = 1
 
 
 def _timetable(devices: int, microbatches: int) -> list[list[tuple[int, Action]]]:
@@ -49,9 +47,8 @@ def _timetable(devices: int, microbatches: int) -> list[list[tuple[int, Action]]
     return per_device
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     d, m = devices, microbatches
-    require(virtual_stages == 1, f"chimera takes virtual_stages = 1, got {virtual_stages=}")
     require(d % 2 == 0, f"chimera needs an even number of devices, got devices={d}")
     require(
         m % d == 0,
@@ -64,3 +61,12 @@ def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object)
     chains = (Chain(0, d - 1, range(m // 2)), Chain(d, 2 * d - 1, range(m // 2, m)))
     placement = tuple(range(d)) + tuple(d - 1 - k for k in range(d))
     return Schedule(device_actions, placement, chains, NAME)
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="Chimera: two pipelines in opposite directions (two stages per device)",
+    constraints="devices even; microbatches a multiple of devices; virtual_stages = 1",
+    chunks=ChunkRule.exactly(1),
+    build=build,
+)

@@ -18,13 +18,11 @@ against 1F1B's D (the paper's table, for F = I = W), with a bubble about half of
 
 from __future__ import annotations
 
-from pipesim.schedules.building_blocks import build_v_schedule
-from pipesim.schedules.ir import Schedule, require
+from pipesim.schedules.ir import Schedule
+from pipesim.schedules.policies.building_blocks import build_v_schedule
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "v-half"
-SUMMARY = "V-Half: V-shape building block with 1/2 of 1F1B's activation memory"
-CONSTRAINTS = "virtual_stages = 2"
-VIRTUAL_STAGES = 2
 
 
 def blocks(devices: int) -> list[tuple[int, int, int, int]]:
@@ -33,6 +31,14 @@ def blocks(devices: int) -> list[tuple[int, int, int, int]]:
     return [(2 * d, 3 * d_ - 2 - d, 3 * d_ + g + 2 * d - 1, 6 * d_ + g - d - 2) for d in range(d_)]
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object) -> Schedule:
-    require(virtual_stages == 2, f"v-half takes virtual_stages = 2, got {virtual_stages=}")
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     return build_v_schedule(devices, microbatches, blocks(devices), NAME)
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="V-Half: V-shape building block with 1/2 of 1F1B's activation memory",
+    constraints="virtual_stages = 2",
+    chunks=ChunkRule.exactly(2),
+    build=build,
+)

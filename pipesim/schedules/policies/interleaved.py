@@ -30,13 +30,9 @@ p v backwards end to end).
 from __future__ import annotations
 
 from pipesim.schedules.ir import Action, B, F, Schedule, loop_placement, require, single_chain
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "interleaved-1f1b"
-SUMMARY = "Megatron-LM interleaved 1F1B (virtual pipeline stages, loop placement)"
-CONSTRAINTS = (
-    "virtual_stages >= 2; microbatches a multiple of rounds = max(1, microbatches // devices)"
-)
-MIN_VIRTUAL_STAGES = 2
 
 
 def microbatches_per_round(devices: int, microbatches: int) -> int:
@@ -93,11 +89,7 @@ def _valid_near(devices: int, microbatches: int) -> tuple[int, int]:
     return below, above
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object) -> Schedule:
-    require(
-        virtual_stages >= 2,
-        f"interleaved-1f1b needs virtual_stages >= 2 (1 is plain 1f1b), got virtual_stages={virtual_stages}",
-    )
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     rounds = max(1, microbatches // devices)
     if microbatches % rounds:
         below, above = _valid_near(devices, microbatches)
@@ -127,3 +119,13 @@ def closed_form(
         return None
     slots = m * v + p - 1 if m >= p else p * v + m - 1
     return slots * (forward_ms + backward_ms), m * v * (forward_ms + backward_ms)
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="Megatron-LM interleaved 1F1B (virtual pipeline stages, loop placement)",
+    constraints="virtual_stages >= 2; microbatches a multiple of rounds = max(1, microbatches // devices)",
+    chunks=ChunkRule.at_least(2, note="1 is plain 1f1b"),
+    build=build,
+    closed_form=closed_form,
+)

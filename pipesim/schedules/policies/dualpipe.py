@@ -38,11 +38,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pipesim.schedules.ir import Action, B, Chain, F, I, Kind, Schedule, W, overlapped, require
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "dualpipe"
-SUMMARY = "DeepSeek-V3 DualPipe: two model copies in opposite directions, overlapped F&B pairs"
-CONSTRAINTS = "devices even; microbatches even and >= 2 * devices; virtual_stages = 1"
-VIRTUAL_STAGES = 1
 
 
 @dataclass
@@ -139,9 +137,8 @@ def rank_actions(
     return tuple(prog.actions)
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     d, m = devices, microbatches
-    require(virtual_stages == 1, f"dualpipe takes virtual_stages = 1, got {virtual_stages=}")
     require(d % 2 == 0, f"dualpipe needs an even number of devices, got devices={d}")
     require(
         m % 2 == 0 and m >= 2 * d,
@@ -157,3 +154,12 @@ def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object)
         near, far = (forward_copy, reverse_copy) if rank < d // 2 else (reverse_copy, forward_copy)
         device_actions.append(rank_actions(near, far, d // 2, min(rank, d - 1 - rank), half, first))
     return Schedule(tuple(device_actions), placement, chains, NAME)
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="DeepSeek-V3 DualPipe: two model copies in opposite directions, overlapped F&B pairs",
+    constraints="devices even; microbatches even and >= 2 * devices; virtual_stages = 1",
+    chunks=ChunkRule.exactly(1),
+    build=build,
+)

@@ -27,19 +27,25 @@ holds up to ``2(p - r) - 1`` activations, ``2p - 1`` on rank 0 against 1F1B's ``
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Schedule, require, single_chain
-from pipesim.schedules.one_f_one_b import rank_actions
+from pipesim.schedules.ir import Schedule, single_chain
+from pipesim.schedules.policies.one_f_one_b import rank_actions
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "eager-1f1b"
-SUMMARY = "eager 1F1B: twice 1F1B's warm-up so forward sends overlap compute (Alpa)"
-CONSTRAINTS = "virtual_stages = 1"
-VIRTUAL_STAGES = 1
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
-    require(virtual_stages == 1, f"eager-1f1b takes virtual_stages = 1, got {virtual_stages=}")
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     p = devices
     device_actions = tuple(
         rank_actions(r, p, microbatches, warmup=2 * (p - r - 1)) for r in range(p)
     )
     return Schedule(device_actions, tuple(range(p)), single_chain(p, microbatches), NAME)
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="eager 1F1B: twice 1F1B's warm-up so forward sends overlap compute (Alpa)",
+    constraints="virtual_stages = 1",
+    chunks=ChunkRule.exactly(1),
+    build=build,
+)

@@ -23,12 +23,10 @@ activations awaiting their ``I`` and ``r`` awaiting their ``W``: peak activation
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, F, I, Schedule, W, require, single_chain
+from pipesim.schedules.ir import Action, F, I, Schedule, W, single_chain
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "zb-h1"
-SUMMARY = "Zero Bubble ZB-H1: split backward, W deferred by rank; 1/3 of 1F1B's bubble, same memory"
-CONSTRAINTS = "virtual_stages = 1"
-VIRTUAL_STAGES = 1
 
 
 def split_backward_rank_actions(
@@ -57,9 +55,17 @@ def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ..
     return split_backward_rank_actions(rank, microbatches, warmup=devices - rank, weight_delay=rank)
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
-    require(virtual_stages == 1, f"zb-h1 takes virtual_stages = 1, got {virtual_stages=}")
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     device_actions = tuple(rank_actions(r, devices, microbatches) for r in range(devices))
     return Schedule(
         device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME
     )
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="Zero Bubble ZB-H1: split backward, W deferred by rank; 1/3 of 1F1B's bubble, same memory",
+    constraints="virtual_stages = 1",
+    chunks=ChunkRule.exactly(1),
+    build=build,
+)

@@ -19,13 +19,11 @@ a throughput that drops when F, I and W differ, since the block leaves no slack.
 
 from __future__ import annotations
 
-from pipesim.schedules.building_blocks import build_v_schedule
-from pipesim.schedules.ir import Schedule, require
+from pipesim.schedules.ir import Schedule
+from pipesim.schedules.policies.building_blocks import build_v_schedule
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "v-min"
-SUMMARY = "V-Min: V-shape building block with 1/3 of 1F1B's activation memory"
-CONSTRAINTS = "virtual_stages = 2"
-VIRTUAL_STAGES = 2
 
 
 def blocks(devices: int) -> list[tuple[int, int, int, int]]:
@@ -34,6 +32,14 @@ def blocks(devices: int) -> list[tuple[int, int, int, int]]:
     return [(d, 2 * d_ - 1 - d, 2 * d_ + g + d, 4 * d_ + g - 1 - d) for d in range(d_)]
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object) -> Schedule:
-    require(virtual_stages == 2, f"v-min takes virtual_stages = 2, got {virtual_stages=}")
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     return build_v_schedule(devices, microbatches, blocks(devices), NAME)
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="V-Min: V-shape building block with 1/3 of 1F1B's activation memory",
+    constraints="virtual_stages = 2",
+    chunks=ChunkRule.exactly(2),
+    build=build,
+)

@@ -16,18 +16,15 @@ with PP = 2D stages, the same as DualPipe on 2D devices, on half the devices.
 
 from __future__ import annotations
 
-from pipesim.schedules.dualpipe import rank_actions
 from pipesim.schedules.ir import Schedule, require, single_chain, v_placement
+from pipesim.schedules.policies.dualpipe import rank_actions
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "dualpipev"
-SUMMARY = "DualPipeV: DualPipe cut in half on a V-shaped placement (two chunks per device)"
-CONSTRAINTS = "virtual_stages = 2; microbatches >= 2 * devices"
-VIRTUAL_STAGES = 2
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object) -> Schedule:
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     d, m = devices, microbatches
-    require(virtual_stages == 2, f"dualpipev takes virtual_stages = 2, got {virtual_stages=}")
     require(
         m >= 2 * d,
         f"dualpipev needs microbatches >= 2 * devices, got microbatches={m}, devices={d}",
@@ -35,3 +32,12 @@ def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object)
     first = dict.fromkeys(range(2 * d), 0)
     device_actions = tuple(rank_actions(r, 2 * d - 1 - r, d, r, m, first) for r in range(d))
     return Schedule(device_actions, v_placement(d), single_chain(2 * d, m), NAME)
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="DualPipeV: DualPipe cut in half on a V-shaped placement (two chunks per device)",
+    constraints="virtual_stages = 2; microbatches >= 2 * devices",
+    chunks=ChunkRule.exactly(2),
+    build=build,
+)

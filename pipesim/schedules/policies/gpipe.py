@@ -12,18 +12,13 @@ only, with no hop time, ``(m + p - 1)F``.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, B, F, Schedule, require, single_chain
+from pipesim.schedules.ir import Action, B, F, Schedule, single_chain
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "gpipe"
-SUMMARY = "all forwards, then all backwards (GPipe)"
-CONSTRAINTS = "virtual_stages = 1"
-VIRTUAL_STAGES = 1
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
-    require(
-        virtual_stages == 1, f"gpipe takes virtual_stages = 1, got virtual_stages={virtual_stages}"
-    )
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     device_actions = tuple(
         tuple(Action(d, F, i) for i in range(microbatches))
         + tuple(Action(d, B, i) for i in reversed(range(microbatches)))
@@ -42,3 +37,13 @@ def closed_form(
         return ((m + p - 1) * forward_ms, m * forward_ms) if hop_ms == 0 else None
     work = forward_ms + backward_ms
     return (m + p - 1) * work + 2 * (p - 1) * hop_ms, m * work
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="all forwards, then all backwards (GPipe)",
+    constraints="virtual_stages = 1",
+    chunks=ChunkRule.exactly(1),
+    build=build,
+    closed_form=closed_form,
+)

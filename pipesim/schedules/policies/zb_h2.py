@@ -30,18 +30,15 @@ and holds less memory.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, Schedule, require, single_chain
-from pipesim.schedules.zb_h1 import rank_actions as zb_h1_rank_actions
-from pipesim.schedules.zb_h1 import split_backward_rank_actions
+from pipesim.schedules.ir import Action, Schedule, single_chain
+from pipesim.schedules.policies.registry import ChunkRule, Policy
+from pipesim.schedules.policies.zb_h1 import rank_actions as zb_h1_rank_actions
+from pipesim.schedules.policies.zb_h1 import split_backward_rank_actions
 
 NAME = "zb-h2"
-SUMMARY = "Zero Bubble ZB-H2: split backward, longer warm-up; zero bubble at 2x 1F1B's memory"
-CONSTRAINTS = "virtual_stages = 1"
-VIRTUAL_STAGES = 1
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 1, **_: object) -> Schedule:
-    require(virtual_stages == 1, f"zb-h2 takes virtual_stages = 1, got {virtual_stages=}")
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     p = devices
     device_actions = tuple(rank_actions(r, p, microbatches) for r in range(p))
     return Schedule(device_actions, tuple(range(p)), single_chain(p, microbatches), NAME)
@@ -53,3 +50,12 @@ def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ..
     if microbatches < 2 * p - 1:  # too few to fill the warm-up: ZB-H1's order
         return zb_h1_rank_actions(r, p, microbatches)
     return split_backward_rank_actions(r, microbatches, warmup=2 * (p - r) - 1, weight_delay=2 * r)
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="Zero Bubble ZB-H2: split backward, longer warm-up; zero bubble at 2x 1F1B's memory",
+    constraints="virtual_stages = 1",
+    chunks=ChunkRule.exactly(1),
+    build=build,
+)

@@ -24,12 +24,10 @@ left out.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, require, single_chain, v_placement
+from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, single_chain, v_placement
+from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "zbv"
-SUMMARY = "Zero Bubble ZB-V: V placement, split backward, zero bubble at 1F1B's memory"
-CONSTRAINTS = "virtual_stages = 2"
-VIRTUAL_STAGES = 2
 
 
 class _Counters:
@@ -75,9 +73,17 @@ def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ..
     return tuple(a for a in actions if a.microbatch < microbatches)
 
 
-def build(devices: int, microbatches: int, virtual_stages: int = 2, **_: object) -> Schedule:
-    require(virtual_stages == 2, f"zbv takes virtual_stages = 2, got {virtual_stages=}")
+def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     device_actions = tuple(rank_actions(r, devices, microbatches) for r in range(devices))
     return Schedule(
         device_actions, v_placement(devices), single_chain(2 * devices, microbatches), NAME
     )
+
+
+POLICY = Policy(
+    name=NAME,
+    summary="Zero Bubble ZB-V: V placement, split backward, zero bubble at 1F1B's memory",
+    constraints="virtual_stages = 2",
+    chunks=ChunkRule.exactly(2),
+    build=build,
+)
