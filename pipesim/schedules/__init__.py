@@ -16,7 +16,6 @@ from collections.abc import Callable
 from importlib import import_module
 from types import ModuleType
 
-from pipesim.schedules.gc_pause import no_cyclic_gc
 from pipesim.schedules.ir import (
     Action,
     ConstraintError,
@@ -101,11 +100,10 @@ def get_schedule(
             f"devices, microbatches and virtual_stages must be >= 1, got "
             f"devices={devices}, microbatches={microbatches}, virtual_stages={virtual_stages}"
         )
-    with no_cyclic_gc():
-        schedule = POLICIES[name].build(devices, microbatches, virtual_stages, **options)
-        if forward:
-            schedule = forward_only(schedule)
-        validate(schedule)
+    schedule = POLICIES[name].build(devices, microbatches, virtual_stages, **options)
+    if forward:
+        schedule = forward_only(schedule)
+    validate(schedule)
     return schedule
 
 

@@ -17,8 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipesim.analysis.sweep import parse_grid
-from pipesim.cli import progress
-from pipesim.cli.commands import main
+from pipesim.cli import main, progress
 from pipesim.serving.sweep import run_serving_sweep
 
 LLAMA_70B = {
