@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from pipesim.analysis.plan import plan
+from pipesim.cli.gc_pause import no_cyclic_gc
 from pipesim.scenario.build import read_mapping
 
 SCENARIO = str(Path(__file__).parent.parent / "scenarios" / "plan-llama-70b-64xh100.yaml")
@@ -33,7 +34,8 @@ def main() -> None:
     space = list(args.space)
     base = read_mapping(SCENARIO)
     start = time.perf_counter()
-    result = plan(base, SCENARIO, 64, space, jobs=args.jobs, confirm=args.confirm, top=5)
+    with no_cyclic_gc():  # as ``pipesim plan`` runs it
+        result = plan(base, SCENARIO, 64, space, jobs=args.jobs, confirm=args.confirm, top=5)
     wall = time.perf_counter() - start
     print(f"space {result.space_size:,} candidates, jobs={args.jobs}, space={space or 'default'}")
     for reason, count in result.pruned.items():

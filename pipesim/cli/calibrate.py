@@ -33,12 +33,18 @@ from pipesim.cli.output import (
     Output,
     check_folder,
     check_outputs,
-    figure_bytes,
-    suffix_of,
     user_errors,
     write_outputs,
 )
-from pipesim.plot.figures import crosscheck_figure
+from pipesim.cli.render.calibrate import (
+    crosscheck_files,
+    crosscheck_text,
+    fit_summary,
+    import_summary,
+    profile_summary,
+    profile_text,
+    timeline_files,
+)
 from pipesim.scenario.build import load_scenario
 from pipesim.scenario.profile import (
     HostOverhead,
@@ -48,9 +54,7 @@ from pipesim.scenario.profile import (
     StageTiming,
     costs_from_profile,
     load_profile,
-    profile_to_dict,
 )
-from pipesim.sim.export import to_chrome_trace, to_csv
 
 
 class CalibrationError(Exception):
@@ -73,11 +77,6 @@ def _require_torch() -> None:
         import torch  # noqa: F401
     except ImportError:
         raise CalibrationError(f"this command needs torch: pip install {TORCH_PIN}") from None
-
-
-def _profile_text(profile: Profile) -> str:
-    """The profile file's content (``pipesim.scenario.profile.load_profile`` reads it)."""
-    return json.dumps(profile_to_dict(profile), indent=2) + "\n"
 
 
 def _count_option(name: str, default: int, help_text: str):
@@ -183,23 +182,7 @@ def profile_command(scenario, output, overrides, ops, repeats, device, links, **
         fits = tuple(cuda_links()) if device == "cuda" else (gloo_link(),)
         result = replace(result, links=fits)
     result = replace(result, provenance={**result.provenance, "scenario": str(scenario)})
-    write_outputs([(output, _profile_text(result))])
-    click.echo(_profile_summary(result))
-
-
-def _profile_summary(result: Profile) -> str:
-    lines = [f"{'stage':>5} {'F ms':>9} {'B ms':>9} {'I ms':>9} {'W ms':>9}"]
-    for timing in result.stages:
-        cells = [
-            f"{timing.median_ms(k):9.3f}" if timing.median_ms(k) is not None else f"{'-':>9}"
-            for k in "FBIW"
-        ]
-        lines.append(f"{timing.stage:>5} " + " ".join(cells))
-    for fit in result.links:
-        lines.append(
-            f"link {fit.name}: latency {fit.latency_us:.1f} us, bandwidth {fit.bandwidth_gbps:.2f} GB/s"
-        )
-    return "\n".join(lines)
+    write_outputs([(output, profile_text(result)), ("-", profile_summary(result))])
 
 
 # ---------------------------------------------------------------------------
@@ -227,15 +210,11 @@ def import_trace_command(traces, output, timeline, timeline_csv) -> None:
     measured = trace_from_spans(spans)
     write_outputs(
         [
-            (output, _profile_text(result)),
-            (timeline, json.dumps(to_chrome_trace(measured, label="measured")) if timeline else ""),
-            (timeline_csv, to_csv(measured) if timeline_csv else ""),
+            (output, profile_text(result)),
+            *timeline_files(measured, timeline, timeline_csv),
+            ("-", import_summary(len(spans), len(traces), measured, result)),
         ]
     )
-    click.echo(
-        f"{len(spans)} PP spans from {len(traces)} rank(s), makespan {measured.makespan_ms:.3f} ms"
-    )
-    click.echo(_profile_summary(result))
 
 
 # ---------------------------------------------------------------------------
@@ -322,15 +301,8 @@ def crosscheck_command(
     names = [s.strip() for s in schedules.split(",") if s.strip()] if schedules else []
     plan = [loaded.schedule] + other_schedules(loaded.schedule, names)
     outcome = check_schedules(plan, specs, runs=runs, profile=profile, save_runs=save_runs)
-    files: list[tuple[str | None, str | bytes]] = []
-    if trace_path:
-        files.append((trace_path, json.dumps(outcome.chrome_trace())))
-    if gantt:
-        first = outcome.results[0].schedule
-        figure = crosscheck_figure(outcome.measured[0], outcome.simulated[0], first)
-        files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
-    write_outputs(files)
-    click.echo(outcome.render_json() if fmt == "json" else outcome.render_table(), nl=False)
+    files = crosscheck_files(outcome, trace_path, gantt)
+    write_outputs([*files, ("-", crosscheck_text(outcome, fmt))])
 
 
 # ---------------------------------------------------------------------------
@@ -387,13 +359,7 @@ def fit_command(runs, output, base) -> None:
             for s in range(costs.stages)
         )
         result = Profile(timings, (), host, {"source": "pipesim fit", "runs": list(runs)})
-    write_outputs([(output, _profile_text(result))])
-    click.echo(
-        f"host overhead {host.overhead_ms:.4f} ms per action, hop {host.hop_ms:.4f} ms, "
-        f"from {len(measured)} run(s) ({host.samples} samples)"
-    )
+    write_outputs([(output, profile_text(result)), ("-", fit_summary(host, len(measured)))])
 
 
 COMMANDS = (profile_command, import_trace_command, crosscheck_command, fit_command)
-
-__all__ = ["COMMANDS", "costs_from_profile", "profile_to_dict"]

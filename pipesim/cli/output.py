@@ -19,7 +19,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,8 @@ MAX_LINE = 300  # characters of an error line, "pipesim: error: " included
 MAX_PICTURE_LINES = 40  # lines of a step x rank grid under an error line
 ERROR_MARK = "<-- ERROR HERE"
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+Files = list[tuple[str | None, str | bytes]]  # (path or None: skipped; "-": stdout, content)
 
 
 class UserError(Exception):
@@ -67,12 +69,18 @@ def user_errors(command: Callable, also: tuple[type[BaseException], ...] = ()) -
             return command(*args, **kwargs)
         except caught as exc:
             head, _, rest = str(exc).partition("\n")
-            click.echo(cap_line(f"pipesim: error: {head}"), err=True)
+            error(head)
             if rest.strip():
                 click.echo("\n".join(cap_picture(rest.splitlines())), err=True)
             sys.exit(EXIT_USAGE)
 
     return wrapper
+
+
+def error(text: str) -> None:
+    """An error line on stderr, for the caller to exit on (``user_errors`` does it for user
+    mistakes)."""
+    click.echo(cap_line(f"pipesim: error: {text}"), err=True)
 
 
 def note(text: str) -> None:
@@ -180,7 +188,7 @@ def check_folder(option: str, path: str | None) -> None:
 # Writing
 
 
-def write_outputs(files: Sequence[tuple[str | None, str | bytes]]) -> None:
+def write_outputs(files: Files) -> None:
     """Write each ``(path, content)`` (path None: skipped; ``-``: standard output), all
     content rendered before the first byte is written."""
     for path, content in files:

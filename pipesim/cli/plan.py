@@ -1,4 +1,5 @@
-"""``pipesim plan``: parse, call ``pipesim.analysis.plan.plan``, render.
+"""``pipesim plan``: parse, call ``pipesim.analysis.plan.plan``, render
+(``pipesim.cli.render.plan``).
 
 Exit codes: 0 on success; 2 for a user mistake (a bad --space key or value, bad --gpus, a
 bad scenario), one line on stderr; 1 when the planner's number for one of the confirmed
@@ -8,40 +9,37 @@ never the user's doing), one line on stderr and no output written.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 import sys
 from contextlib import ExitStack
 
 import click
-import yaml
 
 from pipesim.analysis.plan import Plan, PlanMismatch, plan
-from pipesim.analysis.plan_explain import PlanExplanation, explain_plan
-from pipesim.analysis.plan_rank import describe, distinct
-from pipesim.analysis.plan_score import METRICS
-from pipesim.analysis.plan_space import AXIS_ATTRIBUTES, PlanError
-from pipesim.cli.options import no_progress_option, set_option
+from pipesim.analysis.plan_explain import explain_plan
+from pipesim.analysis.plan_space import PlanError
+from pipesim.cli.options import (
+    executor_option,
+    jobs_option,
+    no_progress_option,
+    scheduler_option,
+    set_option,
+)
 from pipesim.cli.output import (
     FIGURE_SUFFIXES,
     Output,
     UserError,
-    cap_line,
     check_outputs,
-    figure_bytes,
+    error,
     note,
-    suffix_of,
     user_errors,
     write_outputs,
 )
 from pipesim.cli.progress import progress_bar
-from pipesim.plot.pareto import pareto_figure
+from pipesim.cli.render.plan import plan_files, render_plan
 from pipesim.scenario.build import apply_overrides, read_mapping
 
 EMIT_SUFFIXES = (".yaml", ".yml", ".json")
-GIB = 2**30
 
 
 @click.command("plan")
@@ -93,34 +91,11 @@ GIB = 2**30
     is_flag=True,
     help="Say where the winner's lead over the runner-up comes from.",
 )
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Local worker processes (default: one per CPU).",
-)
-@click.option(
-    "--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True
-)
-@click.option("--scheduler", metavar="tcp://HOST:PORT", help="Dask scheduler (--executor dask).")
+@jobs_option
+@executor_option
+@scheduler_option
 @no_progress_option
-def plan_command(
-    scenario,
-    gpus,
-    overrides,
-    space,
-    confirm,
-    top,
-    fmt,
-    output,
-    emit,
-    pareto_path,
-    explain,
-    jobs,
-    executor,
-    scheduler,
-    no_progress,
-) -> None:
+def plan_command(**options) -> None:
     """Find the fastest way to run SCENARIO's model on N GPUs that fits in memory.
 
     Every layout (tensor x pipeline x data), schedule, microbatch size, virtual stages,
@@ -129,25 +104,9 @@ def plan_command(
     means a confirmed candidate disagreed with the SimPy engine (a pipesim bug).
     """
     try:
-        _plan(
-            scenario,
-            gpus,
-            overrides,
-            space,
-            confirm,
-            top,
-            fmt,
-            output,
-            emit,
-            pareto_path,
-            explain,
-            jobs,
-            executor,
-            scheduler,
-            no_progress,
-        )
+        _plan(**options)
     except PlanMismatch as exc:
-        click.echo(cap_line(f"pipesim: error: {exc}"), err=True)
+        error(str(exc))
         sys.exit(1)
 
 
@@ -175,7 +134,37 @@ def _plan_body(
     )
     count = _gpus(gpus)
     base = apply_overrides(read_mapping(scenario), list(overrides))
-    with ExitStack() as bars:  # the bar opens once the space size is known
+    result = _run_planner(
+        base,
+        scenario,
+        count,
+        space,
+        no_progress,
+        confirm=confirm,
+        top=top,
+        jobs=jobs or os.cpu_count() or 1,
+        executor=executor,
+        scheduler=scheduler,
+    )
+    if (emit or explain) and not result.results:
+        raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
+    explanation = explain_plan(base, scenario, result.results) if explain else None
+    files = plan_files(result, emit, pareto_path)
+    if explanation is not None and fmt == "csv":
+        for line in explanation.sentences():
+            note(line)
+    write_outputs([*files, (output, render_plan(result, fmt, explanation))])
+
+
+_plan = user_errors(_plan_body, also=(PlanError,))
+
+
+def _run_planner(
+    base: dict, scenario: str, gpus: int, space, no_progress: bool, **settings
+) -> Plan:
+    """``plan(...)`` with a progress bar that opens once the space's size is known (and a
+    note saying that size)."""
+    with ExitStack() as bars:
         updates: list = []
 
         def on_size(n: int) -> None:
@@ -188,36 +177,7 @@ def _plan_body(
             if updates and updates[0] is not None:
                 updates[0](n)
 
-        result = plan(
-            base,
-            scenario,
-            count,
-            space,
-            confirm=confirm,
-            top=top,
-            jobs=jobs or os.cpu_count() or 1,
-            executor=executor,
-            scheduler=scheduler,
-            progress=progress,
-            on_size=on_size,
-        )
-    if (emit or explain) and not result.results:
-        raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
-    explanation = explain_plan(base, scenario, result.results) if explain else None
-    files: list[tuple[str | None, str | bytes]] = []
-    if emit:
-        files.append((emit, _emit_text(result, suffix_of(emit))))
-    if pareto_path:
-        figure = pareto_figure(result)
-        files.append((pareto_path, figure_bytes(figure, suffix_of(pareto_path))))
-    if explanation is not None and fmt == "csv":
-        for line in explanation.sentences():
-            note(line)
-    files.append((output, render_plan(result, fmt, explanation)))
-    write_outputs(files)
-
-
-_plan = user_errors(_plan_body, also=(PlanError,))
+        return plan(base, scenario, gpus, space, progress=progress, on_size=on_size, **settings)
 
 
 def _gpus(text: str) -> int:
@@ -230,83 +190,3 @@ def _gpus(text: str) -> int:
     if not 1 <= value <= 1 << 20:
         raise PlanError(f"--gpus {value}: must be from 1 to 1048576")
     return value
-
-
-def _emit_text(result: Plan, suffix: str) -> str:
-    mapping = result.winner_mapping(0)
-    if suffix == ".json":
-        return json.dumps(mapping, indent=2) + "\n"
-    return yaml.safe_dump(mapping, sort_keys=False)
-
-
-# ---------------------------------------------------------------------------
-# Rendering
-
-
-def render_plan(result: Plan, fmt: str, explanation: PlanExplanation | None = None) -> str:
-    """The plan as a table, JSON or CSV (results only)."""
-    if fmt == "json":
-        data = result.to_dict()
-        if explanation is not None:
-            data["explain"] = explanation.to_dict()
-        return json.dumps(data, indent=2) + "\n"
-    if fmt == "csv":
-        return _csv(result.results)
-    lines = _summary(result)
-    lines += _table(distinct(result.results))  # one row per outcome; JSON keeps them all
-    if explanation is not None:
-        lines += ["", "why the winner wins:", *explanation.sentences()]
-    return "\n".join(lines) + "\n"
-
-
-def _summary(result: Plan) -> list[str]:
-    pruned = sum(result.pruned.values())
-    lines = [
-        f"space: {result.space_size:,} candidates; pruned {pruned:,}; scored {result.scored:,} "
-        f"({result.timelines:,} distinct timelines); confirmed {result.confirmed} on the SimPy "
-        f"engine; {result.wall_s:.1f} s",
-    ]
-    lines += [f"  pruned: {n:,} {reason}" for reason, n in result.pruned.items()]
-    lines.append(f"Pareto front (step time against peak memory): {len(result.pareto)} candidates")
-    return lines + [""]
-
-
-COLUMNS = ("rank", "layout", "step ms", "tokens/s", "MFU", "peak GiB", "bubble")
-
-
-def _table(rows: list[dict]) -> list[str]:
-    if not rows:
-        return ["no candidate fits"]
-    cells = [
-        (
-            str(n),
-            describe(row),
-            f"{row['step_time_ms']:.1f}",
-            f"{row['tokens_per_second']:,.0f}",
-            f"{row['mfu']:.3f}",
-            f"{row['peak_memory_bytes'] / GIB:.1f}",
-            f"{row['bubble_fraction']:.3f}",
-        )
-        for n, row in enumerate(rows, 1)
-    ]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(COLUMNS)]
-    return [_aligned(line, widths) for line in [COLUMNS, *cells]]
-
-
-def _aligned(cells: tuple[str, ...], widths: list[int]) -> str:
-    """Numbers right-aligned, the layout (second column) left-aligned."""
-    parts = [
-        c.ljust(w) if i == 1 else c.rjust(w)
-        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-    ]
-    return "  ".join(parts).rstrip()
-
-
-def _csv(rows: list[dict]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    header = [*AXIS_ATTRIBUTES, *METRICS, "evaluator"]
-    writer.writerow(header)
-    for row in rows:
-        writer.writerow([row[key] for key in header])
-    return buffer.getvalue()

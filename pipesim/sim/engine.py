@@ -46,7 +46,6 @@ from collections.abc import Callable, Sequence
 
 import simpy
 
-from pipesim.schedules.gc_pause import no_cyclic_gc
 from pipesim.schedules.ir import OVERLAP_F_B, Action, B, F, I, Schedule, W
 from pipesim.sim.channels import ARRIVAL, GRANT, ROW, Channels
 from pipesim.sim.costs import Costs
@@ -98,8 +97,7 @@ def simulate(
     run = _Run(schedule, costs, topology, duration_scale, link_scale)
     if tail_ms is not None:
         run.tail_ms, run.tail_after_flush = tuple(tail_ms), tail_after_flush
-    with no_cyclic_gc():
-        return run.execute()
+    return run.execute()
 
 
 def check_arguments(schedule: Schedule, costs: Costs, tail_ms: Sequence[float] | None) -> None:

@@ -200,7 +200,7 @@ def test_cli_explain_and_run_critical_path(tmp_path):
 
     from click.testing import CliRunner
 
-    from pipesim.cli.commands import main
+    from pipesim.cli import main
 
     scenario = str(Path(__file__).parents[2] / "scenarios" / "gpipe-vs-1f1b.yaml")
     latency = ["--set", "pipeline.microbatches=4", "--set", "hardware.link={latency_us: 500}"]

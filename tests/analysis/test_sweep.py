@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipesim.analysis.sweep import SweepError, grid_points, pareto_front, parse_grid, run_sweep
-from pipesim.cli.commands import main
+from pipesim.cli import main
 from pipesim.scenario.build import read_mapping
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
@@ -183,7 +183,7 @@ def test_cli_writes_parquet(tmp_path):
 
 
 def test_cli_parquet_without_pyarrow_is_one_line(tmp_path, monkeypatch):
-    monkeypatch.setattr("pipesim.cli.commands._has_parquet", lambda: False)
+    monkeypatch.setattr("pipesim.cli.sweep._has_parquet", lambda: False)
     out = tmp_path / "r.parquet"
     result = invoke("sweep", GPIPE, "--grid", "pipeline.microbatches=4", "-o", str(out))
     assert result.exit_code == 2

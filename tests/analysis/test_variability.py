@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipesim.analysis.monte_carlo import MonteCarloSummary, Percentiles, monte_carlo
 from pipesim.analysis.run import run_scenario, study
-from pipesim.cli.commands import main
+from pipesim.cli import main
 from pipesim.scenario.build import ScenarioError, load_scenario
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Kind

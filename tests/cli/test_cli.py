@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipesim.cli.commands import main
+from pipesim.cli import main
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 SEED = str(SCENARIOS / "seed-pipelined.yaml")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from pipesim.cli.commands import main
+from pipesim.cli import main
 from pipesim.schedules import POLICIES
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from pipesim import load_scenario
-from pipesim.cli.commands import main
+from pipesim.cli import main
 
 FILL = str(Path(__file__).parents[2] / "scenarios" / "decode-pipeline-fill.yaml")
 

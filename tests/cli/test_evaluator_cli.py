@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipesim.cli.commands import main
+from pipesim.cli import main
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 SHARED_SWITCH = (

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipesim.cli import output
-from pipesim.cli.commands import main
+from pipesim.cli import main, output
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 GPIPE = str(SCENARIOS / "gpipe-vs-1f1b.yaml")  # 4 devices, 8 microbatches: makespan 33 ms

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 import pipesim.analysis.plan as plan_module
-from pipesim.cli.commands import main
+from pipesim.cli import main
 from tests.analysis.test_plan import small_base
 
 SPACE = (

@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 
 from pipesim.analysis.serving_sweep import run_serving_sweep
 from pipesim.analysis.sweep import parse_grid
-from pipesim.cli import progress
-from pipesim.cli.commands import main
+from pipesim.cli import main, progress
 
 LLAMA_70B = {
     "layers": 80,

@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from pipesim.cli.commands import main
+from pipesim.cli import main
 from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import from_csv, to_csv
 from pipesim.schedules.torch_csv import read_torch_csv, to_torch_csv

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipesim.analysis.run import run_scenario
-from pipesim.cli.commands import main
+from pipesim.cli import main
 from pipesim.scenario.build import ScenarioError, load_scenario
 from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, B, F, ScheduleError, parse_action, to_csv

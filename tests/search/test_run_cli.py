@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipesim.cli.commands import main
+from pipesim.cli import main
 from pipesim.scenario.build import load_scenario
 from pipesim.scenario.schema import ScenarioError
 from pipesim.schedules.torch_csv import read_torch_csv

@@ -1,0 +1,110 @@
+"""``pipesim plan``: the ranked candidates as a table, JSON or CSV, the winner as a scenario
+file, and the Pareto figure.
+
+Rendering only: the planner ranked, pruned and explained; the table shows one row per
+distinct outcome (JSON keeps them all).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import yaml
+
+from pipesim.analysis.plan import Plan
+from pipesim.analysis.plan_explain import PlanExplanation
+from pipesim.analysis.plan_rank import describe, distinct
+from pipesim.analysis.plan_score import METRICS
+from pipesim.analysis.plan_space import AXIS_ATTRIBUTES
+from pipesim.cli.output import Files, figure_bytes, suffix_of
+from pipesim.plot.pareto import pareto_figure
+
+GIB = 2**30
+
+
+def plan_files(result: Plan, emit: str | None, pareto: str | None) -> Files:
+    """The winner as a ready-to-run scenario file, and the Pareto figure, if asked for."""
+    files: Files = []
+    if emit:
+        files.append((emit, emit_text(result, suffix_of(emit))))
+    if pareto:
+        files.append((pareto, figure_bytes(pareto_figure(result), suffix_of(pareto))))
+    return files
+
+
+def emit_text(result: Plan, suffix: str) -> str:
+    mapping = result.winner_mapping(0)
+    if suffix == ".json":
+        return json.dumps(mapping, indent=2) + "\n"
+    return yaml.safe_dump(mapping, sort_keys=False)
+
+
+def render_plan(result: Plan, fmt: str, explanation: PlanExplanation | None = None) -> str:
+    """The plan as a table, JSON or CSV (results only)."""
+    if fmt == "json":
+        data = result.to_dict()
+        if explanation is not None:
+            data["explain"] = explanation.to_dict()
+        return json.dumps(data, indent=2) + "\n"
+    if fmt == "csv":
+        return _csv(result.results)
+    lines = _summary(result)
+    lines += _table(distinct(result.results))  # one row per outcome; JSON keeps them all
+    if explanation is not None:
+        lines += ["", "why the winner wins:", *explanation.sentences()]
+    return "\n".join(lines) + "\n"
+
+
+def _summary(result: Plan) -> list[str]:
+    pruned = sum(result.pruned.values())
+    lines = [
+        f"space: {result.space_size:,} candidates; pruned {pruned:,}; scored {result.scored:,} "
+        f"({result.timelines:,} distinct timelines); confirmed {result.confirmed} on the SimPy "
+        f"engine; {result.wall_s:.1f} s",
+    ]
+    lines += [f"  pruned: {n:,} {reason}" for reason, n in result.pruned.items()]
+    lines.append(f"Pareto front (step time against peak memory): {len(result.pareto)} candidates")
+    return lines + [""]
+
+
+COLUMNS = ("rank", "layout", "step ms", "tokens/s", "MFU", "peak GiB", "bubble")
+
+
+def _table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return ["no candidate fits"]
+    cells = [
+        (
+            str(n),
+            describe(row),
+            f"{row['step_time_ms']:.1f}",
+            f"{row['tokens_per_second']:,.0f}",
+            f"{row['mfu']:.3f}",
+            f"{row['peak_memory_bytes'] / GIB:.1f}",
+            f"{row['bubble_fraction']:.3f}",
+        )
+        for n, row in enumerate(rows, 1)
+    ]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(COLUMNS)]
+    return [_aligned(line, widths) for line in [COLUMNS, *cells]]
+
+
+def _aligned(cells: tuple[str, ...], widths: list[int]) -> str:
+    """Numbers right-aligned, the layout (second column) left-aligned."""
+    parts = [
+        c.ljust(w) if i == 1 else c.rjust(w)
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+    ]
+    return "  ".join(parts).rstrip()
+
+
+def _csv(rows: list[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    header = [*AXIS_ATTRIBUTES, *METRICS, "evaluator"]
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow([row[key] for key in header])
+    return buffer.getvalue()

@@ -1,0 +1,113 @@
+"""``pipesim sweep``: one row per grid point, as a terminal table or a file, and its figure.
+
+A training sweep shows makespan, bubble, throughput and peak memory; a serving sweep (the
+scenario has a ``serving:`` section) shows throughput, goodput and p99 latencies. Every
+column is in ``-o table.csv``; the terminal table picks the ones a reader compares.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+
+from pipesim.cli.output import Files, figure_bytes, suffix_of
+from pipesim.cli.render.units import format_bytes
+from pipesim.plot.figures import sweep_figure
+from pipesim.plot.serving import serving_sweep_figure
+
+SWEEP_SUFFIXES = (".csv", ".parquet", ".json")
+
+
+def frame_bytes(frame: pd.DataFrame, suffix: str) -> bytes:
+    """A sweep table as a ``.csv``, ``.json`` (records) or ``.parquet`` file's content."""
+    if suffix == ".parquet":
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        return buffer.getvalue()
+    if suffix == ".json":
+        text = frame.to_json(orient="records", indent=2, double_precision=15) + "\n"
+        return text.encode("utf-8")
+    return frame.to_csv(index=False).encode("utf-8")
+
+
+def render_sweep_table(frame: pd.DataFrame) -> str:
+    """The sweep for a terminal: grid keys, then makespan, bubble, throughput and peak
+    memory in human units, and the reason of any point that did not run (every column is
+    in ``-o table.csv``)."""
+    columns = list(frame.columns)
+    grid = columns[: columns.index("scenario")] if "scenario" in columns else columns[:-1]
+    shown = {key: [str(v) for v in frame[key]] for key in grid}
+    if "makespan_ms" in frame:
+        memory = "peak_memory_bytes_max"
+        if not (frame[memory].fillna(0) > frame["peak_activation_bytes_max"].fillna(0)).any():
+            memory = "peak_activation_bytes_max"  # no static memory known
+        for label, key, fmt in (
+            ("makespan ms", "makespan_ms", "{:.3f}"),
+            ("bubble", "bubble_fraction", "{:.4f}"),
+            ("samples/s", "samples_per_second", "{:,.1f}"),
+        ):
+            shown[label] = [_cell(v, fmt) for v in frame[key]]
+        if "ttft_ms" in frame and frame["ttft_ms"].notna().any():  # decode mode
+            for label, key, fmt in (
+                ("TTFT ms", "ttft_ms", "{:.3f}"),
+                ("TPOT ms", "tpot_ms", "{:.3f}"),
+                ("tokens/s", "tokens_per_second", "{:,.1f}"),
+            ):
+                shown[label] = [_cell(v, fmt) for v in frame[key]]
+        label = "peak memory" if memory == "peak_memory_bytes_max" else "peak activations"
+        shown[label] = ["-" if pd.isna(v) else format_bytes(float(v)) for v in frame[memory]]
+    return sweep_rows(shown, [str(e) for e in frame["error"]])
+
+
+def sweep_rows(shown: dict[str, list[str]], errors: list[str]) -> str:
+    """Columns of cells, right-aligned under their names, and the reason of each row that
+    did not run after its cells (an ``error`` heading only when some row has one)."""
+    widths = {name: max(len(name), *(len(c) for c in cells)) for name, cells in shown.items()}
+    lines = ["  ".join(name.rjust(widths[name]) for name in shown)]
+    if any(errors):
+        lines[0] += "  error"
+    for i, error in enumerate(errors):
+        cells = "  ".join(shown[name][i].rjust(widths[name]) for name in shown)
+        lines.append((cells + (f"  {error}" if error else "")).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: object, fmt: str) -> str:
+    return "-" if pd.isna(value) else fmt.format(float(value))
+
+
+SERVING_COLUMNS = (
+    ("requests/s", "throughput_rps", "{:.3f}"),
+    ("tokens/s", "output_tokens_per_second", "{:,.1f}"),
+    ("goodput/s", "goodput_rps", "{:.3f}"),
+    ("TTFT p99 ms", "ttft_ms_p99", "{:.2f}"),
+    ("TPOT p99 ms", "tpot_ms_p99", "{:.2f}"),
+    ("e2e p99 ms", "e2e_ms_p99", "{:.1f}"),
+    ("preempted", "preemptions", "{:.0f}"),
+)
+
+
+def render_serving_sweep_table(frame: pd.DataFrame) -> str:
+    """A serving sweep for a terminal: the grid keys, throughput, goodput and p99
+    latencies, and the reason of any point that did not run (every column is in ``-o``)."""
+    shown = {key: [str(v) for v in frame[key]] for key in frame.columns if "." in str(key)}
+    for label, key, fmt in SERVING_COLUMNS:
+        if key in frame:
+            shown[label] = ["-" if pd.isna(v) else fmt.format(float(v)) for v in frame[key]]
+    return sweep_rows(shown, [str(e) for e in frame["error"]])
+
+
+def sweep_files(frame: pd.DataFrame, serving: bool, output: str | None, plot: str | None) -> Files:
+    """The figure (if asked for), then the table: into ``output`` by its suffix, else as
+    text on standard output."""
+    files: Files = []
+    if plot:
+        figure = serving_sweep_figure(frame) if serving else sweep_figure(frame)
+        files.append((plot, figure_bytes(figure, suffix_of(plot))))
+    if output:
+        files.append((output, frame_bytes(frame, suffix_of(output))))
+    else:
+        table = render_serving_sweep_table if serving else render_sweep_table
+        files.append(("-", table(frame)))
+    return files

@@ -1,0 +1,93 @@
+"""``pipesim sweep``: one scenario at every combination of the --grid values, in parallel.
+
+Parse, call ``pipesim.analysis.sweep.run_sweep`` (or, for a scenario with a ``serving:``
+section, ``pipesim.analysis.serving_sweep.run_serving_sweep``), render
+(``pipesim.cli.render.sweep``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+
+import click
+
+from pipesim.analysis.serving_sweep import is_serving, run_serving_sweep
+from pipesim.analysis.sweep import parse_grid, run_sweep
+from pipesim.cli.options import (
+    executor_option,
+    jobs_option,
+    no_progress_option,
+    scheduler_option,
+    set_option,
+)
+from pipesim.cli.output import (
+    FIGURE_SUFFIXES,
+    Output,
+    UserError,
+    check_outputs,
+    suffix_of,
+    user_errors,
+    write_outputs,
+)
+from pipesim.cli.progress import progress_bar
+from pipesim.cli.render.sweep import SWEEP_SUFFIXES, sweep_files
+from pipesim.scenario.build import apply_overrides, read_mapping
+
+
+@click.command("sweep")
+@click.argument("scenario")
+@set_option
+@click.option(
+    "--grid",
+    "grids",
+    multiple=True,
+    required=True,
+    metavar="KEY.PATH=V1,V2,...",
+    help="Values of one scenario key; the sweep runs every combination of all --grid keys.",
+)
+@jobs_option
+@executor_option
+@scheduler_option
+@click.option(
+    "-o", "--output", metavar="PATH", help="Write the table (.csv, .parquet, .json); else print it."
+)
+@click.option("--plot", "plot_path", metavar="PATH", help="Sweep figure (.png, .svg, .pdf).")
+@no_progress_option
+@user_errors
+def sweep_command(
+    scenario, overrides, grids, jobs, executor, scheduler, output, plot_path, no_progress
+) -> None:
+    """Run SCENARIO for every combination of the --grid values, in parallel.
+
+    One row per point: the grid keys, the report's scalar fields, and an error column
+    (a point that cannot run is a row with its reason, never an aborted sweep).
+    """
+    check_outputs(
+        Output("-o", output, SWEEP_SUFFIXES), Output("--plot", plot_path, FIGURE_SUFFIXES)
+    )
+    if output and suffix_of(output) == ".parquet" and not _has_parquet():
+        raise UserError(
+            f"-o {output}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'"
+        )
+    axes = parse_grid(grids)
+    base = apply_overrides(read_mapping(scenario), list(overrides))
+    serving = is_serving(base)
+    runner = run_serving_sweep if serving else run_sweep
+    total = math.prod(len(axis.raw) for axis in axes)
+    with progress_bar(total, "point", "sweep", disabled=no_progress) as progress:
+        frame = runner(
+            base,
+            scenario,
+            axes,
+            jobs=jobs or os.cpu_count() or 1,
+            executor=executor,
+            scheduler=scheduler,
+            progress=progress,
+        )
+    write_outputs(sweep_files(frame, serving, output, plot_path))
+
+
+def _has_parquet() -> bool:
+    return importlib.util.find_spec("pyarrow") is not None
