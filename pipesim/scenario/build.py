@@ -39,7 +39,7 @@ from pipesim.scenario.variability import KIND_LETTERS, profile_stage_cvs, variab
 from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError, forward_only
 from pipesim.schedules.torch_csv import read_torch_csv
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 from pipesim.search import AUTO_POLICIES, SearchResult
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.links import Topology

@@ -25,7 +25,7 @@ from pipesim.schedules.ir import (
     ScheduleError,
     forward_only,
 )
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 
 # Module names, in the order `pipesim schedules` lists them.
 _POLICY_MODULES = (

@@ -27,9 +27,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipesim.sim.trace import CAUSE_DEVICE, CAUSE_INPUT, CAUSE_SENDING, CAUSE_START
+from pipesim.sim.trace import Cause
 
-_START, _DEVICE, _SENDING, _INPUT = CAUSE_START, CAUSE_DEVICE, CAUSE_SENDING, CAUSE_INPUT
+_START, _DEVICE, _SENDING, _INPUT = map(
+    int, (Cause.START, Cause.DEVICE, Cause.SENDING, Cause.INPUT)
+)
 _compiled: dict[str, Any] = {}  # by name: the compiled function, None if numba is missing
 _settings = {"compiled": True}
 _graph_buffers: list = []  # (graph, its buffers) for the Python loop, the last graph only
