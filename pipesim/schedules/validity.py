@@ -126,7 +126,8 @@ def first_fault(schedule: Schedule, stage, kind, microbatch, device, node=None) 
     width = int(hi.max())
     cell = stage * width + microbatch
     cells = stages * width
-    counts = np.bincount(kind * cells + cell, minlength=4 * cells).reshape(4, cells)
+    flat = kind * cells + cell
+    counts = np.bincount(flat, minlength=4 * cells).reshape(4, cells)
     valid = np.zeros(cells, dtype=bool)
     for owned in schedule.chains:
         for s in owned.stages:
@@ -138,8 +139,9 @@ def first_fault(schedule: Schedule, stage, kind, microbatch, device, node=None) 
     forward_only = (b == 0) & (i == 0) & (w == 0)
     if not (forward_only.all() or (full | split).all()):
         return "some actions are missing or run twice"
-    position = np.full((4, cells), -1, dtype=np.int64)
-    position[kind, cell] = np.arange(len(cell))
+    position = np.full(4 * cells, -1, dtype=np.int64)
+    position[flat] = np.arange(len(cell))
+    position = position.reshape(4, cells)
     f, b, i, w = position[:, valid]
     if ((b >= 0) & (b < f)).any() or ((i >= 0) & ((i < f) | (w < i))).any():
         return "a backward runs before its forward, or a W before its I"

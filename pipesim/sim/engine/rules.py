@@ -86,6 +86,16 @@ def stage_rules(deps: Dependencies, costs: Costs, model_stage: list[int], width:
     return rules
 
 
+def plain_rules(rules: dict[Kind, Rule]) -> dict[Kind, tuple]:
+    """The rules as exact tuples, targets too, for the common step's hot loop: CPython
+    unpacks an exact tuple on a fast path that a NamedTuple (a subclass) misses."""
+    plain = {}
+    for kind, rule in rules.items():
+        outputs = [None if target is None else tuple(target) for target in rule.outputs]
+        plain[kind] = (rule.inputs, outputs, *rule[2:])
+    return plain
+
+
 def hop_link(topology: Topology, costs: Costs, channels, model_stage: list[int]):
     """``link`` for ``stage_rules``: a hop's receiver, channel time, latency, channel."""
 
@@ -101,4 +111,4 @@ def hop_link(topology: Topology, costs: Costs, channels, model_stage: list[int])
     return link
 
 
-__all__ = ["Rule", "Target", "hop_link", "input_key", "key_parts", "stage_rules"]
+__all__ = ["Rule", "Target", "hop_link", "input_key", "key_parts", "plain_rules", "stage_rules"]

@@ -21,7 +21,7 @@ from pipesim.schedules.ir import Action, Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.engine.channels import Channels, Request
 from pipesim.sim.engine.order import OrderCheck
-from pipesim.sim.engine.rules import hop_link, stage_rules
+from pipesim.sim.engine.rules import hop_link, plain_rules, stage_rules
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import KIND_CODE, ROWS_PER_BLOCK, Cause, RowKind, Trace, TraceBuilder
 
@@ -61,6 +61,7 @@ class Run:
         self.overhead = costs.overhead_ms
         link = hop_link(topology, costs, self.channels, self.model_stage)
         self.rules = stage_rules(dependencies(schedule), costs, self.model_stage, self.width, link)
+        self.plain_rules = plain_rules(self.rules)  # the same, as exact tuples (steps.py)
         # The general step handles what the common one does not (``pipesim.sim.engine.steps``).
         self.general = bool(self.channels.shared_names or link_scale or not topology.comm_overlap)
 

@@ -24,7 +24,7 @@ _CHANNEL, _PRODUCER = int(Cause.CHANNEL), int(Cause.PRODUCER)
 
 def common_steps(run, device: int, actions: tuple[Action, ...]):
     """One worker of ``run`` (a ``Run``); ``free``: when the device falls free."""
-    env, arrival_at, waiting, rules = run.env, run.arrival_at, run.waiting, run.rules
+    env, arrival_at, waiting, rules = run.env, run.arrival_at, run.waiting, run.plain_rules
     order, progress, cells = run.order, run.order.progress, run.order.cells[device]
     rows, trace_actions, next_row = run.out.rows, run.out.actions, run.next_row
     channel_free, holder, overhead = run.channels.free, run.channels.holder, run.overhead
