@@ -152,18 +152,22 @@ def first_fault(schedule: Schedule, stage, kind, microbatch, device, node=None) 
 
 def _fed_inside_a_group(schedule, node, position, stage, kind, cell) -> bool:
     """Whether an action's message comes from an action that the same entry runs."""
-    deps = dependencies(schedule)
-    width = position.shape[1] // schedule.stages
+    grouped = np.flatnonzero(np.bincount(node)[node] > 1)  # atoms of multi-atom entries
+    stage, kind, cell, own = stage[grouped], kind[grouped], cell[grouped], node[grouped]
+    deps, (_, cells) = dependencies(schedule), position.shape
+    width, flat = cells // schedule.stages, position.reshape(-1)
     microbatch = cell - stage * width
     for message, senders in SENDER_KINDS.items():
-        takers = [ATOM_CODE[k] for k, taken in MESSAGE_OF.items() if taken == message]
+        takes = np.zeros(len(kind), dtype=bool)
+        for taker in (k for k, taken in MESSAGE_OF.items() if taken == message):
+            takes |= kind == ATOM_CODE[taker]
         source = np.asarray(deps.takes_from(message), dtype=np.int64)[stage]
-        takes = np.isin(kind, takers) & (source >= 0)
-        source_cell = np.where(takes, source * width + microbatch, 0)
+        takes &= source >= 0
+        source_cell = (source * width + microbatch)[takes]
         for sender in senders:
-            producer = position[ATOM_CODE[sender], source_cell]
-            inside = takes & (producer >= 0)
-            if (node[producer[inside]] == node[inside]).any():
+            producer = flat[ATOM_CODE[sender] * cells + source_cell]
+            found = producer >= 0
+            if (node[producer[found]] == own[takes][found]).any():
                 return True
     return False
 

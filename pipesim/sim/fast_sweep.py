@@ -55,7 +55,7 @@ class SweepGraph(NamedTuple):
 class SweepResult(NamedTuple):
     """What the sweep found, in ms where a time.
 
-    Per node: ``end``, ``start``, ``cause`` (a CAUSE_* code) and ``cause_ref`` (the
+    Per node: ``end``, ``start``, ``cause`` (a ``Cause`` code) and ``cause_ref`` (the
     reference it names: node n, or message k as ``nodes + k``, or -1), and ``scheduled``,
     when the engine's clock would be set for its end (its device free and its input sent).
     Per message: ``arrival``, ``begin`` (when it entered its channel) and ``behind`` (the
