@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import from_csv, to_csv
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology

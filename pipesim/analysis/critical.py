@@ -34,18 +34,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from pipesim.schedules.dependencies import MESSAGE_OF, Message, dependencies
 from pipesim.schedules.ir import Kind, Schedule, parse_action
 from pipesim.sim.links import Topology
-from pipesim.sim.trace import (
-    CAUSE_CHANNEL,
-    CAUSE_GATHER,
-    CAUSE_INPUT,
-    CAUSE_START,
-    COMM,
-    COMPUTE,
-    SEND_F,
-    Trace,
-)
+from pipesim.sim.trace import Cause, Lane, RowKind, Trace
 
 UPSTREAM = "upstream activation"
 DOWNSTREAM = "downstream gradient"
@@ -55,7 +47,6 @@ SENDING = "sending"
 COLLECTIVE = "end-of-step work"
 DONE = "done"
 GATHER = "parameter gather"
-CAUSES = (UPSTREAM, DOWNSTREAM, BUSY_LINK, IN_ORDER, SENDING, COLLECTIVE, GATHER, DONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +103,7 @@ def critical_path(
     cause, cause_row = trace.cause.tolist(), trace.cause_row.tolist()
     row = int(np.flatnonzero(trace.end == trace.end.max())[-1])
     chain = [(row, end[row])]
-    while cause[row] != CAUSE_START and cause_row[row] >= 0:
+    while cause[row] != Cause.START and cause_row[row] >= 0:
         # The row's cause ends (or, on a busy channel, leaves the channel) as it starts.
         chain.append((cause_row[row], start[row]))
         row = cause_row[row]
@@ -129,7 +120,7 @@ def critical_path(
 class _Index:
     def __init__(self, trace: Trace, schedule: Schedule, topology: Topology | None) -> None:
         _require_causes(trace)
-        self.trace, self.schedule = trace, schedule
+        self.trace, self.schedule, self.deps = trace, schedule, dependencies(schedule)
         self.start, self.end = trace.start.tolist(), trace.end.tolist()
         self.device = trace.device.tolist()
         self.cause, self.cause_row = trace.cause.tolist(), trace.cause_row.tolist()
@@ -143,7 +134,7 @@ class _Index:
         for row, action in enumerate(trace.actions):
             if action is None:  # end-of-step work (a collective), not an action of the IR
                 self.extra_rows[self.device[row]].append(row)
-            elif lane[row] == COMPUTE:
+            elif lane[row] == Lane.COMPUTE:
                 self.device_rows[self.device[row]].append(row)
                 for atom in action.atoms:
                     self.atom_row[(atom.stage, atom.kind, atom.microbatch)] = row
@@ -159,7 +150,7 @@ class _Index:
 
     def producer(self, row: int) -> int:
         """The compute row whose output ``row`` carries (itself, for a compute row)."""
-        if self.trace.lane[row] == COMPUTE:
+        if self.trace.lane[row] == Lane.COMPUTE:
             return row
         action = self.trace.actions[row]
         return self.atom_row[(action.stage, action.kind, action.microbatch)]
@@ -169,14 +160,7 @@ class _Index:
         or the producer itself where no link was involved."""
         found = []
         for atom in self.trace.actions[row].atoms:
-            stage, microbatch = atom.stage, atom.microbatch
-            if atom.kind == Kind.F:
-                source, kinds = self.schedule.prev_stage(stage), (Kind.F,)
-            elif atom.kind in (Kind.B, Kind.I):
-                source, kinds = self.schedule.next_stage(stage), (Kind.B, Kind.I)
-            else:
-                continue
-            keys = [(source, kind, microbatch) for kind in kinds if source is not None]
+            keys = self.deps.message_producers(atom)
             rows = [self.send_row.get(k, self.atom_row.get(k)) for k in keys]
             found += [r for r in rows if r is not None][:1]
         return found
@@ -221,16 +205,16 @@ def _gaps_before(index: _Index, row: int) -> list[IdleGap]:
     free, holder = index.device_free(row)
     name = index.name(row)
     gaps = []
-    if holder is not None and index.trace.lane[holder] == COMM and free > prev_end:
+    if holder is not None and index.trace.lane[holder] == Lane.COMM and free > prev_end:
         gaps.append(IdleGap(device, prev_end, free, SENDING, name, via=index.name(holder)))
     if start <= free:
         return gaps
-    if index.cause[row] == CAUSE_GATHER:  # its stage's FSDP parameters (UNSHARD)
+    if index.cause[row] == Cause.GATHER:  # its stage's FSDP parameters (UNSHARD)
         return [
             *gaps,
             IdleGap(device, free, start, GATHER, name, via=index.name(index.cause_row[row])),
         ]
-    if index.cause[row] != CAUSE_INPUT:  # nothing it waits for: an unmodelled delay
+    if index.cause[row] != Cause.INPUT:  # nothing it waits for: an unmodelled delay
         return [*gaps, IdleGap(device, free, start, UPSTREAM, name)]
     carrier = index.cause_row[row]  # the input that arrived last released the action
     producer = index.producer(carrier)
@@ -246,23 +230,25 @@ def _gaps_before(index: _Index, row: int) -> list[IdleGap]:
         )
         return [*gaps, gap]
     via = index.name(carrier) if carrier != producer else None
-    if carrier != producer and index.cause[carrier] == CAUSE_CHANNEL:
+    if carrier != producer and index.cause[carrier] == Cause.CHANNEL:
         ahead = index.name(index.cause_row[carrier])
         return [*gaps, IdleGap(device, free, start, BUSY_LINK, **common, via=via, other=ahead)]
     carried = index.trace.kind[carrier]
-    upstream = carried == SEND_F if carrier != producer else _forward_of(index, row, producer)
+    upstream = (
+        carried == RowKind.SEND_F if carrier != producer else _forward_of(index, row, producer)
+    )
     cause = UPSTREAM if upstream else DOWNSTREAM
     return [*gaps, IdleGap(device, free, start, cause, **common, via=via)]
 
 
 def _forward_of(index: _Index, row: int, producer: int) -> bool:
     """Whether compute ``row`` took an activation (not a gradient) from ``producer``."""
-    forwards = [a for a in index.trace.actions[producer].atoms if a.kind == Kind.F]
-    produced = {(a.stage, a.microbatch) for a in forwards}
+    produced = {(a.stage, a.kind, a.microbatch) for a in index.trace.actions[producer].atoms}
     wanted = [
-        (index.schedule.prev_stage(a.stage), a.microbatch)
-        for a in index.trace.actions[row].atoms
-        if a.kind == Kind.F
+        key
+        for atom in index.trace.actions[row].atoms
+        if MESSAGE_OF.get(atom.kind) == Message.ACTIVATION
+        for key in index.deps.message_producers(atom)
     ]
     return any(key in produced for key in wanted)
 
@@ -283,8 +269,8 @@ def _ready_time(index: _Index, row: int, blocked_at: int) -> float | None:
     device = index.device[row]
     needed = [index.producer(r) for r in index.inputs(row)]
     for atom in index.trace.actions[row].atoms:
-        before = {Kind.B: Kind.F, Kind.I: Kind.F, Kind.W: Kind.I}.get(atom.kind)
-        own = index.atom_row.get((atom.stage, before, atom.microbatch))
+        local = index.deps.local_input(atom)
+        own = None if local is None else index.atom_row.get(local)
         needed += [] if own is None else [own]
     for producer in needed:
         if index.device[producer] == device and index.position[producer] >= blocked_at:

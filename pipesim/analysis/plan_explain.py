@@ -48,7 +48,7 @@ from pipesim.analysis.plan_rank import describe, emit_mapping
 from pipesim.analysis.plan_score import Scorer
 from pipesim.analysis.plan_space import AXIS_ATTRIBUTES, Candidate
 from pipesim.analysis.run import Result
-from pipesim.sim.trace import COMM
+from pipesim.sim.trace import Lane
 
 TERMS = (
     "compute",
@@ -183,7 +183,7 @@ def _idle_terms(result: Result, device: int) -> dict[str, float]:
     """The device's idle time by term. A wait for an activation or a gradient is bubble,
     except while the transfer carrying it is on its way: that part is communication."""
     trace = result.trace
-    comm = np.flatnonzero(trace.lane == COMM)
+    comm = np.flatnonzero(trace.lane == Lane.COMM)
     in_flight = {trace.name(r): (float(trace.start[r]), float(trace.end[r])) for r in comm}
     terms: dict[str, float] = {}
     for gap in result.explanation.gaps:

@@ -31,7 +31,8 @@ import numpy as np
 
 from pipesim.calibrate.realrun import ACTION, COMPUTE, WAIT, MeasuredRun
 from pipesim.scenario.profile import HostOverhead
-from pipesim.schedules.ir import B, F, I, Kind, Schedule, from_csv, parse_action
+from pipesim.schedules.dependencies import dependencies
+from pipesim.schedules.ir import Action, Kind, Schedule, from_csv, parse_action
 from pipesim.sim.costs import Costs
 
 # A send or receive post longer than this sat blocked in the transport (module docstring);
@@ -106,18 +107,10 @@ def overhead_gaps(line: Timeline) -> list[float]:
 
 def hop_samples(line: Timeline, overhead_ms: float) -> list[float]:
     """Observed hop times: consumer start - (producer end + overhead), where it waited."""
-    schedule, samples = line.schedule, []
+    schedule, samples, deps = line.schedule, [], dependencies(line.schedule)
     for key, start in line.start.items():
-        stage, kind, mb = key
-        if kind == F and schedule.prev_stage(stage) is not None:
-            producer_stage = stage - 1
-            candidates = [(producer_stage, F, mb)]
-        elif kind in (B, I) and schedule.next_stage(stage) is not None:
-            producer_stage = stage + 1
-            candidates = [(producer_stage, B, mb), (producer_stage, I, mb)]
-        else:
-            continue
-        if schedule.placement[producer_stage] == schedule.placement[stage]:
+        candidates = deps.message_producers(Action(*key))
+        if not candidates or schedule.placement[candidates[0][0]] == schedule.placement[key[0]]:
             continue
         producer = next((c for c in candidates if c in line.end), None)
         if producer is not None and line.waited_before[key] > WAITED_MS:

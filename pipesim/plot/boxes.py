@@ -23,7 +23,7 @@ from pipesim.plot.style import (
     set_hatch,
     text_colour,
 )
-from pipesim.sim.trace import COMM, COMPUTE, KIND_CODES, Trace
+from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
 COMPUTE_BOX = (-0.4, 0.6)  # (offset from the row's centre, height), in rows
 COMM_BOX = (0.22, 0.16)
@@ -73,13 +73,13 @@ def draw_boxes(ax, trace: Trace, show_comm: bool = True) -> None:
 
     scale = axes_scale(ax)
     hatched = chunk_count(trace) > 1
-    lanes = (COMPUTE, COMM) if show_comm else (COMPUTE,)
+    lanes = (Lane.COMPUTE, Lane.COMM) if show_comm else (Lane.COMPUTE,)
     groups = np.column_stack([trace.lane, trace.kind, trace.chunk])
     for lane, kind, chunk in np.unique(groups, axis=0):
         if lane not in lanes:
             continue
         rows = np.flatnonzero((groups == (lane, kind, chunk)).all(axis=1))
-        offset, height = COMPUTE_BOX if lane == COMPUTE else COMM_BOX
+        offset, height = COMPUTE_BOX if lane == Lane.COMPUTE else COMM_BOX
         start, end = trace.start[rows], trace.end[rows]
         verts = box_vertices(start, end, trace.device[rows] + offset, np.full(len(rows), height))
         # White gaps between boxes only where boxes are wide enough to keep their colour.
@@ -91,7 +91,7 @@ def draw_boxes(ax, trace: Trace, show_comm: bool = True) -> None:
             linewidths=0.4 if wide else 0.0,
             closed=True,
         )
-        if hatched and lane == COMPUTE and chunk > 0:
+        if hatched and lane == Lane.COMPUTE and chunk > 0:
             set_hatch(boxes, CHUNK_HATCHES[chunk % len(CHUNK_HATCHES)])
         ax.add_collection(boxes, autolim=False)
 
@@ -123,7 +123,7 @@ def fitting_labels(trace: Trace, width_px: np.ndarray) -> list[tuple[int, str, f
     whose labels fit fewer than ``LABELLED_SHARE`` of its boxes gets none (a chart
     numbered in patches reads worse than one not numbered)."""
     hatched = chunk_count(trace) > 1
-    compute = trace.lane == COMPUTE
+    compute = trace.lane == Lane.COMPUTE
     narrowest = text_width_px("0.0" if hatched else "0", LABEL_FONT - 1) + 3
     rows = np.flatnonzero(compute & (width_px >= narrowest))
     if len(rows) > MAX_LABELS:

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from pipesim.plot.style import COLOURS, TITLE_FONT
-from pipesim.sim.trace import COMPUTE, KIND_CODES, Trace
+from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
 TIME_BINS = 600
 MAX_STRIP_ROWS = 512
@@ -33,7 +33,7 @@ def busy_fractions(trace: Trace, bins: int = TIME_BINS, group: int = 1) -> np.nd
     starts and ends before ``e``, so per-bin sums of starts and ends (one ``bincount``
     each) give every bin at once, however many actions there are.
     """
-    compute = trace.lane == COMPUTE
+    compute = trace.lane == Lane.COMPUTE
     rows = math.ceil(trace.devices / group)
     kinds = len(KIND_CODES)
     width = max(trace.makespan_ms, 1e-9) / bins

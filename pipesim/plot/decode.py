@@ -27,7 +27,7 @@ from pipesim.plot.style import (
 from pipesim.schedules.decode import NAME
 from pipesim.sim.decode import row_names
 from pipesim.sim.metrics import Report
-from pipesim.sim.trace import COMPUTE, KIND_CODES, Trace
+from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
 
 def is_decode(report: Report) -> bool:
@@ -70,7 +70,7 @@ def draw_decode_labels(ax, trace: Trace) -> int:
     scale = axes_scale(ax)
     width_px = (trace.end - trace.start) * scale.x_px_per_ms
     narrowest = text_width_px("t0g0", SMALLEST_FONT) + 3
-    rows = np.flatnonzero((trace.lane == COMPUTE) & (width_px >= narrowest))
+    rows = np.flatnonzero((trace.lane == Lane.COMPUTE) & (width_px >= narrowest))
     if len(rows) > MAX_LABELS:
         return 0
     names = row_names(trace)

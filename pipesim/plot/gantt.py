@@ -35,7 +35,7 @@ from pipesim.plot.style import (
 from pipesim.plot.style import title as report_title
 from pipesim.sim.memory import MemoryTimeline
 from pipesim.sim.metrics import Report
-from pipesim.sim.trace import COMM, COMPUTE, KIND_CODES, Trace
+from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
 MEMORY_IN = 2.4  # the memory panel's height
 DECORATION_IN = 1.5  # title, time axis and legend around the axes
@@ -69,7 +69,11 @@ def label_after_layout(fig, charts: Sequence[tuple[object, Trace]], draw_text=dr
 
 def kinds_shown(trace: Trace, show_comm: bool = True) -> set[str]:
     """Kinds whose colour appears on the chart (compute only on a busy-fraction strip)."""
-    lanes = [COMPUTE] if trace.devices > MAX_BOX_DEVICES or not show_comm else [COMPUTE, COMM]
+    lanes = (
+        [Lane.COMPUTE]
+        if trace.devices > MAX_BOX_DEVICES or not show_comm
+        else [Lane.COMPUTE, Lane.COMM]
+    )
     return {KIND_CODES[k] for k in np.unique(trace.kind[np.isin(trace.lane, lanes)])}
 
 

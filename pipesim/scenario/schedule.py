@@ -18,7 +18,7 @@ from pipesim.scenario.schema import PipelineSpec, ScenarioError, ScenarioSpec, f
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError, forward_only
 from pipesim.schedules.torch_csv import read_torch_csv
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 
 MAX_SCHEDULE_FILE_BYTES = 64 << 20
 

@@ -28,7 +28,7 @@ from pipesim.schedules.ir import (
     forward_only,
 )
 from pipesim.schedules.policies import POLICIES, ChunkRule, ClosedForm, Policy, Registry
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 
 
 def list_schedules() -> list[tuple[str, str, str]]:

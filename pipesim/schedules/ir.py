@@ -16,8 +16,7 @@ A ``Schedule`` is the per-device lists plus the placement (which device holds
 each stage) and the chains: the stage ranges a microbatch walks through. An
 ordinary pipeline is one chain over all stages; bidirectional schedules
 (DualPipe, Chimera) run two model copies as two chains. A schedule read from torch's
-lowered form also keeps its runtime posts (``SEND_F``, ``RECV_B``, ``REDUCE_GRAD``...,
-see ``pipesim.schedules.posts``) between the compute actions.
+lowered form also keeps its runtime posts (``pipesim.schedules.posts``).
 """
 
 from __future__ import annotations
@@ -198,6 +197,11 @@ class Schedule:
     @property
     def num_actions(self) -> int:
         return sum(len(a.atoms) for actions in self.device_actions for a in actions)
+
+    @property
+    def stage_chain(self) -> tuple[int, ...]:
+        """Per stage, the index in ``chains`` of the chain that runs it (-1: none)."""
+        return self._stage_chain
 
     def chain_of(self, stage: int) -> Chain:
         return self.chains[self._stage_chain[stage]]

@@ -23,6 +23,7 @@ Rules:
 
 from __future__ import annotations
 
+from pipesim.schedules.dependencies import Message, dependencies
 from pipesim.schedules.ir import Action, B, F, I, Kind, Schedule, W
 from pipesim.schedules.posts import (
     P2P_KINDS,
@@ -71,9 +72,11 @@ def post_problems(schedule: Schedule) -> tuple[Problems, list[str]]:
 
 def _peer(schedule: Schedule, post: Post) -> int | None:
     """The stage at the other end of a SEND or RECV."""
-    if post.kind in (SEND_F, RECV_B):
-        return schedule.next_stage(post.stage)
-    return schedule.prev_stage(post.stage)
+    message = Message.ACTIVATION if post.kind in (SEND_F, RECV_F) else Message.GRADIENT
+    deps = dependencies(schedule)
+    if post.kind in (SEND_F, SEND_B):
+        return deps.receiver(message, post.stage)
+    return deps.sender(message, post.stage)
 
 
 def _place_problem(schedule: Schedule, device: int, post: Post) -> str | None:

@@ -38,14 +38,13 @@ from dataclasses import dataclass, replace
 
 from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, Schedule, ScheduleError, single_chain, v_placement
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 from pipesim.search.greedy import Problem, Rules, Stalled, construct, make_problem
 from pipesim.search.improve import improve
 from pipesim.sim.costs import Costs, uniform_costs
-from pipesim.sim.engine import simulate
+from pipesim.sim.engine import DeadlockError, simulate
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import memory_timelines
-from pipesim.sim.order import DeadlockError
 from pipesim.sim.trace import Trace
 
 AUTO_POLICIES = {"zb-auto": 1, "v-auto": 2}  # name -> virtual stages (chunks per device)

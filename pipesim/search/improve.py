@@ -26,7 +26,7 @@ from dataclasses import replace
 import numpy as np
 
 from pipesim.schedules.ir import Action, Kind, Schedule
-from pipesim.sim.trace import CAUSE_DEVICE, COMPUTE, KIND_CODE, Trace
+from pipesim.sim.trace import KIND_CODE, Cause, Lane, Trace
 
 MOVABLE = (Kind.W, Kind.F)
 Move = tuple[int, int, int]  # device, from position, to position (before the move)
@@ -56,7 +56,7 @@ def traced_moves(schedule: Schedule, trace: Trace) -> Iterator[Move]:
     position = [
         {action: at for at, action in enumerate(actions)} for actions in schedule.device_actions
     ]
-    rows = [r for r in range(len(trace.start)) if trace.lane[r] == COMPUTE]
+    rows = [r for r in range(len(trace.start)) if trace.lane[r] == Lane.COMPUTE]
     rows.sort(key=lambda r: (-trace.start[r], trace.device[r]))
     for row in rows:
         device, action = int(trace.device[row]), trace.actions[row]
@@ -65,7 +65,7 @@ def traced_moves(schedule: Schedule, trace: Trace) -> Iterator[Move]:
             continue
         actions = schedule.device_actions[device]
         before = actions[at - 1]
-        if trace.cause is not None and trace.cause[row] == CAUSE_DEVICE:
+        if trace.cause is not None and trace.cause[row] == Cause.DEVICE:
             if before.kind == Kind.W and action.kind in (Kind.I, Kind.F):
                 yield device, at - 1, at
             elif before.kind == Kind.F and action.kind == Kind.I:
@@ -137,7 +137,7 @@ def improve(schedule: Schedule, budget: int, run: Run, settling: bool = False) -
 
 def settle(makespan_ms: float, trace: Trace) -> tuple[float, float, float]:
     """``(makespan, sum of the devices' finish times, sum of the I ends)``."""
-    compute = trace.lane == COMPUTE
+    compute = trace.lane == Lane.COMPUTE
     finish = np.zeros(trace.devices)
     np.maximum.at(finish, trace.device[compute], trace.end[compute])
     inputs = compute & (trace.kind == KIND_CODE[Kind.I])

@@ -42,7 +42,7 @@ from pipesim.schedules.decode import stage_of, step_of
 from pipesim.schedules.ir import F, Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
-from pipesim.sim.trace import COMM, COMPUTE, KIND_CODE, SEND_F, Trace
+from pipesim.sim.trace import KIND_CODE, Lane, RowKind, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ def token_end_ms(trace: Trace, schedule: Schedule) -> np.ndarray:
     """``ends[i, t]``: when group ``i``'s token step ``t`` ends on the last device."""
     p, k = schedule.devices, schedule.microbatches
     steps = schedule.stages // p
-    last = (trace.lane == COMPUTE) & (trace.device == p - 1)
+    last = (trace.lane == Lane.COMPUTE) & (trace.device == p - 1)
     ends = np.full((k, steps), np.nan)
     stage, group = trace.stage[last], trace.microbatch[last]
     ends[group, step_of(stage, p)] = trace.end[last]
@@ -185,9 +185,9 @@ def row_names(trace: Trace) -> list[str]:
         trace.kind.tolist(),
     )
     for row, (stage, group, lane, peer, kind) in enumerate(zip(*columns, strict=True)):
-        if stage < 0 or kind not in (KIND_CODE[F], SEND_F):
+        if stage < 0 or kind not in (KIND_CODE[F], RowKind.SEND_F):
             names.append(trace.name(row))
             continue
         text = f"t{step_of(stage, p)} g{group}"
-        names.append(f"{text}->{peer}" if lane == COMM else text)
+        names.append(f"{text}->{peer}" if lane == Lane.COMM else text)
     return names

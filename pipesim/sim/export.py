@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipesim.sim.memory import MemoryTimeline
-from pipesim.sim.trace import COMM, COMPUTE, KIND_CODES, Trace
+from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
 US_PER_MS = 1000.0
 
@@ -48,8 +48,8 @@ def device_metadata(pid: int, name: str) -> list[dict]:
     return [
         meta("process_name", 0, {"name": name}),
         meta("process_sort_index", 0, {"sort_index": pid}),
-        meta("thread_name", COMPUTE, {"name": "compute"}),
-        meta("thread_name", COMM, {"name": "comm"}),
+        meta("thread_name", Lane.COMPUTE, {"name": "compute"}),
+        meta("thread_name", Lane.COMM, {"name": "comm"}),
     ]
 
 
@@ -70,7 +70,7 @@ def row_events(trace: Trace, pid_offset: int = 0, names: Sequence[str] | None = 
     for i, row in enumerate(zip(*(c.tolist() for c in columns), strict=True)):
         device, lane, stage, chunk, microbatch, kind, peer, start, end = row
         args = {"stage": stage, "chunk": chunk, "microbatch": microbatch}
-        if lane == COMM:
+        if lane == Lane.COMM:
             args["to_device"] = peer
         events.append(
             {

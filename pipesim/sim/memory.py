@@ -15,7 +15,7 @@ import numpy as np
 
 from pipesim.schedules.ir import Kind, Schedule
 from pipesim.sim.costs import Costs
-from pipesim.sim.trace import COMPUTE, KIND_CODE, Trace
+from pipesim.sim.trace import KIND_CODE, Lane, Trace
 
 # At one instant a device first gives back (an action that ends), then takes (the next
 # action that starts), as it runs them in that order.
@@ -70,7 +70,7 @@ def _simple_events(events: _Events, trace: Trace, schedule: Schedule, costs: Cos
     layer_group_of = np.array([schedule.model_stage(s) for s in range(schedule.stages)] + [0])
     kept = np.asarray(costs.activation_memory_bytes, dtype=np.float64)
     weight_grad = np.asarray(costs.weight_grad_memory_bytes, dtype=np.float64)
-    compute = np.flatnonzero(trace.lane == COMPUTE)
+    compute = np.flatnonzero(trace.lane == Lane.COMPUTE)
     kinds = trace.kind[compute]
 
     def rows_of(kind: Kind) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +104,9 @@ def _overlapped_events(events: _Events, trace: Trace, schedule: Schedule, costs:
     """A group (an overlapped F&B pair, or any group torch's CSV holds) takes its forwards'
     activations at its start and gives back what its backwards free at its end; every
     member of every group is collected first and added as one batch of events."""
-    groups = np.flatnonzero((trace.lane == COMPUTE) & (trace.kind == KIND_CODE[Kind.OVERLAP_F_B]))
+    groups = np.flatnonzero(
+        (trace.lane == Lane.COMPUTE) & (trace.kind == KIND_CODE[Kind.OVERLAP_F_B])
+    )
     if not len(groups):
         return
     changes, rows, layer_groups = [], [], []

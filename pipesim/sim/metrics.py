@@ -25,7 +25,7 @@ from pipesim.sim.costs import Costs
 from pipesim.sim.fast.choose import Evaluator
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
-from pipesim.sim.trace import COMPUTE, Trace
+from pipesim.sim.trace import Lane, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +156,7 @@ def build_report(
 
 def busy_ms_per_device(trace: Trace) -> np.ndarray:
     """Sum of compute durations on each device."""
-    compute = trace.lane == COMPUTE
+    compute = trace.lane == Lane.COMPUTE
     durations = trace.end[compute] - trace.start[compute]
     return np.bincount(trace.device[compute], weights=durations, minlength=trace.devices)
 
@@ -170,7 +170,7 @@ def device_report(
 ) -> DeviceReport:
     """One device's line of the report: time, span, peak activations, static memory."""
     makespan = trace.makespan_ms
-    rows = (trace.lane == COMPUTE) & (trace.device == device)
+    rows = (trace.lane == Lane.COMPUTE) & (trace.device == device)
     span = float(trace.end[rows].max() - trace.start[rows].min()) if rows.any() else 0.0
     peak_bytes, peak_time, peak_inflight = _memory_peaks(timeline)
     static = float(accounting.static_memory_bytes[device])

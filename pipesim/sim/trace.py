@@ -14,7 +14,7 @@ A transfer's row spans from the moment it enters its channel (after any queueing
 other messages) to its arrival at the receiver: channel time (``bytes / bandwidth`` plus
 the link's gap), then latency. Under pure latency several transfers on one link overlap.
 
-Every simulated row also records what released it (``cause``, a ``CAUSE_*`` code, and
+Every simulated row also records what released it (``cause``, a ``Cause``, and
 ``cause_row``, the row it names or -1): the previous action on its device, the transfer
 that held its device (``comm_overlap`` off), the input that arrived last (the transfer
 that carried it, or its producer where no link time was involved), for a transfer its
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from enum import IntEnum
 from functools import cached_property
 
 import numpy as np
@@ -38,25 +39,47 @@ import pandas as pd
 
 from pipesim.schedules.ir import Action, Kind, Schedule
 
-KIND_CODES: tuple[str, ...] = (
-    *("F", "B", "I", "W", "OVERLAP_F_B", "SEND_F", "SEND_B", "ALLREDUCE"),
-    *("UNSHARD", "RESHARD"),  # FSDP posts of a lowered schedule, when given a cost
-)
-KIND_CODE = {Kind(k): i for i, k in enumerate(KIND_CODES[:5])}
-SEND_F, SEND_B, ALLREDUCE, UNSHARD, RESHARD = 5, 6, 7, 8, 9
-ROWS_PER_BLOCK = 65536
-COMPUTE, COMM = 0, 1
 
-# What released a row (``Trace.cause``); ``Trace.cause_row`` names the row, or -1.
-CAUSE_START = 0  # nothing: the row starts at time 0
-CAUSE_DEVICE = 1  # the previous compute action on its device ended
-CAUSE_SENDING = 2  # its device was held until this transfer arrived (comm_overlap off)
-CAUSE_INPUT = 3  # its input arrived: the carrying transfer, or the producer itself
-CAUSE_PRODUCER = 4  # a transfer: the action that produced it ended
-CAUSE_CHANNEL = 5  # a transfer: the transfer ahead of it on its channel left the channel
-CAUSE_FLUSH = 6  # end-of-step work: the pipeline flushed (the row that ended last)
-CAUSE_GATHER = 7  # a compute action: its stage's FSDP parameter gather (UNSHARD) ended
-CAUSE_NAMES = ("start", "device", "sending", "input", "producer", "channel", "flush", "gather")
+class RowKind(IntEnum):
+    """What a trace row is (``Trace.kind``): a compute action's kind, a transfer, or work
+    beside the schedule's actions. Not torch's post kinds (``pipesim.schedules.posts``)."""
+
+    F = 0
+    B = 1
+    I = 2  # noqa: E741 - torch's name for the input-gradient backward
+    W = 3
+    OVERLAP_F_B = 4
+    SEND_F = 5  # an activation on its way to the next stage
+    SEND_B = 6  # a gradient on its way to the previous stage
+    ALLREDUCE = 7  # end-of-step work: the data-parallel gradient all-reduce
+    UNSHARD = 8  # FSDP posts of a lowered schedule, when given a cost
+    RESHARD = 9
+
+
+class Lane(IntEnum):
+    """Where a row runs (``Trace.lane``): the compute stream or the communication one."""
+
+    COMPUTE = 0
+    COMM = 1
+
+
+class Cause(IntEnum):
+    """What released a row (``Trace.cause``); ``Trace.cause_row`` names the row, or -1."""
+
+    START = 0  # nothing: the row starts at time 0
+    DEVICE = 1  # the previous compute action on its device ended
+    SENDING = 2  # its device was held until this transfer arrived (comm_overlap off)
+    INPUT = 3  # its input arrived: the carrying transfer, or the producer itself
+    PRODUCER = 4  # a transfer: the action that produced it ended
+    CHANNEL = 5  # a transfer: the transfer ahead of it on its channel left the channel
+    FLUSH = 6  # end-of-step work: the pipeline flushed (the row that ended last)
+    GATHER = 7  # a compute action: its stage's FSDP parameter gather (UNSHARD) ended
+
+
+KIND_CODES: tuple[str, ...] = tuple(kind.name for kind in RowKind)
+KIND_CODE = {Kind(kind.name): kind for kind in RowKind if kind <= RowKind.OVERLAP_F_B}
+CAUSE_NAMES = tuple(cause.name.lower() for cause in Cause)
+ROWS_PER_BLOCK = 65536
 ROW_WIDTH = 9
 
 
@@ -90,7 +113,7 @@ class TraceBuilder:
         return Trace(
             devices=self.devices,
             device=ints[:, 0],
-            lane=np.where(kind >= SEND_F, COMM, COMPUTE),
+            lane=np.where(kind >= RowKind.SEND_F, Lane.COMM, Lane.COMPUTE),
             stage=stage,
             chunk=chunk_of[stage],  # stage -1 (an overlapped pair) picks the trailing -1
             microbatch=ints[:, 2],
@@ -127,7 +150,7 @@ class Trace:
     start: np.ndarray
     end: np.ndarray
     actions: list[Action] = field(repr=False)
-    cause: np.ndarray | None = field(default=None, repr=False)  # CAUSE_* codes; None: unknown
+    cause: np.ndarray | None = field(default=None, repr=False)  # Cause codes; None: unknown
     cause_row: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -136,19 +159,19 @@ class Trace:
 
     def name(self, row: int) -> str:
         """IR text of a row: ``2F0`` for compute, ``2F0->3`` for a transfer to device 3."""
-        if self.kind[row] == ALLREDUCE:
+        if self.kind[row] == RowKind.ALLREDUCE:
             return "gradient all-reduce"
-        if self.kind[row] >= UNSHARD:  # an FSDP post: 1UNSHARD, 1RESHARD
+        if self.kind[row] >= RowKind.UNSHARD:  # an FSDP post: 1UNSHARD, 1RESHARD
             return f"{self.stage[row]}{KIND_CODES[self.kind[row]]}"
         text = str(self.actions[row])
-        return f"{text}->{self.peer[row]}" if self.lane[row] == COMM else text
+        return f"{text}->{self.peer[row]}" if self.lane[row] == Lane.COMM else text
 
     @cached_property
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(
             {
                 "device": self.device,
-                "lane": np.where(self.lane == COMPUTE, "compute", "comm"),
+                "lane": np.where(self.lane == Lane.COMPUTE, "compute", "comm"),
                 "stage": self.stage,
                 "chunk": self.chunk,
                 "microbatch": self.microbatch,
@@ -177,7 +200,7 @@ def trace_from_frame(frame: pd.DataFrame, devices: int, actions: list[Action]) -
     return Trace(
         devices=devices,
         device=frame["device"].to_numpy(np.int64),
-        lane=np.where(frame["lane"].to_numpy() == "compute", COMPUTE, COMM),
+        lane=np.where(frame["lane"].to_numpy() == "compute", Lane.COMPUTE, Lane.COMM),
         stage=frame["stage"].to_numpy(np.int64),
         chunk=frame["chunk"].to_numpy(np.int64),
         microbatch=frame["microbatch"].to_numpy(np.int64),

@@ -18,7 +18,7 @@ from pipesim.cluster.transformer import layer_parameters, static_memory
 from pipesim.scenario.build import build_scenario, parse_spec
 from pipesim.scenario.schema import ScenarioError
 from pipesim.schedules import decode
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 from pipesim.sim.decode import token_end_ms
 from tests.helpers import compute_rows
 

@@ -17,7 +17,7 @@ from pipesim.schedules.ir import Kind, ScheduleError
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.memory import memory_timelines
-from pipesim.sim.trace import COMPUTE
+from pipesim.sim.trace import Lane
 from tests.analysis.test_plan import SOURCE, small_base
 
 
@@ -126,7 +126,7 @@ def test_memory_timelines_equal_a_member_by_member_count(name, devices, microbat
         Kind.W: lambda g: (-wg[g], 0),
     }
     events: list[list[tuple]] = [[] for _ in range(devices)]
-    for row in np.flatnonzero(trace.lane == COMPUTE).tolist():
+    for row in np.flatnonzero(trace.lane == Lane.COMPUTE).tolist():
         for member in trace.actions[row].atoms:
             at_end = member.kind != Kind.F
             time = float(trace.end[row] if at_end else trace.start[row])

@@ -23,7 +23,7 @@ from pipesim.cluster.pass_time import (
     with_parameter_gathers,
 )
 from pipesim.sim.costs import uniform_costs
-from pipesim.sim.trace import UNSHARD
+from pipesim.sim.trace import RowKind
 
 MODEL = TransformerModel(layers=4, hidden=1024, heads=8, seq_len=512, vocab=32000)
 REPLICAS, MICROBATCHES, BANDWIDTH_GBPS = 16, 4, 10.0
@@ -235,12 +235,12 @@ def test_torch_unshard_posts_gather_once_each_instead_of_every_pass(tmp_path):
     assert zero3.tail_ms is None and zero1.tail_ms is None
     # one UNSHARD row per stage in the step, each one gather long; none under ZeRO-1
     trace = run_scenario(zero3).trace
-    rows = trace.kind == UNSHARD
+    rows = trace.kind == RowKind.UNSHARD
     durations = dict(
         zip(trace.stage[rows].tolist(), (trace.end - trace.start)[rows].tolist(), strict=True)
     )
     assert durations == pytest.approx(dict(enumerate(gather_ms(devices=4))))
-    assert not (run_scenario(zero1).trace.kind == UNSHARD).any()
+    assert not (run_scenario(zero1).trace.kind == RowKind.UNSHARD).any()
 
 
 @settings(max_examples=200, deadline=None)

@@ -13,7 +13,7 @@ from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
 from pipesim.sim.metrics import Accounting, Report, build_report
-from pipesim.sim.trace import COMPUTE, KIND_CODES, Trace
+from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
 GIB = 2**30
 
@@ -50,7 +50,7 @@ def synthetic(devices: int, microbatches: int) -> tuple[Trace, list[MemoryTimeli
     trace = Trace(
         devices=devices,
         device=np.concatenate([d, d]),
-        lane=np.full(count, COMPUTE),
+        lane=np.full(count, Lane.COMPUTE),
         stage=np.concatenate([d, d]),
         chunk=np.zeros(count, dtype=np.int64),
         microbatch=np.concatenate([i, i]),

@@ -24,7 +24,7 @@ from pipesim.schedules.ir import (
 )
 from pipesim.schedules.posts import RECV_F, SEND_F, Post
 from pipesim.schedules.torch_csv import read_torch_csv
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, B, F, ScheduleError, parse_action, to_csv
 from pipesim.schedules.posts import RECV_F, REDUCE_GRAD, SEND_B, SEND_F, UNSHARD, Post
 from pipesim.schedules.torch_csv import read_torch_csv, to_torch_csv
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import DeadlockError, simulate
 from pipesim.sim.links import Link, Topology

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import ScheduleError
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 from pipesim.search import AUTO_POLICIES, SearchError, auto, minimum_limit_bytes, search_schedule
 from pipesim.search.auto import FAMILIES, default_limit_bytes, evaluate
 from pipesim.sim.costs import uniform_costs

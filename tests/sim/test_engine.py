@@ -13,7 +13,7 @@ from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import DeadlockError, simulate
 from pipesim.sim.links import Link, Topology
 from pipesim.sim.metrics import build_report
-from pipesim.sim.trace import CAUSE_CHANNEL
+from pipesim.sim.trace import Cause
 from tests.helpers import (
     assert_matches_oracle_and_round_trips,
     compute_rows,
@@ -186,7 +186,7 @@ def test_two_senders_contend_for_one_shared_channel():
         ("1F0", 2, 4.5, 5.5),
     ]
     queued = rows.index(("2F1->2", 1, 2.0, 3.5))
-    assert trace.cause[queued] == CAUSE_CHANNEL
+    assert trace.cause[queued] == Cause.CHANNEL
     assert trace.frame.name[trace.cause_row[queued]] == "0F0->2"
     # The trace CSV spells every cause out: what released each row, and which row.
     released = {

@@ -42,7 +42,7 @@ from pipesim.sim.fast import (
 from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import build_report
-from pipesim.sim.trace import CAUSE_CHANNEL, CAUSE_FLUSH, CAUSE_START
+from pipesim.sim.trace import Cause
 from tests.helpers import latency_topology
 from tests.schedules.test_zero_bubble import PAPER_TABLES_9_AND_5
 from tests.sim.test_properties import QUARTERS, random_schedules
@@ -71,7 +71,7 @@ def assert_same_trace(engine, fast):
         assert np.allclose(getattr(fast, column), getattr(engine, column)[match], rtol=1e-9, atol=0)
     named_e = engine.cause_row[match]
     named_f = np.where(fast.cause_row >= 0, match[np.maximum(fast.cause_row, 0)], -1)
-    flush = fast.cause == CAUSE_FLUSH
+    flush = fast.cause == Cause.FLUSH
     assert np.array_equal(named_f[~flush], named_e[~flush])
     assert np.array_equal(engine.end[named_f[flush]], engine.end[named_e[flush]])
     assert [fast.actions[r] for r in range(len(match))] == [engine.actions[r] for r in match]
@@ -100,15 +100,15 @@ def assert_rows_follow_their_causes(trace):
     """As in the engine: a row comes after the row that released it and starts as that
     one ends (behind a busy channel: as it leaves the channel, within its span)."""
     named = trace.cause_row
-    caused = (trace.cause != CAUSE_START) & (trace.cause != CAUSE_FLUSH)
+    caused = (trace.cause != Cause.START) & (trace.cause != Cause.FLUSH)
     rows = np.flatnonzero(caused)
     assert (named[rows] >= 0).all() and (named[rows] < rows).all()
-    queued = trace.cause[rows] == CAUSE_CHANNEL
+    queued = trace.cause[rows] == Cause.CHANNEL
     released = np.where(queued, trace.start[named[rows]], trace.end[named[rows]])
     assert (trace.start[rows] >= released).all()
     exact = rows[~queued]
     assert np.array_equal(trace.start[exact], trace.end[named[exact]])
-    assert (trace.start[trace.cause == CAUSE_START] == 0).all()
+    assert (trace.start[trace.cause == Cause.START] == 0).all()
 
 
 def both(schedule, costs, topology=None, cache=None, **kwargs):

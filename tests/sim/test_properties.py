@@ -8,13 +8,13 @@ from hypothesis import strategies as st
 
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import Action, B, ConstraintError, F, I, W, schedule_from_lists
-from pipesim.schedules.validation import validate
+from pipesim.schedules.validity import validate
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import memory_timelines
 from pipesim.sim.metrics import build_report
-from pipesim.sim.trace import CAUSE_CHANNEL, CAUSE_FLUSH, CAUSE_START, COMM
+from pipesim.sim.trace import Cause, Lane
 from tests.helpers import shared_channels
 from tests.oracle import evaluate
 
@@ -144,14 +144,14 @@ def check_causes(trace, topology=None):
     start, end, cause, cause_row = trace.start, trace.end, trace.cause, trace.cause_row
     for row in range(len(start)):
         ahead = cause_row[row]
-        if cause[row] == CAUSE_START:
+        if cause[row] == Cause.START:
             assert start[row] == 0 and ahead == -1
-        elif cause[row] == CAUSE_CHANNEL:
-            assert trace.lane[row] == trace.lane[ahead] == COMM
+        elif cause[row] == Cause.CHANNEL:
+            assert trace.lane[row] == trace.lane[ahead] == Lane.COMM
             assert start[ahead] < start[row] <= end[ahead]
             assert channel_of(trace, row, topology) == channel_of(trace, ahead, topology)
         else:
-            assert 0 <= ahead < row or cause[row] == CAUSE_FLUSH
+            assert 0 <= ahead < row or cause[row] == Cause.FLUSH
             assert start[row] == end[ahead], (trace.name(row), trace.name(ahead))
 
 

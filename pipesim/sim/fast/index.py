@@ -32,10 +32,11 @@ from operator import itemgetter
 
 import numpy as np
 
+from pipesim.schedules.dependencies import Message, dependencies
 from pipesim.schedules.ir import B, F, I, Kind, Schedule
 from pipesim.sim.fast.check import schedule_fault
 from pipesim.sim.fast.kernel import SweepGraph
-from pipesim.sim.trace import KIND_CODE, KIND_CODES, SEND_B, SEND_F
+from pipesim.sim.trace import KIND_CODE, KIND_CODES, RowKind
 
 _F, _B, _I = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
 _MEMO_SIZE = 8
@@ -166,7 +167,7 @@ def build_index(schedule: Schedule) -> ScheduleIndex:
 
 
 def _model_stage(schedule: Schedule, stage: int) -> int:
-    return schedule.model_stage(stage) if schedule._stage_chain[stage] >= 0 else -1
+    return schedule.model_stage(stage) if schedule.stage_chain[stage] >= 0 else -1
 
 
 def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
@@ -195,10 +196,9 @@ def _messages(
     schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_object, bounds
 ) -> dict:
     """The messages between atoms, and each node's input and output message."""
-    stages = schedule.stages
-    owner = np.asarray(schedule._stage_chain, dtype=np.int64)
-    first = np.array([c.first_stage for c in schedule.chains], dtype=np.int64)[owner]
-    last = np.array([c.last_stage for c in schedule.chains], dtype=np.int64)[owner]
+    stages, deps = schedule.stages, dependencies(schedule)
+    to_next = np.asarray(deps.sends_to(Message.ACTIVATION), dtype=np.int64)  # -1: none
+    to_prev = np.asarray(deps.sends_to(Message.GRADIENT), dtype=np.int64)
     width = int(atoms.microbatch.max()) + 1
     kind, stage, microbatch = atoms.kind, atoms.stage, atoms.microbatch
     forward, backward = kind == _F, (kind == _B) | (kind == _I)
@@ -207,11 +207,11 @@ def _messages(
     everyone = np.arange(len(kind))
     consumer[0, (stage * width + microbatch)[forward]] = everyone[forward]
     consumer[1, (stage * width + microbatch)[backward]] = everyone[backward]
-    sends_forward = forward & (stage != last[stage])
-    sends_backward = backward & (stage != first[stage])
+    sends_forward = forward & (to_next[stage] >= 0)
+    sends_backward = backward & (to_prev[stage] >= 0)
     sender = np.flatnonzero(sends_forward | sends_backward)  # program order
     ahead = sends_forward[sender]
-    other = np.where(ahead, stage[sender] + 1, stage[sender] - 1)
+    other = np.where(ahead, to_next[stage[sender]], to_prev[stage[sender]])
     receiver = consumer[np.where(ahead, 0, 1), other * width + microbatch[sender]]
     placement = np.asarray(schedule.placement, dtype=np.int64)
     message_node = atoms.node[sender]
@@ -230,7 +230,7 @@ def _messages(
         message_src=src,
         message_dst=dst,
         **_routes(src, dst, boundary),
-        message_kind=np.where(ahead, SEND_F, SEND_B),
+        message_kind=np.where(ahead, RowKind.SEND_F, RowKind.SEND_B),
         message_stage=sender_stage,
         message_microbatch=microbatch[sender],
         message_atom=atom_objects[sender],

@@ -31,9 +31,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipesim.sim.trace import CAUSE_DEVICE, CAUSE_INPUT, CAUSE_SENDING, CAUSE_START
+from pipesim.sim.trace import Cause
 
-_START, _DEVICE, _SENDING, _INPUT = CAUSE_START, CAUSE_DEVICE, CAUSE_SENDING, CAUSE_INPUT
+_START, _DEVICE, _SENDING, _INPUT = map(
+    int, (Cause.START, Cause.DEVICE, Cause.SENDING, Cause.INPUT)
+)
 # The one process-wide store of the fast evaluator: numba's machine code, by function name
 # (None where numba is missing). It is the same code for every caller, compiled or loaded
 # from numba's disk cache once per process (about a second), and numba keeps its own
@@ -60,7 +62,7 @@ class SweepGraph(NamedTuple):
 class SweepResult(NamedTuple):
     """What the sweep found, in ms where a time.
 
-    Per node: ``end``, ``start``, ``cause`` (a CAUSE_* code) and ``cause_ref`` (the
+    Per node: ``end``, ``start``, ``cause`` (a ``Cause`` code) and ``cause_ref`` (the
     reference it names: node n, or message k as ``nodes + k``, or -1), and ``scheduled``,
     when the engine's clock would be set for its end (its device free and its input sent).
     Per message: ``arrival``, ``begin`` (when it entered its channel) and ``behind`` (the

@@ -31,19 +31,7 @@ import numpy as np
 
 from pipesim.sim.fast.index import ScheduleIndex, remember
 from pipesim.sim.fast.kernel import SweepResult
-from pipesim.sim.trace import (
-    ALLREDUCE,
-    CAUSE_CHANNEL,
-    CAUSE_DEVICE,
-    CAUSE_FLUSH,
-    CAUSE_PRODUCER,
-    CAUSE_SENDING,
-    CAUSE_START,
-    COMM,
-    COMPUTE,
-    SEND_F,
-    Trace,
-)
+from pipesim.sim.trace import Cause, Lane, RowKind, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +144,7 @@ def _tail_columns(tails: _Tails, ref_row: np.ndarray) -> _Columns:
         tails.device,
         none,
         none,
-        np.full(count, ALLREDUCE, dtype=np.int64),
+        np.full(count, RowKind.ALLREDUCE, dtype=np.int64),
         tails.start,
         tails.end,
         none,
@@ -245,8 +233,8 @@ def _transfers(layout: _Layout, sweep: SweepResult, node_row, message_row) -> _C
     on_channel = layout.on_channel
     behind = sweep.behind[on_channel]
     queued = np.flatnonzero(behind >= 0)
-    cause = np.full(len(behind), CAUSE_PRODUCER, dtype=np.int8)
-    cause[queued] = CAUSE_CHANNEL
+    cause = np.full(len(behind), Cause.PRODUCER, dtype=np.int8)
+    cause[queued] = Cause.CHANNEL
     cause_row = node_row[layout.producer]
     cause_row[queued] = message_row[behind[queued]]
     src, stage, microbatch, kind, dst, atoms = layout.columns
@@ -299,13 +287,13 @@ def _tails(index: ScheduleIndex, tail_ms, after_flush: bool, sweep: SweepResult,
         finished = np.concatenate([[trigger], finished[:-1]])
         named = int(ref[trigger]) if busy[trigger] else -1
         start = np.full(devices, float(free.max()))
-        cause = np.full(devices, CAUSE_FLUSH, dtype=np.int8)
+        cause = np.full(devices, Cause.FLUSH, dtype=np.int8)
         refs = np.full(devices, named, dtype=np.int64)
     else:
         start, refs = free, ref
         nodes = len(index.node_device)
-        cause = np.where(refs >= nodes, CAUSE_SENDING, CAUSE_DEVICE).astype(np.int8)
-        cause[refs < 0] = CAUSE_START
+        cause = np.where(refs >= nodes, Cause.SENDING, Cause.DEVICE).astype(np.int8)
+        cause[refs < 0] = Cause.START
     position = np.full(devices, -1, dtype=np.int64)
     position[device] = np.arange(len(device))
     order = position[finished]
@@ -328,7 +316,7 @@ def _assemble(index: ScheduleIndex, blocks: list[_Columns], places: list, total:
     return Trace(
         devices=index.devices,
         device=column("device", np.int64),
-        lane=np.where(kind >= SEND_F, COMM, COMPUTE),
+        lane=np.where(kind >= RowKind.SEND_F, Lane.COMM, Lane.COMPUTE),
         stage=stage,
         chunk=index.chunk_of[stage],
         microbatch=column("microbatch", np.int64),

@@ -27,15 +27,19 @@ when the action before it ends (time 0 at the head of the list). Then:
   compute actions on stage s wait for the gather. ``RESHARD`` frees them and holds the
   device for ``Costs.reshard_ms``. Both cost nothing unless given.
 
-Posts that cost nothing leave no row; the others leave one each (``ALLREDUCE`` naming
-the stage, ``UNSHARD``, ``RESHARD``), on the communication lane.
+Posts that cost nothing leave no row; the others leave one each (``RowKind.ALLREDUCE``
+naming the stage, ``RowKind.UNSHARD``, ``RowKind.RESHARD``), on the communication lane.
+Which transfer a SEND or RECV belongs to is the dependency rule's answer
+(``pipesim.schedules.dependencies``).
 """
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, Schedule
+from pipesim.schedules.dependencies import Message, dependencies
+from pipesim.schedules.ir import Action, B, F, Schedule
 from pipesim.schedules.posts import (
     P2P_KINDS,
+    RECV_B,
     RECV_F,
     REDUCE_GRAD,
     SEND_B,
@@ -43,39 +47,32 @@ from pipesim.schedules.posts import (
     UNSHARD,
     Post,
 )
-from pipesim.schedules.validation import validate_posts
-from pipesim.sim.channels import ARRIVAL, GRANT, ROW
-from pipesim.sim.trace import (
-    ALLREDUCE,
-    CAUSE_CHANNEL,
-    CAUSE_DEVICE,
-    CAUSE_GATHER,
-    CAUSE_INPUT,
-    CAUSE_SENDING,
-    CAUSE_START,
-    KIND_CODE,
-    ROWS_PER_BLOCK,
-)
-from pipesim.sim.trace import RESHARD as RESHARD_CODE
-from pipesim.sim.trace import UNSHARD as UNSHARD_CODE
+from pipesim.schedules.validity import validate_posts
+from pipesim.sim.engine.channels import Request
+from pipesim.sim.engine.rules import input_key, key_parts
+from pipesim.sim.trace import Cause, RowKind
+
+# torch's post kind -> (the kind of action whose transfer it is, whether it sends)
+_ENDS = {SEND_F: (F, True), RECV_F: (F, False), SEND_B: (B, True), RECV_B: (B, False)}
+_START, _DEVICE, _INPUT = int(Cause.START), int(Cause.DEVICE), int(Cause.INPUT)
+_CHANNEL, _SENDING, _GATHER = int(Cause.CHANNEL), int(Cause.SENDING), int(Cause.GATHER)
 
 
 class Rendezvous:
-    """The posts of one run (``run``: the engine's run state) and a device worker that
-    makes them. Book-keeping is by the engine's input keys: a transfer is known by the
-    key of the input it becomes at its receiver."""
+    """The posts of one run (``run``: the engine's ``Run``) and a device worker that makes
+    them. Book-keeping is by the engine's input keys: a transfer is known by the key of
+    the input it becomes at its receiver."""
 
     def __init__(self, run) -> None:
         schedule: Schedule = run.schedule
         validate_posts(schedule)
-        if run.tail_ms is not None and any(
-            post.kind == REDUCE_GRAD for placed in schedule.posts for _, post in placed
-        ):
+        if run.tail_ms is not None and schedule.has_reduce_grad_posts:
             raise ValueError(
                 "the schedule's REDUCE_GRAD posts place the gradient all-reduce: give its "
                 "time as Costs.reduce_grad_ms, not as tail_ms"
             )
         self.run, self.schedule, self.p2p = run, schedule, schedule.has_p2p_posts
+        self.deps = dependencies(schedule)
         self.at: list[dict[int, list[Post]]] = []  # device -> compute step -> posts before it
         for placed in schedule.posts:
             by_step: dict[int, list[Post]] = {}
@@ -85,7 +82,7 @@ class Rendezvous:
         self.outputs: dict[int, tuple] = {}  # key -> (sender, atom, target, producer row)
         self.sends: dict[int, tuple[float, int]] = {}  # key -> (posted at, row before)
         self.recvs: dict[int, tuple[float, int]] = {}
-        self.sent: dict[int, list] = {}  # key -> its channel request (blocking sends)
+        self.sent: dict[int, Request] = {}  # key -> its channel request (blocking sends)
         self.leaving: dict[int, object] = {}  # key -> event: a blocked sender waits for it
         self.gathered: dict[int, tuple[float, int]] = {}  # stage -> (parameters there, row)
         self.gather_free = [(0.0, -1)] * schedule.devices  # the last gather: (end, row)
@@ -94,7 +91,7 @@ class Rendezvous:
 
     def device(self, device: int, actions: tuple[Action, ...]):
         """One device's list with its posts: the engine's general step, posts between."""
-        since = (0.0, CAUSE_START, -1)  # (when the device falls free, cause, cause row)
+        since = (0.0, _START, -1)  # (when the device falls free, cause, cause row)
         at = self.at[device] if device < len(self.at) else {}
         for step, action in enumerate(actions):
             if step in at:
@@ -102,47 +99,40 @@ class Rendezvous:
             since = yield from self._compute(device, step, action, since)
         if len(actions) in at:
             since = yield from self._posts(device, len(actions), at[len(actions)], since)
-        yield from self.run._finish(device, *since)
+        yield from self.run.finish(device, *since)
 
     def _compute(self, device: int, step: int, action: Action, since: tuple):
         run = self.run
         order, cells = run.order, run.order.cells[device]
         free, cause, cause_row = since
         for atom in action.atoms:
-            needs, _, _, before, after, _, _ = run.rules[atom.kind]
+            rule = run.rules[atom.kind]
             cell = cells[atom.stage] + atom.microbatch
-            if order.progress[cell] != before or not 0 <= atom.microbatch < run.width:
+            if order.progress[cell] != rule.before or not 0 <= atom.microbatch < run.width:
                 order.out_of_order(device, step, atom)
-            order.progress[cell] = after
+            order.progress[cell] = rule.after
             gathered, gather_row = self.gathered.get(atom.stage, (0.0, -1))
             if gathered > free:  # its parameters are still being gathered
-                free, cause, cause_row = gathered, CAUSE_GATHER, gather_row
-            if needs[atom.stage] is None:
+                free, cause, cause_row = gathered, _GATHER, gather_row
+            if rule.inputs[atom.stage] is None:
                 continue
-            key = needs[atom.stage] + 2 * atom.microbatch
+            key = rule.inputs[atom.stage] + 2 * atom.microbatch
             if key not in run.arrival_at:
-                yield run._wait(device, step, key)
+                yield run.wait(device, step, key)
             ready, row = run.arrival_at.pop(key)
             if ready > free:
-                free, cause, cause_row = ready, CAUSE_INPUT, row
-        end = free + run._duration(device, action) + run.overhead
+                free, cause, cause_row = ready, _INPUT, row
+        end = free + run.duration(device, action) + run.overhead
         yield run.env.timeout(max(end - run.env.now, 0.0))
-        row = run.next_row()
-        code = KIND_CODE[action.kind]
-        run.out.rows.append(
-            (device, action.stage, action.microbatch, code, free, end, -1, cause, cause_row)
-        )
-        run.out.actions.append(action)
-        if len(run.out.rows) >= ROWS_PER_BLOCK:
-            run.out.pack()
+        row = run.record(device, action, free, end, (cause, cause_row))
         if not self.p2p:  # outputs leave when produced, as without posts
-            sent = run._ship(device, action, end, row)
+            sent = run.ship(device, action, end, row)
             if sent and not run.topology.comm_overlap:
-                return (yield from run._hold(end, sent, row))
-            return end, CAUSE_DEVICE, row
+                return (yield from run.hold(end, sent, row))
+            return end, _DEVICE, row
         for atom in action.atoms:
             self._produced(device, atom, end, row)
-        return end, CAUSE_DEVICE, row
+        return end, _DEVICE, row
 
     # -- posts -----------------------------------------------------------------------
 
@@ -166,53 +156,42 @@ class Rendezvous:
             free, _, before = since  # REDUCE_GRAD, RESHARD: the device waits for them
             end = free + cost
             yield run.env.timeout(max(end - run.env.now, 0.0))
-            code = ALLREDUCE if post.kind == REDUCE_GRAD else RESHARD_CODE
-            since = (
-                end,
-                CAUSE_DEVICE,
-                self._row(device, post, code, free, end, CAUSE_DEVICE, before),
-            )
+            code = RowKind.ALLREDUCE if post.kind == REDUCE_GRAD else RowKind.RESHARD
+            row = run.record_beside(device, post.stage, code, free, end, (_DEVICE, before))
+            since = (end, _DEVICE, row)
         return since
 
     def _gather(self, device: int, post: Post, cost: float, since: tuple) -> None:
         free, _, before = since
-        begin, cause, cause_row = free, CAUSE_DEVICE, before
+        begin, cause, cause_row = free, _DEVICE, before
         if self.gather_free[device][0] > free:  # behind the previous gather
-            (begin, cause_row), cause = self.gather_free[device], CAUSE_CHANNEL
+            (begin, cause_row), cause = self.gather_free[device], _CHANNEL
         end = begin + cost
-        row = self._row(device, post, UNSHARD_CODE, begin, end, cause, cause_row)
+        row = self.run.record_beside(
+            device, post.stage, RowKind.UNSHARD, begin, end, (cause, cause_row)
+        )
         self.gather_free[device] = self.gathered[post.stage] = (end, row)
-
-    def _row(self, device, post: Post, code: int, start, end, cause, cause_row) -> int:
-        row = self.run.next_row()
-        self.run.out.rows.append((device, post.stage, -1, code, start, end, -1, cause, cause_row))
-        self.run.out.actions.append(None)  # work beside the IR's actions, as the tail is
-        return row
 
     def _key(self, post: Post) -> int:
         """The input key of the transfer a SEND or RECV post belongs to."""
-        stage, width = post.stage, self.run.width
-        if post.kind == SEND_F:
-            stage = self.schedule.next_stage(stage)
-        elif post.kind == SEND_B:
-            stage = self.schedule.prev_stage(stage)
-        direction = 0 if post.kind in (SEND_F, RECV_F) else 1
-        return 2 * stage * width + direction + 2 * post.microbatch
+        kind, sending = _ENDS[post.kind]
+        deps = self.deps
+        hop = deps.outgoing(kind, post.stage) if sending else deps.incoming(kind, post.stage)
+        return input_key(hop.receiver, hop.message, post.microbatch, self.run.width)
 
     def _post_text(self, key: int) -> str:
         """``0SEND_F1``: the SEND post of the transfer ``key``."""
-        direction, (stage, microbatch) = key % 2, divmod(key // 2, self.run.width)
-        if direction == 0:
-            return f"{self.schedule.prev_stage(stage)}SEND_F{microbatch}"
-        return f"{self.schedule.next_stage(stage)}SEND_B{microbatch}"
+        message, stage, microbatch = key_parts(key, self.run.width)
+        send = SEND_F if message == Message.ACTIVATION else SEND_B
+        return f"{self.deps.sender(message, stage)}{send}{microbatch}"
 
     def _produced(self, device: int, atom: Action, end: float, row: int) -> None:
-        target = self.run.rules[atom.kind][1][atom.stage]
+        target = self.run.rules[atom.kind].outputs[atom.stage]
         if target is None:
             return
-        key = target[0] + 2 * atom.microbatch
-        if target[1] == device:  # the next stage on this rank: handed over at once
-            self.run._deliver(key, end, row)
+        key = target.key + 2 * atom.microbatch
+        if target.dst == device:  # the next stage on this rank: handed over at once
+            self.run.deliver(key, end, row)
             return
         self.outputs[key] = (device, atom, target, row)
         self._try_leave(key)
@@ -224,22 +203,11 @@ class Rendezvous:
         device, atom, target, _ = self.outputs.pop(key)
         (send_at, send_row), (recv_at, recv_row) = self.sends.pop(key), self.recvs.pop(key)
         ready, released_by = (recv_at, recv_row) if recv_at > send_at else (send_at, send_row)
-        _, dst, occupancy, latency, channel, shared = target
-        run = self.run
-        if run.link_scale is not None:
-            factor = run.link_scale(device, dst)
-            occupancy, latency = occupancy * factor, latency * factor
-        request = [None, None, None, ready, device, atom, key, dst, occupancy, latency, released_by]
-        if channel is None:  # an ideal link: there at once
-            request[ARRIVAL], request[ROW] = ready, released_by
-            run._deliver(key, ready, released_by)
-        elif shared:
-            run.channels.request(channel, request)
-        else:
-            request[ARRIVAL], request[ROW] = run.channels.send(
-                channel, device, atom, key, ready, dst, occupancy, latency, released_by
-            )
-        if not run.topology.comm_overlap:
+        request = Request(
+            ready, device, atom, key, target.dst, target.occupancy, target.latency, released_by
+        )
+        self.run.offer(request, target.channel, target.shared)
+        if not self.run.topology.comm_overlap:
             self.sent[key] = request  # its sender holds on it (_hold)
         if key in self.leaving:
             self.leaving.pop(key).succeed()
@@ -257,9 +225,9 @@ class Rendezvous:
             yield self.leaving[key]
             del run.order.waits[device]
         request = self.sent.pop(key)
-        if request[ARRIVAL] is None:
-            yield request[GRANT]  # a shared channel serves it at the end of this instant
-        if request[ARRIVAL] <= since[0]:
+        if request.arrival is None:
+            yield request.grant  # a shared channel serves it at the end of this instant
+        if request.arrival <= since[0]:
             return since
-        yield run.env.timeout(max(request[ARRIVAL] - run.env.now, 0.0))
-        return request[ARRIVAL], CAUSE_SENDING, request[ROW]
+        yield run.env.timeout(max(request.arrival - run.env.now, 0.0))
+        return request.arrival, _SENDING, request.row

@@ -1,4 +1,4 @@
-"""The validator's fast path and its detailed path agree on valid and broken schedules."""
+"""The validator's bulk check and its detailed pass agree on valid and broken schedules."""
 
 from pathlib import Path
 
@@ -7,11 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.schedules import POLICIES, ConstraintError, get_schedule
-from pipesim.schedules.ir import Schedule, ScheduleError, parse_action
+from pipesim.schedules.ir import Schedule, ScheduleError, parse_action, schedule_from_lists
 from pipesim.schedules.post_rules import post_problems
 from pipesim.schedules.posts import parse_post
 from pipesim.schedules.torch_csv import read_torch_csv
-from pipesim.schedules.validation import _explain_invalid, _looks_valid, validate
+from pipesim.schedules.validity import explain_invalid, schedule_fault, validate
 
 SIMPLE = sorted(n for n in POLICIES if n not in ("dualpipe", "dualpipev"))  # no overlapped pairs
 
@@ -53,8 +53,8 @@ def mutate(schedule: Schedule, choice: int, where: int) -> Schedule:
 @settings(max_examples=60, deadline=None)
 @given(built())
 def test_valid_schedules_pass_the_fast_path(schedule):
-    assert _looks_valid(schedule)
-    _explain_invalid(schedule)  # and the detailed pass finds nothing either
+    assert schedule_fault(schedule) is None
+    explain_invalid(schedule)  # and the detailed pass finds nothing either
 
 
 @settings(max_examples=80, deadline=None)
@@ -67,16 +67,25 @@ def test_broken_schedules_are_caught_with_a_grid(schedule, choice, where):
         return
     if schedule.is_training and not broken.is_training:
         return  # dropping the only backward leaves a valid forward-only schedule
-    assert not _looks_valid(broken)
+    assert schedule_fault(broken) is not None
     with pytest.raises(ScheduleError) as info:
         validate(broken)
     assert "ERROR HERE" in str(info.value) or "missing actions" in str(info.value)
 
 
-def test_dualpipe_goes_through_the_detailed_pass():
+def test_dualpipe_passes_the_bulk_check_and_the_detailed_pass():
     schedule = get_schedule("dualpipe", 4, 8)
-    assert not _looks_valid(schedule)  # overlapped pairs are left to the detailed pass
+    assert schedule_fault(schedule) is None  # overlapped pairs are checked in bulk too
+    explain_invalid(schedule)
     validate(schedule)
+
+
+def test_a_group_fed_by_its_own_member_is_caught_in_bulk():
+    lists = [[parse_action("(0F0;1F0)OVERLAP_F_B"), parse_action("1B0"), parse_action("0B0")]]
+    schedule = schedule_from_lists(lists)
+    assert schedule_fault(schedule) == "a group member needs another member's output"
+    with pytest.raises(ScheduleError, match="1F0 needs the output of 0F0 in the same group"):
+        validate(schedule)
 
 
 # -- the posts of torch's lowered schedules -----------------------------------------------

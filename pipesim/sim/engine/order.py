@@ -7,10 +7,12 @@ would cost as much as simulating them. So the engine enforces the rules as it go
     new --F--> forwarded --B--> done
                          --I--> input-grad --W--> done
 
-and an action that finds its cell in the wrong state (a backward before its forward, a W
-before its I, anything twice) stops the run. So does a cell left unfinished at the end,
-and a device that waits for an input only its own later action produces. The validator
-(``pipesim.schedules.validation``) then says exactly what is wrong, with the grid.
+(``pipesim.schedules.validity.CELL_STEPS``), and an action that finds its cell in the
+wrong state (a backward before its forward, a W before its I, anything twice) stops the
+run. So does a device that waits for an input only its own later action produces. At
+the end, the validator's bulk check runs over the trace's rows (a cell left unfinished, a
+microbatch out of range). The validator (``pipesim.schedules.validity``) then says
+exactly what is wrong, with the grid.
 
 A cycle of waits between devices is not a schedule error but a deadlock: DeadlockError
 names the blocked actions and draws the grid.
@@ -20,10 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipesim.schedules.ir import Action, B, F, I, Schedule, ScheduleError, W, format_grid
-from pipesim.schedules.validation import validate
-
-NEW, FORWARDED, INPUT_GRAD, DONE = 0, 1, 2, 3
+from pipesim.schedules.dependencies import Message, dependencies
+from pipesim.schedules.ir import Action, Schedule, ScheduleError, format_grid
+from pipesim.schedules.validity import first_fault, validate
+from pipesim.sim.engine.rules import key_parts
+from pipesim.sim.trace import Lane, RowKind, Trace
 
 
 class DeadlockError(RuntimeError):
@@ -34,15 +37,8 @@ class OrderCheck:
     """The cells of one run. ``cells[device][stage]`` is the first cell of a stage placed
     on ``device`` (cell = that + microbatch); None for stages placed elsewhere."""
 
-    steps = {
-        F: (NEW, FORWARDED),
-        B: (FORWARDED, DONE),
-        I: (FORWARDED, INPUT_GRAD),
-        W: (INPUT_GRAD, DONE),
-    }
-
     def __init__(self, schedule: Schedule) -> None:
-        self.schedule = schedule
+        self.schedule, self.deps = schedule, dependencies(schedule)
         stops = [c.microbatches.stop for c in schedule.chains if len(c.microbatches)]
         self.width = max(stops, default=1)
         self.progress = bytearray(schedule.stages * self.width)
@@ -65,52 +61,31 @@ class OrderCheck:
         self.invalid()
         raise ScheduleError(f"invalid schedule: rank {device} step {step}: {atom} is out of order")
 
-    def check_finished(self) -> None:
-        """After the run: no device stuck, every cell finished, nothing outside the chains.
-
-        The engine's common step does not check microbatch ranges as it goes (a cell out
-        of range may alias another); ``check_ranges`` does, on the trace, in bulk.
-        """
+    def check_stuck(self) -> None:
+        """After the run: a device that never ran its last action waits for itself (a
+        ScheduleError) or for another device (DeadlockError)."""
         stuck = [d for d, done in enumerate(self.finished) if not done]
         if stuck:
             self.invalid()
             self._self_waits(stuck)
             raise DeadlockError(self._deadlock_message(stuck))
-        state = np.frombuffer(self.progress, np.uint8).reshape(-1, self.width)
-        valid = np.zeros(state.shape, dtype=bool)
-        for chain in self.schedule.chains:
-            valid[chain.first_stage : chain.last_stage + 1, chain.microbatches] = True
-        final = state[valid]
-        if (state[~valid] != NEW).any() or not (
-            (final == DONE).all() or (final == FORWARDED).all()
-        ):
-            self.invalid()
-            raise ScheduleError("invalid schedule: some actions are missing")
 
-    def check_ranges(self, stage: np.ndarray, microbatch: np.ndarray, simple: np.ndarray) -> None:
-        """Every simple compute row names a stage and a microbatch of that stage's chain."""
-        chains = self.schedule.chains
-        lo = np.array([chains[c].microbatches.start for c in self.schedule._stage_chain])
-        hi = np.array([chains[c].microbatches.stop for c in self.schedule._stage_chain])
-        stage, microbatch = stage[simple], microbatch[simple]
-        if (stage < 0).any() or (stage >= len(lo)).any():
+    def check_complete(self, trace: Trace) -> None:
+        """After the run: the validator's bulk check over the compute rows (every cell
+        finished; the common step does not check microbatch ranges as it goes, and a cell
+        out of range may alias another)."""
+        fault = first_fault(self.schedule, *_atom_columns(trace))
+        if fault is not None:
             self.invalid()
-            raise ScheduleError("invalid schedule: an action names a stage the schedule lacks")
-        if ((microbatch < lo[stage]) | (microbatch >= hi[stage])).any():
-            self.invalid()
-            raise ScheduleError("invalid schedule: an action names a microbatch out of range")
+            raise ScheduleError(f"invalid schedule: {fault}")
 
     # -- what the blocked devices wait for -------------------------------------------
 
     def _source(self, key: int) -> tuple[int, str]:
         """The stage whose output ``key`` is, and its action text for microbatch."""
-        direction, cell = key % 2, key // 2
-        stage, microbatch = divmod(cell, self.width)
-        if direction == 0:
-            source = self.schedule.prev_stage(stage)
-            return source, f"{source}F{microbatch}"
-        source = self.schedule.next_stage(stage)
-        return source, f"{source}B{microbatch}"
+        message, stage, microbatch = key_parts(key, self.width)
+        source = self.deps.sender(message, stage)
+        return source, f"{source}{'F' if message == Message.ACTIVATION else 'B'}{microbatch}"
 
     def _self_waits(self, stuck: list[int]) -> None:
         marks, notes = {}, []
@@ -139,7 +114,7 @@ class OrderCheck:
             step, key = self.blocked[device]
             action = self.schedule.device_actions[device][step]
             source, text = self._source(key)
-            what = "activation" if key % 2 == 0 else "gradient"
+            what = key_parts(key, self.width)[0].word
             wanted = f"the {what} of {text} (device {self.schedule.placement[source]})"
             marks[(device, step)] = f"{action} waits for {wanted}"
             notes.append(f"rank {device} step {step}: {action} waits for {wanted}")
@@ -149,6 +124,21 @@ class OrderCheck:
             + "\n"
             + format_grid(self.schedule, marks)
         )
+
+
+def _atom_columns(trace: Trace) -> tuple:
+    """Stage, kind, microbatch, device and row of every atom of the compute rows, in row
+    order (each device's rows are in its program order); a group's row holds several."""
+    rows = np.flatnonzero(trace.lane == Lane.COMPUTE)
+    kind = trace.kind[rows]
+    if not (kind == RowKind.OVERLAP_F_B).any():
+        return trace.stage[rows], kind, trace.microbatch[rows], trace.device[rows], None
+    atoms = [(atom, row) for row in rows.tolist() for atom in trace.actions[row].atoms]
+    node = np.array([row for _, row in atoms], dtype=np.int64)
+    stage = np.array([a.stage for a, _ in atoms], dtype=np.int64)
+    codes = np.array([RowKind[a.kind.name] for a, _ in atoms], dtype=np.int64)
+    microbatch = np.array([a.microbatch for a, _ in atoms], dtype=np.int64)
+    return stage, codes, microbatch, trace.device[node], node
 
 
 __all__ = ["DeadlockError", "OrderCheck"]
