@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pipesim.analysis.critical import Explanation, explain
 from pipesim.analysis.monte_carlo import MonteCarlo, MonteCarloSummary, Progress, monte_carlo
 from pipesim.scenario.build import Scenario
-from pipesim.scenario.schema import ScenarioError
+from pipesim.scenario.schema import Mode, ScenarioError
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, decode_metrics
 from pipesim.sim.engine import DurationScale
@@ -162,7 +162,7 @@ def simulate_step(
     )
     report = replace(report, evaluator=evaluator)
     decode = None
-    if scenario.mode == "decode":
+    if scenario.mode == Mode.DECODE:
         decode = decode_metrics(
             trace, scenario.schedule, scenario.costs, scenario.microbatch_size, scenario.topology
         )
@@ -230,7 +230,7 @@ def cost_notes(scenario: Scenario) -> tuple[str, ...]:
         chunks <= 1
         or spec.model is not None
         or spec.costs.profile is not None
-        or scenario.mode == "decode"
+        or scenario.mode == Mode.DECODE
     ):
         return ()
     return (

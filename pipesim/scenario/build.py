@@ -29,6 +29,7 @@ from pipesim.scenario.profile import ProfileError, costs_from_profile, load_prof
 from pipesim.scenario.schedule import build_schedule
 from pipesim.scenario.schema import (
     CostsSpec,
+    Mode,
     PipelineSpec,
     ScenarioError,
     ScenarioSpec,
@@ -57,7 +58,7 @@ class Scenario:
     costs: Costs
     topology: Topology
     microbatch_size: int
-    mode: str
+    mode: Mode
     seq_len: int | None
     spec: ScenarioSpec
     accounting: Accounting | None = None
@@ -141,7 +142,7 @@ def _build_variability(section: VariabilitySpec, schedule: Schedule, source: str
 
 
 def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
-    if (pipe := spec.pipeline).mode == "decode":  # token steps: pipesim.scenario.decode_mode
+    if (pipe := spec.pipeline).mode == Mode.DECODE:  # token steps: pipesim.scenario.decode_mode
         return Scenario(**decode_mode.scenario_fields(spec, source))
     if spec.model is not None:
         derive.check_tensor_parallel(spec, source)
@@ -160,7 +161,7 @@ def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
         "schedule": schedule,
         "topology": derive.topology(job, schedule, source),
         "microbatch_size": sizes.microbatch_size,
-        "mode": pipe.mode,
+        "mode": Mode(pipe.mode),
         "spec": spec,
     }
     if spec.model is None:

@@ -31,7 +31,7 @@ from pipesim.cluster.job import Job
 from pipesim.cluster.token_steps import token_step_messages
 from pipesim.scenario import derive
 from pipesim.scenario.profile import Profile, ProfileError, load_profile
-from pipesim.scenario.schema import ScenarioError, ScenarioSpec, first_line, per_stage_costs
+from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec, first_line, per_stage_costs
 from pipesim.schedules import decode as decode_policy
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
@@ -71,7 +71,7 @@ def scenario_fields(spec: ScenarioSpec, source: str) -> dict[str, Any]:
         "costs": costs,
         "topology": derive.topology(job, schedule, source),
         "microbatch_size": sizes.microbatch_size,
-        "mode": "decode",
+        "mode": Mode.DECODE,
         "seq_len": None,
         "spec": spec,
         "accounting": accounting,

@@ -27,7 +27,7 @@ from pipesim.cluster.hardware import UnknownProfileError, gpu_profile, link_prof
 from pipesim.cluster.job import BatchSizes, Hardware, Job, JobError, ParallelLayout
 from pipesim.cluster.job_costs import ModelCosts
 from pipesim.cluster.model import Efficiency, TransformerModel
-from pipesim.scenario.schema import LinkSpec, ScenarioError, ScenarioSpec
+from pipesim.scenario.schema import LinkSpec, Mode, ScenarioError, ScenarioSpec
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import IDEAL, Link, Topology
@@ -114,7 +114,7 @@ def build_job(spec: ScenarioSpec, source: str, batch: BatchSizes | None = None) 
         parallel=parallel_of(spec),
         efficiency=efficiency_of(spec),
         batch=batch,
-        training=spec.pipeline.mode == "train",
+        training=spec.pipeline.mode == Mode.TRAIN,
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipesim.scenario import searched
 from pipesim.scenario.load import read_text_file
-from pipesim.scenario.schema import PipelineSpec, ScenarioError, ScenarioSpec, first_line
+from pipesim.scenario.schema import Mode, PipelineSpec, ScenarioError, ScenarioSpec, first_line
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError, forward_only
 from pipesim.schedules.torch_csv import read_torch_csv
@@ -25,7 +25,7 @@ MAX_SCHEDULE_FILE_BYTES = 64 << 20
 
 def build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Schedule:
     pipe = spec.pipeline
-    forward = pipe.mode == "forward"
+    forward = pipe.mode == Mode.FORWARD
     if pipe.schedule is None:
         hint = " (a serving: scenario runs with pipesim serve)" if spec.serving else ""
         raise ScenarioError(f"{source}: pipeline.schedule: required key is missing{hint}")
@@ -48,7 +48,7 @@ def check_size(pipe: PipelineSpec, microbatches: int, source: str) -> None:
     """The size guard: refuse a schedule of more than ``pipeline.max_actions`` actions
     before building it (devices x microbatches x virtual stages x kinds, with three kinds,
     F, I and W, when training and one when running forward only)."""
-    kinds = 1 if pipe.mode == "forward" else 3
+    kinds = 1 if pipe.mode == Mode.FORWARD else 3
     actions = pipe.devices * microbatches * pipe.virtual_stages * kinds
     if actions > pipe.max_actions:
         raise ScenarioError(

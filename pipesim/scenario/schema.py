@@ -15,6 +15,7 @@ This module holds the models and turns pydantic's first complaint into one reada
 from __future__ import annotations
 
 import reprlib
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -84,6 +85,15 @@ def per_stage_costs(
             f"{source}: costs.{key}: has {exc.entries} entries, expected a number or "
             f"{stages} ({count})"
         ) from None
+
+
+class Mode(StrEnum):
+    """What a step runs: a training step, forward passes only (inference), or token-by-token
+    generation (``pipeline.mode: decode``)."""
+
+    TRAIN = "train"
+    FORWARD = "forward"
+    DECODE = "decode"
 
 
 class PipelineSpec(_Strict):

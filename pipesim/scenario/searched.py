@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipesim.scenario.schema import PipelineSpec, ScenarioError
+from pipesim.scenario.schema import Mode, PipelineSpec, ScenarioError
 from pipesim.schedules.ir import Schedule
 from pipesim.search import AUTO_POLICIES, SearchError, SearchResult, search_schedule
 from pipesim.search.auto import FAMILIES
@@ -29,7 +29,7 @@ def stand_in(pipe: PipelineSpec, source: str) -> str:
                 f"{' or '.join(AUTO_POLICIES)}"
             )
         return name
-    if pipe.mode == "forward":
+    if pipe.mode == Mode.FORWARD:
         raise ScenarioError(f"{source}: pipeline.mode: {name} searches training schedules only")
     if pipe.virtual_stages != AUTO_POLICIES[name]:
         raise ScenarioError(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipesim.scenario.build import ScenarioError, load_scenario, with_schedule
+from pipesim.scenario.schema import Mode
 from pipesim.scenario.serving import load_serving
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
@@ -407,3 +408,17 @@ def test_a_number_stands_for_every_stage_and_a_list_is_taken_as_given(tmp_path):
     path = write(tmp_path, json.dumps({**DECODE, "costs": {"prefill_ms": [1, 2], "decode_ms": 3}}))
     built = load_scenario(path)
     assert built.costs.forward_ms == (1.0, 2.0, 3.0, 3.0, 3.0, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        ("seed-pipelined.yaml", Mode.FORWARD),
+        ("gpipe-vs-1f1b.yaml", Mode.TRAIN),
+        ("decode-pipeline-fill.yaml", Mode.DECODE),
+    ],
+)
+def test_a_scenario_says_its_mode_as_an_enum_that_reads_as_its_file_value(name, mode):
+    scenario = load_scenario(Path(__file__).parents[2] / "scenarios" / name)
+    assert scenario.mode is mode
+    assert json.dumps(scenario.mode) == json.dumps(scenario.spec.pipeline.mode)
