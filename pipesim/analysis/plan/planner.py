@@ -228,16 +228,18 @@ def _peak(result: Result) -> float:
 
 
 def _chunks(work: list[tuple[int, Candidate]], parts: int) -> list[list[tuple[int, Candidate]]]:
-    """Candidates grouped by what they share, cut into about eight chunks per worker: a
-    chunk's Scorer serves it whole, and each chunk brings a Scorer of its own to its
-    worker. Stage costs are the costliest piece and are shared by every policy that
-    places the stages alike, so the layout comes first and the policy last."""
-    ordered = sorted(work, key=lambda item: (_share_key(item[1]), item[0]))
+    """Candidates grouped by what they share, cut into about eight chunks per worker, each
+    scored by a Scorer of its own. Stage costs, the costliest piece, are shared by every
+    policy that places the stages alike, so a chunk holds whole layouts (every policy
+    over them); inside it, candidates come policy by policy, so that one schedule serves
+    a run of them (the fast evaluator keeps the index of the last few)."""
+    ordered = sorted(work, key=lambda item: (_layout_key(item[1]), item[0]))
     size = max(1, -(-len(ordered) // (parts * 8)))
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+    chunks = [ordered[i : i + size] for i in range(0, len(ordered), size)]
+    return [sorted(chunk, key=lambda item: (_schedule_key(item[1]), item[0])) for chunk in chunks]
 
 
-def _share_key(c: Candidate) -> tuple:
+def _layout_key(c: Candidate) -> tuple:
     return (
         c.devices,
         c.microbatches,
@@ -246,8 +248,11 @@ def _share_key(c: Candidate) -> tuple:
         c.microbatch_size,
         c.recompute,
         c.partition,
-        c.schedule,
     )
+
+
+def _schedule_key(c: Candidate) -> tuple:
+    return (c.schedule, c.devices, c.microbatches, c.virtual_stages, *_layout_key(c)[3:])
 
 
 __all__ = ["Plan", "PlanError", "PlanMismatch", "confirm_top", "plan", "run_emitted"]
