@@ -224,23 +224,20 @@ def _peak(result: Result) -> float:
 
 
 # ---------------------------------------------------------------------------
-# Chunks of candidates that share costs go to one worker
+# Chunks of candidates that share a schedule go to one worker
 
 
 def _chunks(work: list[tuple[int, Candidate]], parts: int) -> list[list[tuple[int, Candidate]]]:
-    """Candidates grouped by what they share, cut into about eight chunks per worker, each
-    scored by a Scorer of its own. Stage costs, the costliest piece, are shared by every
-    policy that places the stages alike, so a chunk holds whole layouts (every policy
-    over them); inside it, candidates come policy by policy, so that one schedule serves
-    a run of them (the fast evaluator keeps the index of the last few)."""
-    ordered = sorted(work, key=lambda item: (_layout_key(item[1]), item[0]))
+    """Candidates grouped by what they share (a schedule, then its costs), cut into about
+    eight chunks per worker: a chunk's Scorer serves the whole chunk."""
+    ordered = sorted(work, key=lambda item: (_share_key(item[1]), item[0]))
     size = max(1, -(-len(ordered) // (parts * 8)))
-    chunks = [ordered[i : i + size] for i in range(0, len(ordered), size)]
-    return [sorted(chunk, key=lambda item: (_schedule_key(item[1]), item[0])) for chunk in chunks]
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
-def _layout_key(c: Candidate) -> tuple:
+def _share_key(c: Candidate) -> tuple:
     return (
+        c.schedule,
         c.devices,
         c.microbatches,
         c.virtual_stages,
@@ -249,10 +246,6 @@ def _layout_key(c: Candidate) -> tuple:
         c.recompute,
         c.partition,
     )
-
-
-def _schedule_key(c: Candidate) -> tuple:
-    return (c.schedule, c.devices, c.microbatches, c.virtual_stages, *_layout_key(c)[3:])
 
 
 __all__ = ["Plan", "PlanError", "PlanMismatch", "confirm_top", "plan", "run_emitted"]
