@@ -46,8 +46,8 @@ def main() -> None:
         f"({result.scored / wall:,.0f} scored/s, {result.space_size / wall:,.0f} candidates/s)"
     )
     best = result.results[0]
-    keys = {k: v for k, v in best.items() if "." in k}
-    print(f"winner: {best['step_time_ms']:.1f} ms, MFU {best['mfu']:.3f}, {keys}")
+    keys = best.candidate.keys()
+    print(f"winner: {best.step_time_ms:.1f} ms, MFU {best.mfu:.3f}, {keys}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ the memory limit they searched under and the peak they reached.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -28,6 +27,7 @@ from pipesim.analysis.monte_carlo import Progress
 from pipesim.analysis.run import Result, run_scenario
 from pipesim.scenario.build import Scenario, build_scenario, parse_spec, with_schedule
 from pipesim.scenario.schema import ScenarioError
+from pipesim.scenario.vary import vary
 from pipesim.schedules import POLICIES, fit_virtual_stages
 from pipesim.schedules.ir import ScheduleError
 from pipesim.search import AUTO_POLICIES
@@ -49,9 +49,8 @@ def scenario_for_schedule(data: dict, source: str, name: str | None = None) -> t
     note = ""
     if name is not None:
         data, note = _rechunk(data, source, name)
-        pipeline = data.get("pipeline")
-        if name not in AUTO_POLICIES and isinstance(pipeline, dict):
-            pipeline.pop("memory_limit_bytes", None)  # data is a copy
+        if name not in AUTO_POLICIES and isinstance(data.get("pipeline"), dict):
+            data = vary(data, {}, drop=("pipeline.memory_limit_bytes",), source=source)
     return build_scenario(parse_spec(data, source), source), note
 
 
@@ -82,14 +81,14 @@ def _rechunk(data: dict, source: str, name: str) -> tuple[dict, str]:
     old = pipeline.get("virtual_stages", 1) if isinstance(pipeline, dict) else None
     known = isinstance(name, str) and name in known_schedules()
     if not known or not isinstance(old, int) or isinstance(old, bool) or old < 1:
-        data = copy.deepcopy(data)  # validation will name what is wrong
-        if isinstance(pipeline, dict):
-            data["pipeline"]["schedule"] = name
+        if isinstance(pipeline, dict):  # validation will name what is wrong
+            data = vary(data, {"pipeline.schedule": name}, source=source)
         return data, ""
     new = chunks_for(name, old)
     if new == old or "model" in data:
-        data = copy.deepcopy(data)
-        data["pipeline"].update(schedule=name, virtual_stages=new)
+        data = vary(
+            data, {"pipeline.schedule": name, "pipeline.virtual_stages": new}, source=source
+        )
         cut = f"virtual_stages={new}, costs derived from the model"
         return data, (cut if new != old else "")
     costs = data.get("costs")

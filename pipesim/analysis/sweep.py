@@ -2,8 +2,9 @@
 
 A sweep is a grid: for each key, a list of values (``pipeline.microbatches=4,8,16``,
 ``pipeline.schedule=1f1b,zb-h1``). Every combination of values (the Cartesian product,
-the first key varying slowest) is one *point*: the base scenario with those overrides,
-validated and simulated exactly as ``pipesim run --set`` would.
+the first key varying slowest) is one *point*: the base scenario with those keys set
+(``pipesim.scenario.vary``), validated and simulated exactly as ``pipesim run --set``
+would.
 
 Points are independent, so they run in parallel: on a local process pool, or on a Dask
 cluster (``dask.distributed``) that already exists. Each worker returns a plain dict, the
@@ -33,9 +34,9 @@ import yaml
 from pipesim.analysis.compare import scenario_for_schedule
 from pipesim.analysis.executor import run_chunks
 from pipesim.analysis.run import run_scenario
-from pipesim.scenario.build import apply_overrides
 from pipesim.scenario.load import load_yaml
 from pipesim.scenario.schema import ScenarioError
+from pipesim.scenario.vary import vary
 from pipesim.sim.fast import EvaluatorCache
 
 
@@ -116,8 +117,8 @@ def run_point(
     ``pipesim compare`` does (``pipesim.analysis.compare.scenario_for_schedule``).
     """
     try:
-        overrides = [f"{key}={value}" for key, value in zip(keys, raw, strict=True)]
-        data = apply_overrides(base, overrides, source="--grid")
+        changes = {key: load_yaml(text) for key, text in zip(keys, raw, strict=True)}
+        data = vary(base, changes, source=source)  # as --set KEY=TEXT sets each key
         refit = "pipeline.schedule" in keys and "pipeline.virtual_stages" not in keys
         pipeline = data.get("pipeline")
         name = pipeline.get("schedule") if refit and isinstance(pipeline, dict) else None

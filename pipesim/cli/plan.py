@@ -15,9 +15,7 @@ from contextlib import ExitStack
 
 import click
 
-from pipesim.analysis.plan import Plan, PlanMismatch, plan
-from pipesim.analysis.plan_explain import explain_plan
-from pipesim.analysis.plan_space import PlanError
+from pipesim.analysis.plan import Plan, PlanError, PlanMismatch, explain_plan, plan
 from pipesim.cli.options import (
     executor_option,
     jobs_option,

@@ -9,19 +9,18 @@ everything right of it was pruned before scoring.
 
 from __future__ import annotations
 
-from pipesim.analysis.plan import Plan
+from pipesim.analysis.plan import Plan, PlanRow
 from pipesim.plot.style import CRITICAL, FONT, LABEL_FONT, pyplot
 
 GIB = 2**30
 MAX_LABELS = 6  # front points labelled at most, spread along it from the fastest
 
 
-def _label(row: dict) -> str:
+def _label(row: PlanRow) -> str:
     """``TP4 PP8 DP2 zbv b2``: the layout, the schedule and the microbatch size."""
-    return (
-        f"TP{row['parallel.tensor']} PP{row['pipeline.devices']} DP{row['parallel.data']} "
-        f"{row['pipeline.schedule']} b{row['pipeline.microbatch_size']}"
-        + (" rc" if row["model.recompute"] else "")
+    c = row.candidate
+    return f"TP{c.tensor} PP{c.devices} DP{c.data} {c.schedule} b{c.microbatch_size}" + (
+        " rc" if c.recompute else ""
     )
 
 
@@ -42,17 +41,17 @@ def pareto_figure(plan: Plan, capacity_bytes: float | None = None, title: str = 
             label="scored candidates",
             rasterized=len(times) > 2000,
         )
-    front = sorted(plan.pareto, key=lambda row: row["peak_memory_bytes"])
+    front = sorted(plan.pareto, key=lambda row: row.peak_memory_bytes)
     if front:
-        xs = [row["peak_memory_bytes"] / GIB for row in front]
-        ys = [row["step_time_ms"] for row in front]
+        xs = [row.peak_memory_bytes / GIB for row in front]
+        ys = [row.step_time_ms for row in front]
         ax.step(xs, ys, where="post", color="C0", linewidth=1.2)
         ax.plot(xs, ys, "o", color="C0", label="Pareto front")
         stride = max(1, -(-len(front) // MAX_LABELS))
         for row in front[::-1][::stride]:  # the fastest first, evenly along the front
             ax.annotate(
                 _label(row),
-                (row["peak_memory_bytes"] / GIB, row["step_time_ms"]),
+                (row.peak_memory_bytes / GIB, row.step_time_ms),
                 fontsize=LABEL_FONT,
                 xytext=(5, 4),
                 textcoords="offset points",
@@ -60,8 +59,8 @@ def pareto_figure(plan: Plan, capacity_bytes: float | None = None, title: str = 
     if plan.results:
         best = plan.results[0]
         ax.plot(
-            [best["peak_memory_bytes"] / GIB],
-            [best["step_time_ms"]],
+            [best.peak_memory_bytes / GIB],
+            [best.step_time_ms],
             "*",
             markersize=14,
             color=CRITICAL,

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-import copy
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.analysis.plan import Plan, PlanMismatch, confirm_top, plan, run_emitted
-from pipesim.analysis.plan_explain import explain_plan
-from pipesim.analysis.plan_rank import describe, distinct, emit_mapping, pareto, rank
-from pipesim.analysis.plan_space import (
+from pipesim.analysis.plan import (
+    Candidate,
+    Plan,
     PlanError,
+    PlanMismatch,
+    PlanRow,
     build_space,
+    confirm_top,
+    describe,
+    distinct,
+    emit_mapping,
     enumerate_space,
+    explain_plan,
+    pareto,
+    plan,
+    rank,
+    run_emitted,
 )
 from pipesim.cluster.transformer import TransformerModel, stage_parameters
 from pipesim.plot.pareto import pareto_figure
@@ -67,20 +77,22 @@ SMALL_SPACE = (
 )
 
 
-def brute_force(base: dict, space: tuple[str, ...], gpus: int) -> list[tuple[int, dict, object]]:
+def brute_force(
+    base: dict, space: tuple[str, ...], gpus: int
+) -> list[tuple[int, Candidate, object]]:
     """Every candidate of the space built from its emitted scenario and run on the SimPy
-    engine: ``(index, keys, Report or None when it cannot be built)``."""
+    engine: ``(index, candidate, Report or None when it cannot be built)``."""
     found = []
     points = enumerate_space(build_space(parse_spec(base, SOURCE), SOURCE, gpus, space))
     for index, (candidate, _) in enumerate(points):
         if candidate is None:
             continue
         try:
-            mapping = emit_mapping(base, candidate.keys())
+            mapping = emit_mapping(base, candidate)
             report = run_emitted(mapping, SOURCE, evaluator="simpy").report
         except (ScenarioError, ScheduleError):
             report = None
-        found.append((index, candidate.keys(), report))
+        found.append((index, candidate, report))
     return found
 
 
@@ -90,31 +102,27 @@ def test_the_planner_agrees_with_brute_force_on_the_simpy_engine():
     result = plan(base, SOURCE, 8, SMALL_SPACE, top=10_000, confirm=3)
     assert 200 <= result.space_size <= 1000
     truth = brute_force(base, SMALL_SPACE, 8)
-    fitting = [(i, keys, r) for i, keys, r in truth if r is not None and not r.oom]
+    fitting = [(i, c, r) for i, c, r in truth if r is not None and not r.oom]
     # every scored candidate equals its own engine run; every other one cannot run or fit
     assert result.scored == len(fitting) > 50
     memory = sum(n for reason, n in result.pruned.items() if "GiB on some device" in reason)
     too_big = [r for _, _, r in truth if r is not None and r.oom]
     assert memory == len(too_big) > 50  # pruned for memory exactly where the engine says OOM
-    by_keys = {tuple(sorted(keys.items())): r for _, keys, r in fitting}
+    by_candidate = {c: r for _, c, r in fitting}
     for row in result.results:
-        report = by_keys[tuple(sorted((k, row[k]) for k in keys_of(row)))]
-        assert row["step_time_ms"] == pytest.approx(report.step_time_ms, rel=1e-9)
-        assert row["peak_memory_bytes"] == pytest.approx(
+        report = by_candidate[row.candidate]
+        assert row.step_time_ms == pytest.approx(report.step_time_ms, rel=1e-9)
+        assert row.peak_memory_bytes == pytest.approx(
             max(d.peak_memory_bytes for d in report.per_device), rel=1e-9
         )
-        assert row["peak_memory_bytes"] <= CAPACITY_BYTES
+        assert row.peak_memory_bytes <= CAPACITY_BYTES
     # the winner of brute force, with the same tie rule (less memory, then space order)
     best = min(
         fitting,
         key=lambda t: (t[2].step_time_ms, max(d.peak_memory_bytes for d in t[2].per_device), t[0]),
     )
-    assert {k: result.results[0][k] for k in keys_of(best[1])} == best[1]
+    assert result.results[0].candidate == best[1]
     assert result.space_size == sum(result.pruned.values()) + result.scored
-
-
-def keys_of(row: dict) -> list[str]:
-    return [k for k in row if "." in k]
 
 
 def test_counts_add_up_and_memory_pruning_is_counted():
@@ -125,9 +133,9 @@ def test_counts_add_up_and_memory_pruning_is_counted():
     memory = [n for reason, n in result.pruned.items() if "GiB on some device" in reason]
     assert memory and memory[0] > 0
     assert result.confirmed == 2
-    assert all(row["peak_memory_bytes"] <= CAPACITY_BYTES for row in result.results)
-    assert [r["step_time_ms"] for r in result.results] == sorted(
-        r["step_time_ms"] for r in result.results
+    assert all(row.peak_memory_bytes <= CAPACITY_BYTES for row in result.results)
+    assert [r.step_time_ms for r in result.results] == sorted(
+        r.step_time_ms for r in result.results
     )
 
 
@@ -137,20 +145,19 @@ def test_emitted_scenario_reproduces_the_step_time_exactly():
     for evaluator in ("auto", "simpy"):
         engine = run_emitted(result.winner_mapping(0), SOURCE, evaluator)
         assert engine.report.step_time_ms == pytest.approx(
-            result.results[0]["step_time_ms"], rel=1e-9, abs=0
+            result.results[0].step_time_ms, rel=1e-9, abs=0
         )
-    assert (
-        run_emitted(result.winner_mapping(0), SOURCE).report.step_time_ms
-        == (result.results[0]["step_time_ms"])
+    assert run_emitted(result.winner_mapping(0), SOURCE).report.step_time_ms == (
+        result.results[0].step_time_ms
     )  # pipesim run's default: the same evaluator, the same number to the last bit
-    assert result.results[0]["evaluator"] in ("fast", "simpy")
+    assert result.results[0].evaluator in ("fast", "simpy")
 
 
 def test_a_disagreement_with_the_engine_is_raised():
     base = small_base()
     result = plan(base, SOURCE, 8, ("pipeline.schedule=1f1b",), top=2, confirm=0)
-    wrong = copy.deepcopy(result.results)
-    wrong[0]["step_time_ms"] *= 1 + 1e-6
+    first = result.results[0]
+    wrong = [replace(first, step_time_ms=first.step_time_ms * (1 + 1e-6)), *result.results[1:]]
     with pytest.raises(PlanMismatch, match="rank 1: step_time_ms"):
         confirm_top(result, 1, wrong)
 
@@ -164,17 +171,48 @@ def test_same_plan_with_one_and_two_jobs():
     assert one == two
 
 
+CANDIDATE = Candidate(
+    tensor=1,
+    devices=1,
+    data=1,
+    schedule="1f1b",
+    virtual_stages=1,
+    microbatch_size=1,
+    microbatches=4,
+    recompute=False,
+    zero_stage=0,
+    partition="even",
+    sequence_parallel=False,
+    dp_overlap=False,
+    tp_overlap=False,
+)
+
+
+def plan_row(step: float, memory: float, bubble: float = 0.1, name: int = 4) -> PlanRow:
+    """A row of ``CANDIDATE`` (``name``: its microbatch count, which tells rows apart)."""
+    return PlanRow(
+        replace(CANDIDATE, microbatches=name),
+        step_time_ms=step,
+        tokens_per_second=None,
+        mfu=None,
+        peak_memory_bytes=memory,
+        bubble_fraction=bubble,
+        evaluator="fast",
+        peak_memory_bytes_per_device=(memory,),
+    )
+
+
 def test_pareto_front_is_the_non_dominated_rows():
     rows = [
-        (0, {"step_time_ms": 1.0, "peak_memory_bytes": 9.0}),
-        (1, {"step_time_ms": 2.0, "peak_memory_bytes": 5.0}),
-        (2, {"step_time_ms": 2.0, "peak_memory_bytes": 7.0}),
-        (3, {"step_time_ms": 3.0, "peak_memory_bytes": 5.0}),
-        (4, {"step_time_ms": 4.0, "peak_memory_bytes": 1.0}),
+        (0, plan_row(1.0, 9.0)),
+        (1, plan_row(2.0, 5.0)),
+        (2, plan_row(2.0, 7.0)),
+        (3, plan_row(3.0, 5.0)),
+        (4, plan_row(4.0, 1.0)),
     ]
     ranked = rank(rows)
-    assert [r["peak_memory_bytes"] for r in ranked] == [9.0, 5.0, 7.0, 5.0, 1.0]
-    assert [(r["step_time_ms"], r["peak_memory_bytes"]) for r in pareto(ranked)] == [
+    assert [r.peak_memory_bytes for r in ranked] == [9.0, 5.0, 7.0, 5.0, 1.0]
+    assert [(r.step_time_ms, r.peak_memory_bytes) for r in pareto(ranked)] == [
         (1.0, 9.0),
         (2.0, 5.0),
         (4.0, 1.0),
@@ -254,13 +292,13 @@ def test_explain_terms_add_up_to_the_step_and_name_memory_forced_choices():
     winner, runner_up = explanation.winner, explanation.runner_up
     for part in (winner, runner_up):  # busy + idle by cause = the step, on every device
         assert sum(part.terms_ms.values()) == pytest.approx(part.step_time_ms, rel=1e-12)
-    assert winner.step_time_ms == result.results[0]["step_time_ms"]
+    assert winner.step_time_ms == result.results[0].step_time_ms
     assert runner_up.step_time_ms > winner.step_time_ms
     for part, row in ((winner, result.results[0]),):
         tensor_ms = part.terms_ms["tensor-parallel communication"]
-        assert (tensor_ms > 0) == (row["parallel.tensor"] > 1)
+        assert (tensor_ms > 0) == (row.candidate.tensor > 1)
     # ZeRO-1 is what lets the winner fit in 40 GiB: at stage 0 its walk exceeds the GPU
-    assert result.results[0]["parallel.zero_stage"] == 1
+    assert result.results[0].candidate.zero_stage == 1
     assert any(s.startswith("ZeRO stage 1 is forced by memory") for s in winner.forced)
     lines = explanation.sentences()
     assert lines[0].startswith("#1 ") and lines[1].startswith("#2 ")
@@ -278,10 +316,10 @@ def test_searched_policies_on_request_match_their_emitted_scenarios():
         "model.partition=even",
     )
     result = plan(small_base(), SOURCE, 8, space, top=20, confirm=0)
-    assert {row["pipeline.schedule"] for row in result.results} == {"zb-auto", "v-auto"}
+    assert {row.candidate.schedule for row in result.results} == {"zb-auto", "v-auto"}
     for rank_index, row in enumerate(result.results):
         engine = run_emitted(result.winner_mapping(rank_index), SOURCE, "simpy").report
-        assert row["step_time_ms"] == pytest.approx(engine.step_time_ms, rel=1e-9)
+        assert row.step_time_ms == pytest.approx(engine.step_time_ms, rel=1e-9)
 
 
 def test_keys_that_reach_only_the_tail_never_share_costs_wrongly():
@@ -317,10 +355,10 @@ def test_under_a_pipeline_zero2_saves_nothing_and_zero3_only_the_weights():
         "parallel.tp_overlap=false",
     )
     result = plan(small_base(), SOURCE, 8, space, top=10, confirm=0)
-    rows = {row["parallel.zero_stage"]: row for row in result.results}
+    rows = {row.candidate.zero_stage: row for row in result.results}
     assert sorted(rows) == [1, 2, 3]
     for key in ("step_time_ms", "peak_memory_bytes_per_device"):
-        assert rows[2][key] == rows[1][key]
+        assert getattr(rows[2], key) == getattr(rows[1], key)
     spec = parse_spec(small_base(), SOURCE).model
     model = TransformerModel(
         layers=spec.layers,
@@ -335,8 +373,8 @@ def test_under_a_pipeline_zero2_saves_nothing_and_zero3_only_the_weights():
     saved = [
         one - three
         for one, three in zip(
-            rows[1]["peak_memory_bytes_per_device"],
-            rows[3]["peak_memory_bytes_per_device"],
+            rows[1].peak_memory_bytes_per_device,
+            rows[3].peak_memory_bytes_per_device,
             strict=True,
         )
     ]
@@ -373,7 +411,7 @@ def test_every_scored_candidate_is_its_own_engine_run(
     result = plan(base, SOURCE, gpus, space, top=10_000, confirm=10_000)
     assert result.space_size == sum(result.pruned.values()) + result.scored
     assert result.confirmed == result.scored == len(result.results)
-    assert all(row["peak_memory_bytes"] <= CAPACITY_BYTES for row in result.results)
+    assert all(row.peak_memory_bytes <= CAPACITY_BYTES for row in result.results)
 
 
 def test_pareto_figure_draws_the_front_in_gib_and_marks_the_winner():
@@ -381,15 +419,15 @@ def test_pareto_figure_draws_the_front_in_gib_and_marks_the_winner():
     result = plan(small_base(), SOURCE, 8, space, top=5, confirm=0)
     figure = pareto_figure(result, capacity_bytes=CAPACITY_BYTES)
     ax = figure.axes[0]
-    front = sorted(result.pareto, key=lambda row: row["peak_memory_bytes"])
+    front = sorted(result.pareto, key=lambda row: row.peak_memory_bytes)
     lines = {line.get_label(): line for line in ax.get_lines()}
     xs, ys = lines["Pareto front"].get_data()
-    assert list(xs) == [row["peak_memory_bytes"] / 2**30 for row in front]
-    assert list(ys) == [row["step_time_ms"] for row in front]
+    assert list(xs) == [row.peak_memory_bytes / 2**30 for row in front]
+    assert list(ys) == [row.step_time_ms for row in front]
     star_x, star_y = lines["winner"].get_data()
     assert (star_x[0], star_y[0]) == (
-        result.results[0]["peak_memory_bytes"] / 2**30,
-        result.results[0]["step_time_ms"],
+        result.results[0].peak_memory_bytes / 2**30,
+        result.results[0].step_time_ms,
     )
     assert "GPU memory (40 GiB)" in lines
     assert len(ax.collections[0].get_offsets()) == result.scored
@@ -404,15 +442,7 @@ def test_pareto_figure_draws_the_front_in_gib_and_marks_the_winner():
 
 def test_distinct_folds_equal_outcomes_into_the_fastest_and_counts_them():
     def row(index, step, memory, bubble=0.1):
-        return (
-            index,
-            {
-                "step_time_ms": step,
-                "peak_memory_bytes": memory,
-                "bubble_fraction": bubble,
-                "name": index,
-            },
-        )
+        return (index, plan_row(step, memory, bubble, name=index))
 
     rows = [
         row(0, 10.0, 5 * 2**30),
@@ -422,21 +452,10 @@ def test_distinct_folds_equal_outcomes_into_the_fastest_and_counts_them():
         row(4, 10.0, 5 * 2**30, bubble=0.2),
     ]
     folded = distinct(rank(rows))
-    assert [(r["name"], r["equivalent"]) for r in folded] == [(3, 0), (0, 1), (4, 0), (2, 0)]
-    assert "(+1 alike)" in describe_row_with(folded[1])
-
-
-def describe_row_with(row):
-    keys = {
-        "parallel.tensor": 1,
-        "pipeline.devices": 1,
-        "parallel.data": 1,
-        "pipeline.schedule": "1f1b",
-        "pipeline.virtual_stages": 1,
-        "pipeline.microbatch_size": 1,
-        "pipeline.microbatches": 4,
-        "model.recompute": False,
-        "parallel.zero_stage": 0,
-        "model.partition": "even",
-    }
-    return describe({**keys, **row})
+    assert [(r.candidate.microbatches, r.equivalent) for r in folded] == [
+        (3, 0),
+        (0, 1),
+        (4, 0),
+        (2, 0),
+    ]
+    assert "(+1 alike)" in describe(folded[1])

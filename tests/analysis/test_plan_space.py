@@ -9,8 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.analysis.plan_memory import memory_program, peak_activation_bytes
-from pipesim.analysis.plan_space import PlanError, build_space, enumerate_space
+from pipesim.analysis.plan import (
+    PlanError,
+    build_space,
+    enumerate_space,
+    memory_program,
+    peak_activation_bytes,
+)
 from pipesim.scenario.build import parse_spec
 from pipesim.schedules import POLICIES, fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Kind, ScheduleError

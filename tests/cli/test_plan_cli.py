@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import pipesim.analysis.plan as plan_module
+import pipesim.analysis.plan.planner as plan_module
 from pipesim.cli import main
 from tests.analysis.test_plan import small_base
 

@@ -13,11 +13,15 @@ import json
 
 import yaml
 
-from pipesim.analysis.plan import Plan
-from pipesim.analysis.plan_explain import PlanExplanation
-from pipesim.analysis.plan_rank import describe, distinct
-from pipesim.analysis.plan_score import METRICS
-from pipesim.analysis.plan_space import AXIS_ATTRIBUTES
+from pipesim.analysis.plan import (
+    AXIS_ATTRIBUTES,
+    METRICS,
+    Plan,
+    PlanExplanation,
+    PlanRow,
+    describe,
+    distinct,
+)
 from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.plot.pareto import pareto_figure
 
@@ -72,18 +76,18 @@ def _summary(result: Plan) -> list[str]:
 COLUMNS = ("rank", "layout", "step ms", "tokens/s", "MFU", "peak GiB", "bubble")
 
 
-def _table(rows: list[dict]) -> list[str]:
+def _table(rows: list[PlanRow]) -> list[str]:
     if not rows:
         return ["no candidate fits"]
     cells = [
         (
             str(n),
             describe(row),
-            f"{row['step_time_ms']:.1f}",
-            f"{row['tokens_per_second']:,.0f}",
-            f"{row['mfu']:.3f}",
-            f"{row['peak_memory_bytes'] / GIB:.1f}",
-            f"{row['bubble_fraction']:.3f}",
+            f"{row.step_time_ms:.1f}",
+            f"{row.tokens_per_second:,.0f}",
+            f"{row.mfu:.3f}",
+            f"{row.peak_memory_bytes / GIB:.1f}",
+            f"{row.bubble_fraction:.3f}",
         )
         for n, row in enumerate(rows, 1)
     ]
@@ -100,11 +104,11 @@ def _aligned(cells: tuple[str, ...], widths: list[int]) -> str:
     return "  ".join(parts).rstrip()
 
 
-def _csv(rows: list[dict]) -> str:
+def _csv(rows: list[PlanRow]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     header = [*AXIS_ATTRIBUTES, *METRICS, "evaluator"]
     writer.writerow(header)
     for row in rows:
-        writer.writerow([row[key] for key in header])
+        writer.writerow([row.to_dict()[key] for key in header])
     return buffer.getvalue()

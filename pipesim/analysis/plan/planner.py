@@ -1,36 +1,18 @@
-"""``pipesim plan``: the fastest configuration that fits, every candidate simulated.
-
-Given a model, a cluster and a number of GPUs, the planner answers "how should I run this
-job?" in four passes, each a plain function of the one before:
-
-1. **space** (``plan_space``): every layout and pipeline choice, as scenario keys;
-2. **prune** (``plan_memory``): combinations that cannot run, and candidates that cannot
-   fit in the GPU's memory, found by walking each schedule without simulating it; every
-   pruned candidate is counted under its reason;
-3. **score** (``plan_score``): each survivor's exact timeline on the fast evaluator,
-   shared between candidates whose timeline inputs are equal, on local processes or a
-   Dask cluster;
-4. **rank and confirm** (``plan_rank``): fastest first; the top ``confirm`` candidates
-   are built again from scratch as the scenario ``--emit`` writes and simulated with the
-   SimPy engine. Any difference beyond 1e-9 relative is a bug, raised as PlanMismatch.
-
-Closed-form planners (bubble = (p-1)/m) misjudge zero-bubble, V-shape and bidirectional
-schedules, uneven stages and real links; here every number is a simulated step.
-"""
+"""The planner itself: the space enumerated, its survivors scored on workers, ranked and
+confirmed (the passes are described in ``pipesim.analysis.plan``)."""
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
 from pipesim.analysis.executor import check_executor, run_chunks
-from pipesim.analysis.plan_rank import emit_mapping, pareto, rank
-from pipesim.analysis.plan_score import score_chunk
-from pipesim.analysis.plan_space import (
+from pipesim.analysis.plan.rank import emit_mapping, pareto, rank
+from pipesim.analysis.plan.row import PlanRow
+from pipesim.analysis.plan.score import ChunkScorer, Outcome
+from pipesim.analysis.plan.space import (
     Candidate,
     PlanError,
     Space,
@@ -39,7 +21,6 @@ from pipesim.analysis.plan_space import (
     pipeline_sizes,
 )
 from pipesim.analysis.run import Result, run_scenario
-from pipesim.analysis.sweep import SweepError
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.scenario.build import build_scenario, parse_spec
 
@@ -61,8 +42,8 @@ class Plan:
     scored: int
     confirmed: int
     wall_s: float
-    results: list[dict[str, Any]]
-    pareto: list[dict[str, Any]]
+    results: list[PlanRow]
+    pareto: list[PlanRow]
     timelines: int  # distinct timelines scored (candidates with equal inputs share one)
     base: dict[str, Any] = field(repr=False, default_factory=dict)
     source: str = ""
@@ -81,15 +62,15 @@ class Plan:
             "confirmed": self.confirmed,
             "wall_s": self.wall_s,
             "timelines": self.timelines,
-            "results": self.results,
-            "pareto": self.pareto,
+            "results": [row.to_dict() for row in self.results],
+            "pareto": [row.to_dict() for row in self.pareto],
         }
 
     def winner_mapping(self, rank_index: int = 0) -> dict[str, Any]:
         """The scenario of a ranked result (0: the winner), ready for ``pipesim run``."""
         row = self.results[rank_index]
-        note = f"planned by pipesim plan: rank {rank_index + 1}, {row['step_time_ms']:.6g} ms"
-        return emit_mapping(self.base, row, note)
+        note = f"planned by pipesim plan: rank {rank_index + 1}, {row.step_time_ms:.6g} ms"
+        return emit_mapping(self.base, row.candidate, note, self.source)
 
 
 def plan(
@@ -121,27 +102,13 @@ def plan(
     if on_size is not None:
         on_size(len(points))
     pruned: dict[str, int] = {}
-    work: list[tuple[int, Candidate]] = []
-    for index, (candidate, reason) in enumerate(points):
-        if candidate is None:
-            pruned[reason] = pruned.get(reason, 0) + 1
-        else:
-            work.append((index, candidate))
+    work = survivors(points, pruned)
     if progress is not None and len(points) > len(work):
         progress(len(points) - len(work))
-    outcomes = _score_all(base, source, work, jobs, executor, scheduler, progress)
-    rows, shared = [], set()
-    for index, outcome in sorted(outcomes, key=lambda item: item[0]):
-        if outcome.row is None:
-            pruned[outcome.reason] = pruned.get(outcome.reason, 0) + 1
-        else:
-            rows.append((index, outcome.row))
-            shared.add(outcome.timeline)
-    timelines = len(shared)
+    outcomes = score_all(base, source, work, jobs, executor, scheduler, progress)
+    rows, timelines = scored_rows(outcomes, pruned)
     ranked = rank(rows)
     shown = ranked[: max(top, confirm, 1)]
-    scored = tuple((row["step_time_ms"], row["peak_memory_bytes"]) for _, row in rows)
-    capacity = float(gpu_profile(spec.hardware.gpu).memory_bytes)
     result = Plan(
         len(points),
         dict(sorted(pruned.items())),
@@ -153,12 +120,64 @@ def plan(
         timelines,
         base,
         source,
-        scored,
+        tuple((row.step_time_ms, row.peak_memory_bytes) for _, row in rows),
         axes_tried(searched),
-        capacity,
+        float(gpu_profile(spec.hardware.gpu).memory_bytes),
     )
     confirmed = confirm_top(result, confirm, shown)
     return replace(result, confirmed=confirmed, wall_s=time.perf_counter() - started)
+
+
+def survivors(
+    points: Iterable[tuple[Candidate | None, str | None]], pruned: dict[str, int]
+) -> list[tuple[int, Candidate]]:
+    """The ``(space index, candidate)`` of every point that forms a job; each other one is
+    counted in ``pruned`` under its reason."""
+    work = []
+    for index, (candidate, reason) in enumerate(points):
+        if candidate is None:
+            pruned[reason] = pruned.get(reason, 0) + 1
+        else:
+            work.append((index, candidate))
+    return work
+
+
+def score_all(
+    base: dict[str, Any],
+    source: str,
+    work: list[tuple[int, Candidate]],
+    jobs: int,
+    executor: str,
+    scheduler: str | None,
+    progress: Progress | None,
+) -> list[tuple[int, Outcome]]:
+    """``[(index, Outcome)]`` of every candidate of ``work``, on the chosen executor, scored
+    by this run's own ``ChunkScorer`` (no cache is shared with another run)."""
+    return run_chunks(
+        ChunkScorer(base, source),
+        work,
+        _chunks,
+        jobs=jobs,
+        executor=executor,
+        scheduler=scheduler,
+        progress=progress,
+        error=PlanError,
+    )
+
+
+def scored_rows(
+    outcomes: Iterable[tuple[int, Outcome]], pruned: dict[str, int]
+) -> tuple[list[tuple[int, PlanRow]], int]:
+    """The ``(space index, row)`` of every scored candidate in space order, and how many
+    distinct timelines they took; each pruned one is counted in ``pruned``."""
+    rows, shared = [], set()
+    for index, outcome in sorted(outcomes, key=lambda item: item[0]):
+        if outcome.row is None:
+            pruned[outcome.reason] = pruned.get(outcome.reason, 0) + 1
+        else:
+            rows.append((index, outcome.row))
+            shared.add(outcome.timeline)
+    return rows, len(shared)
 
 
 def axes_tried(space: Space) -> dict[str, list[Any]]:
@@ -170,17 +189,17 @@ def axes_tried(space: Space) -> dict[str, list[Any]]:
     return axes
 
 
-def confirm_top(result: Plan, count: int, ranked: Sequence[dict[str, Any]]) -> int:
+def confirm_top(result: Plan, count: int, ranked: Sequence[PlanRow]) -> int:
     """Build the first ``count`` ranked candidates from their emitted scenarios and run
     them on the SimPy engine; PlanMismatch where a number differs."""
     done = 0
     for rank_index, row in enumerate(ranked[:count]):
-        engine = run_emitted(emit_mapping(result.base, row), result.source, "simpy")
-        for key, found in (
-            ("step_time_ms", engine.report.step_time_ms),
-            ("peak_memory_bytes", _peak(engine)),
+        mapping = emit_mapping(result.base, row.candidate, source=result.source)
+        engine = run_emitted(mapping, result.source, "simpy")
+        for key, expected, found in (
+            ("step_time_ms", row.step_time_ms, engine.report.step_time_ms),
+            ("peak_memory_bytes", row.peak_memory_bytes, _peak(engine)),
         ):
-            expected = row[key]
             if abs(found - expected) > AGREEMENT * max(abs(expected), 1e-300):
                 raise PlanMismatch(
                     f"rank {rank_index + 1}: {key} {expected!r} by the planner, {found!r} by "
@@ -205,12 +224,12 @@ def _peak(result: Result) -> float:
 
 
 # ---------------------------------------------------------------------------
-# Executors: chunks of candidates that share a schedule go to one worker
+# Chunks of candidates that share a schedule go to one worker
 
 
 def _chunks(work: list[tuple[int, Candidate]], parts: int) -> list[list[tuple[int, Candidate]]]:
     """Candidates grouped by what they share (a schedule, then its costs), cut into about
-    eight chunks per worker: a worker's caches serve the whole chunk."""
+    eight chunks per worker: a chunk's Scorer serves the whole chunk."""
     ordered = sorted(work, key=lambda item: (_share_key(item[1]), item[0]))
     size = max(1, -(-len(ordered) // (parts * 8)))
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
@@ -229,19 +248,4 @@ def _share_key(c: Candidate) -> tuple:
     )
 
 
-def _score_all(spec_data, source, work, jobs, executor, scheduler, progress):
-    """``[(index, Outcome)]`` on the chosen executor."""
-    key = json.dumps(spec_data, sort_keys=True, default=str)
-    return run_chunks(
-        partial(score_chunk, key, spec_data, source),
-        work,
-        _chunks,
-        jobs=jobs,
-        executor=executor,
-        scheduler=scheduler,
-        progress=progress,
-        error=PlanError,
-    )
-
-
-__all__ = ["Plan", "PlanError", "PlanMismatch", "SweepError", "plan", "run_emitted"]
+__all__ = ["Plan", "PlanError", "PlanMismatch", "confirm_top", "plan", "run_emitted"]

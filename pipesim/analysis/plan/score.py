@@ -9,33 +9,40 @@ schedule, the costs, the end-of-step tail and the links, so candidates that diff
 nothing else (often ZeRO stages 0 to 2, which change static memory and at most the
 optimizer step) share one. The ``Scorer`` validates the base scenario once, derives each
 candidate's pieces with the same functions ``pipesim.scenario.build`` calls
-(``derive.model_costs``, ``derive.topology``, ``get_schedule``), keeps each piece in a
-cache under the key it depends on, and simulates each distinct timeline once, keyed by
-its inputs' values. A candidate's Report is then exactly the one ``pipesim run`` gives for
-the scenario ``plan_rank.emit_mapping`` writes for it; the planner confirms that on its
-top candidates with the SimPy engine.
+(``derive.model_costs``, ``derive.topology``, ``get_schedule``) from the scenario
+``rank.emit_mapping`` writes for it (validated only where a piece is not cached yet),
+keeps each piece in a cache under the key it depends on, and simulates each distinct
+timeline once, keyed by its inputs' values, with ``pipesim.analysis.run.simulate_step``,
+as ``pipesim run`` does. A candidate's Report is then exactly the one ``pipesim run``
+gives for its emitted scenario; the planner confirms that on its top candidates with the
+SimPy engine.
 
 A candidate ends one of two ways: pruned (with its reason: a schedule constraint, or
-memory, found by the walk of ``plan_memory`` before any simulation) or scored (a row of
-metrics). The searched policies (zb-auto, v-auto) search inside each candidate and go
-through ``build_scenario`` whole: slow, so they are in the space only on request.
+memory, found by the walk of ``prune`` before any simulation) or scored (a ``PlanRow``).
+The searched policies (zb-auto, v-auto) search inside each candidate and go through
+``build_scenario`` whole: slow, so they are in the space only on request.
+
+The caches belong to the ``Scorer`` and live as long as it does: a planner run makes its
+own (``ChunkScorer``), so two runs never share one.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pipesim.analysis.plan_memory import (
+from pipesim.analysis.plan.prune import (
     MemoryProgram,
     capacity_reason,
     exceeds,
     memory_program,
     peak_activation_bytes,
 )
-from pipesim.analysis.plan_space import Candidate
+from pipesim.analysis.plan.rank import emit_mapping
+from pipesim.analysis.plan.row import PlanRow
+from pipesim.analysis.plan.space import Candidate
 from pipesim.analysis.run import simulate_step
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.job import BatchSizes, Job, communicating_pairs
@@ -46,66 +53,50 @@ from pipesim.scenario.schema import ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
-from pipesim.sim.fast import EvaluatorCache, simulate_with
+from pipesim.sim.fast import EvaluatorCache
 from pipesim.sim.links import Topology
-from pipesim.sim.memory import memory_timelines
-from pipesim.sim.metrics import Accounting, Report, build_report
-
-METRICS = ("step_time_ms", "tokens_per_second", "mfu", "peak_memory_bytes", "bubble_fraction")
+from pipesim.sim.metrics import Accounting, Report
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What became of one candidate: pruned with a reason, or scored with its metrics
-    (``row``: the candidate's scenario keys, ``METRICS``, ``evaluator``, and the per-device
-    peaks under ``peak_memory_bytes_per_device``)."""
+    """What became of one candidate: pruned with a reason, or scored (``row``)."""
 
     reason: str | None = None
-    row: dict[str, Any] | None = None
+    row: PlanRow | None = None
     timeline: str = ""  # a digest of the timeline's inputs: equal digests, one timeline
-
-
-def candidate_spec(spec: ScenarioSpec, c: Candidate) -> ScenarioSpec:
-    """The base spec with the candidate's keys set (no validation: the space already
-    holds only values the schema accepts)."""
-    pipeline = spec.pipeline.model_copy(
-        update={
-            "schedule": c.schedule,
-            "devices": c.devices,
-            "virtual_stages": c.virtual_stages,
-            "microbatch_size": c.microbatch_size,
-            "microbatches": c.microbatches,
-        }
-    )
-    model = spec.model.model_copy(
-        update={"recompute": c.recompute, "partition": c.partition, "microbatch_size": None}
-    )
-    parallel = spec.parallel.model_copy(
-        update={
-            "tensor": c.tensor,
-            "data": c.data,
-            "zero_stage": c.zero_stage,
-            "sequence_parallel": c.sequence_parallel,
-            "dp_overlap": c.dp_overlap,
-            "tp_overlap": c.tp_overlap,
-        }
-    )
-    return spec.model_copy(update={"pipeline": pipeline, "model": model, "parallel": parallel})
 
 
 class Scorer:
     """Scores candidates of one base scenario, caching every piece it can share."""
 
-    def __init__(self, spec_data: dict[str, Any], source: str) -> None:
-        self.spec = parse_spec(spec_data, source)
+    def __init__(self, spec_data: Mapping[str, Any], source: str) -> None:
+        self.base = spec_data
+        self.spec = parse_spec(dict(spec_data), source)
         self.source = source
         self.capacity = float(gpu_profile(self.spec.hardware.gpu).memory_bytes)
         self._schedules: dict[tuple, Schedule | str] = {}
         self._programs: dict[tuple, MemoryProgram] = {}
         self._derived: dict[tuple, ModelCosts] = {}
         self._topologies: dict[tuple, Topology] = {}
-        self._timelines: dict[tuple, tuple[Report, str, str]] = {}
+        self._timelines: dict[tuple, tuple[Report, str]] = {}
         self._evaluator_cache = EvaluatorCache()  # schedule indexes, sweep buffers
+        self._last: tuple[Candidate, ScenarioSpec, Job] | None = None  # the latest candidate
+
+    def candidate_spec(self, c: Candidate) -> ScenarioSpec:
+        """The candidate's scenario, validated: the one ``--emit`` writes for it."""
+        return self._candidate(c)[1]
+
+    def candidate_job(self, c: Candidate) -> Job:
+        """The candidate's job, as ``pipesim run`` builds it from that scenario."""
+        return self._candidate(c)[2]
+
+    def _candidate(self, c: Candidate) -> tuple[Candidate, ScenarioSpec, Job]:
+        if self._last is None or self._last[0] != c:
+            spec = parse_spec(emit_mapping(self.base, c, source=self.source), self.source)
+            job = derive.build_job(spec, self.source, BatchSizes(c.microbatches, c.microbatch_size))
+            self._last = (c, spec, job)
+        return self._last
 
     def score(self, c: Candidate) -> Outcome:
         """Prune or score one candidate."""
@@ -115,11 +106,9 @@ class Scorer:
         schedule = self._schedule(key)
         if isinstance(schedule, str):
             return Outcome(reason=schedule)
-        spec = candidate_spec(self.spec, c)
         try:  # what pipesim run would refuse (a data-parallel group across nodes, ...)
-            job = derive.build_job(spec, self.source, BatchSizes(c.microbatches, c.microbatch_size))
-            derived = self._model_costs(job, schedule, c)
-            topology, where = self._topology(job, schedule, c)
+            derived = self._model_costs(schedule, c)
+            topology, where = self._topology(schedule, c)
         except ScenarioError as exc:
             return Outcome(reason=self._refused(exc))
         peaks = peak_activation_bytes(self._programs[key], derived.costs)
@@ -130,29 +119,32 @@ class Scorer:
         # alone (the ZeRO stage where the optimizer step does not change) share one
         shared = (key, derived.costs, derived.tail_ms, where, not c.dp_overlap)
         if shared not in self._timelines:
-            trace, evaluator = simulate_with(
-                schedule,
-                derived.costs,
-                topology,
-                tail_ms=derived.tail_ms,
-                tail_after_flush=not c.dp_overlap,
-                cache=self._evaluator_cache,
-            )
-            memory = memory_timelines(trace, schedule, derived.costs)
-            report = build_report(
-                trace,
-                schedule,
-                derived.costs,
-                c.microbatch_size,
-                scenario=self.spec.name,
-                seq_len=self.spec.model.seq_len,
-                topology=topology,
-                accounting=derived.accounting,
-                memory=memory,
-            )
-            self._timelines[shared] = (report, evaluator, _digest(shared))
-        report, evaluator, digest = self._timelines[shared]
-        return self._outcome(c, restated(report, derived.accounting), evaluator, digest)
+            scenario = self._scenario(c, schedule, derived, topology)
+            step = simulate_step(scenario, cache=self._evaluator_cache)
+            self._timelines[shared] = (step.report, _digest(shared))
+        report, digest = self._timelines[shared]
+        return self._outcome(c, restated(report, derived.accounting), digest)
+
+    def _scenario(
+        self, c: Candidate, schedule: Schedule, derived: ModelCosts, topology: Topology
+    ) -> Scenario:
+        """The Scenario ``build_scenario`` makes of the candidate, from the cached pieces."""
+        spec = self.candidate_spec(c)
+        return Scenario(
+            name=spec.name,
+            description=spec.description,
+            schedule=schedule,
+            costs=derived.costs,
+            topology=topology,
+            microbatch_size=c.microbatch_size,
+            mode=spec.pipeline.mode,
+            seq_len=spec.model.seq_len,
+            spec=spec,
+            accounting=derived.accounting,
+            tail_ms=derived.tail_ms,
+            tail_after_flush=not c.dp_overlap,
+            costs_per_chunk=False,
+        )
 
     def _refused(self, exc: ScenarioError) -> str:
         text = str(exc).splitlines()[0].removeprefix(f"{self.source}: ")
@@ -170,7 +162,7 @@ class Scorer:
                 self._schedules[key] = f"{name} needs {POLICIES[name].constraints}"
         return self._schedules[key]
 
-    def _model_costs(self, job: Job, schedule: Schedule, c: Candidate):
+    def _model_costs(self, schedule: Schedule, c: Candidate) -> ModelCosts:
         where = (
             schedule.placement,
             tuple(map(schedule.model_stage, range(schedule.stages))),
@@ -180,43 +172,46 @@ class Scorer:
         # costs only through where the stages sit
         key = (where, schedule.microbatches, replace(c, schedule="", virtual_stages=0))
         if key not in self._derived:
+            job = self.candidate_job(c)
             self._derived[key] = derive.model_costs(job, schedule, self.source)
         return self._derived[key]
 
-    def _topology(self, job: Job, schedule: Schedule, c: Candidate):
+    def _topology(self, schedule: Schedule, c: Candidate) -> tuple[Topology, tuple]:
         """The topology and the key it is cached under."""
         pairs = frozenset(communicating_pairs(schedule))
         key = (schedule.devices, pairs, c.tensor, c.data)
         if key not in self._topologies:
+            job = self.candidate_job(c)
             self._topologies[key] = derive.topology(job, schedule, self.source)
         return self._topologies[key], key
 
     def _score_searched(self, c: Candidate) -> Outcome:
         """zb-auto / v-auto: the whole build, search included, then the step."""
         try:
-            scenario = build_scenario(candidate_spec(self.spec, c), self.source)
+            scenario = build_scenario(self.candidate_spec(c), self.source)
         except (ScenarioError, ScheduleError) as exc:
             text = str(exc).splitlines()[0].removeprefix(f"{self.source}: ")
             return Outcome(reason=f"{c.schedule}: {text}")
         capacity = scenario.accounting.memory_capacity_bytes
         if _exceeds_before(scenario, capacity):
             return Outcome(reason=capacity_reason(capacity))
-        report = simulate_step(scenario).report
-        return self._outcome(c, report, report.evaluator, f"search:{c}")
+        report = simulate_step(scenario, cache=self._evaluator_cache).report
+        return self._outcome(c, report, f"search:{c}")
 
-    def _outcome(self, c: Candidate, report: Report, evaluator: str, timeline: str) -> Outcome:
+    def _outcome(self, c: Candidate, report: Report, timeline: str) -> Outcome:
         if report.oom:  # the walk is a lower bound: a tie the other way round found it
             return Outcome(reason=capacity_reason(self.capacity) + " (found by simulation)")
-        peaks = [d.peak_memory_bytes for d in report.per_device]
-        row = c.keys() | {
-            "step_time_ms": report.step_time_ms,
-            "tokens_per_second": report.tokens_per_second,
-            "mfu": report.mfu,
-            "peak_memory_bytes": max(peaks),
-            "bubble_fraction": report.bubble_fraction,
-            "evaluator": evaluator,
-            "peak_memory_bytes_per_device": peaks,
-        }
+        peaks = tuple(d.peak_memory_bytes for d in report.per_device)
+        row = PlanRow(
+            c,
+            step_time_ms=report.step_time_ms,
+            tokens_per_second=report.tokens_per_second,
+            mfu=report.mfu,
+            peak_memory_bytes=max(peaks),
+            bubble_fraction=report.bubble_fraction,
+            evaluator=report.evaluator,
+            peak_memory_bytes_per_device=peaks,
+        )
         return Outcome(row=row, timeline=timeline)
 
 
@@ -252,19 +247,25 @@ def _exceeds_before(scenario: Scenario, capacity: float) -> bool:
 # ---------------------------------------------------------------------------
 # Workers: plain data in, plain data out (picklable, for processes and Dask)
 
-_SCORERS: dict[tuple[str, str], Scorer] = {}
+
+class ChunkScorer:
+    """Scores chunks of ``(index, candidate)`` of one base scenario with one ``Scorer``,
+    made at the first chunk and kept for every later one this object scores. The planner
+    makes one per run; a copy sent to a worker process or a Dask worker is pickled
+    without the Scorer and makes its own there (a chunk holds candidates that share a
+    schedule and its costs, so its caches serve it whole)."""
+
+    def __init__(self, spec_data: Mapping[str, Any], source: str) -> None:
+        self.spec_data, self.source = spec_data, source
+        self.scorer: Scorer | None = None
+
+    def __call__(self, chunk: Sequence[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
+        if self.scorer is None:
+            self.scorer = Scorer(self.spec_data, self.source)
+        return [(index, self.scorer.score(c)) for index, c in chunk]
+
+    def __reduce__(self) -> tuple:
+        return (ChunkScorer, (self.spec_data, self.source))
 
 
-def score_chunk(
-    spec_json: str, spec_data: dict, source: str, chunk: Sequence[tuple[int, Candidate]]
-) -> list[tuple[int, Outcome]]:
-    """Score a chunk of ``(index, candidate)``; a worker keeps one Scorer per base scenario
-    (``spec_json`` is its key), so its caches serve every chunk it gets."""
-    scorer = _SCORERS.get((spec_json, source))
-    if scorer is None:
-        _SCORERS.clear()
-        scorer = _SCORERS[(spec_json, source)] = Scorer(spec_data, source)
-    return [(index, scorer.score(c)) for index, c in chunk]
-
-
-__all__ = ["METRICS", "Outcome", "Scorer", "candidate_spec", "score_chunk"]
+__all__ = ["ChunkScorer", "Outcome", "Scorer", "restated"]

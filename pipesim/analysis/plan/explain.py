@@ -26,7 +26,6 @@ explanation says so.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,12 +41,14 @@ from pipesim.analysis.critical import (
     SENDING,
     UPSTREAM,
 )
-from pipesim.analysis.plan import run_emitted
-from pipesim.analysis.plan_memory import capacity_reason
-from pipesim.analysis.plan_rank import describe, emit_mapping
-from pipesim.analysis.plan_score import Scorer
-from pipesim.analysis.plan_space import AXIS_ATTRIBUTES, Candidate
+from pipesim.analysis.plan.planner import run_emitted
+from pipesim.analysis.plan.prune import capacity_reason
+from pipesim.analysis.plan.rank import describe, emit_mapping
+from pipesim.analysis.plan.row import PlanRow
+from pipesim.analysis.plan.score import Scorer
+from pipesim.analysis.plan.space import Candidate
 from pipesim.analysis.run import Result
+from pipesim.scenario.vary import vary
 from pipesim.sim.trace import Lane
 
 TERMS = (
@@ -123,25 +124,23 @@ def _describe(rank: int, b: Breakdown) -> str:
     return f"#{rank} {b.label}: {b.step_time_ms:.3f} ms on device {b.device}: {terms}{forced}"
 
 
-def explain_plan(
-    base: dict[str, Any], source: str, results: list[dict[str, Any]]
-) -> PlanExplanation:
+def explain_plan(base: dict[str, Any], source: str, results: list[PlanRow]) -> PlanExplanation:
     """Break down the winner and the runner-up (the best result with another step time,
     else the second) of ranked ``results``."""
     winner = _breakdown(base, source, results[0])
-    fastest = round(results[0]["step_time_ms"], 6)  # a nanosecond apart: float noise
-    others = [r for r in results[1:] if round(r["step_time_ms"], 6) != fastest]
+    fastest = round(results[0].step_time_ms, 6)  # a nanosecond apart: float noise
+    others = [r for r in results[1:] if round(r.step_time_ms, 6) != fastest]
     second = others[0] if others else (results[1] if len(results) > 1 else None)
     runner_up = _breakdown(base, source, second) if second is not None else None
     return PlanExplanation(winner, runner_up)
 
 
-def _run(base: dict[str, Any], source: str, row: dict[str, Any], critical: bool = False) -> Result:
-    return run_emitted(emit_mapping(base, row), source, critical_path=critical)
+def _run(base: dict[str, Any], source: str, c: Candidate, critical: bool = False) -> Result:
+    return run_emitted(emit_mapping(base, c, source=source), source, critical_path=critical)
 
 
-def _breakdown(base: dict[str, Any], source: str, row: dict[str, Any]) -> Breakdown:
-    result = _run(base, source, row, critical=True)
+def _breakdown(base: dict[str, Any], source: str, row: PlanRow) -> Breakdown:
+    result = _run(base, source, row.candidate, critical=True)
     report = result.report
     idle = result.explanation.idle_by_cause()
     device = min(
@@ -151,26 +150,25 @@ def _breakdown(base: dict[str, Any], source: str, row: dict[str, Any]) -> Breakd
     for term, ms in _idle_terms(result, device).items():
         terms[term] += ms
     busy = report.per_device[device].busy_ms
-    terms |= _busy_terms(base, source, row, device, busy)
-    forced = _memory_forced(base, source, row)
+    terms |= _busy_terms(base, source, row.candidate, device, busy)
+    forced = _memory_forced(base, source, row.candidate)
     return Breakdown(describe(row), report.step_time_ms, device, terms, forced)
 
 
 def _busy_terms(
-    base: dict[str, Any], source: str, row: dict[str, Any], device: int, busy_ms: float
+    base: dict[str, Any], source: str, c: Candidate, device: int, busy_ms: float
 ) -> dict[str, float]:
     """The device's busy time split into compute, tensor-parallel communication (what an
     ideal link inside the node would save) and recompute (what turning it off saves, on
     that ideal link, so no millisecond is counted twice)."""
-    ideal_base = json.loads(json.dumps(base))
-    ideal_base.setdefault("hardware", {})["intra_node_link"] = "ideal"
+    ideal_base = vary(base, {"hardware.intra_node_link": "ideal"}, source=source)
     tensor_ms, ideal_busy = 0.0, busy_ms
-    if row["parallel.tensor"] > 1:
-        ideal_busy = _run(ideal_base, source, row).report.per_device[device].busy_ms
+    if c.tensor > 1:
+        ideal_busy = _run(ideal_base, source, c).report.per_device[device].busy_ms
         tensor_ms = busy_ms - ideal_busy
     recompute_ms = 0.0
-    if row["model.recompute"]:
-        plain = _run(ideal_base, source, row | {"model.recompute": False})
+    if c.recompute:
+        plain = _run(ideal_base, source, replace(c, recompute=False))
         recompute_ms = ideal_busy - plain.report.per_device[device].busy_ms
     return {
         "compute": busy_ms - tensor_ms - recompute_ms,
@@ -199,10 +197,9 @@ def _idle_terms(result: Result, device: int) -> dict[str, float]:
     return terms
 
 
-def _memory_forced(base: dict[str, Any], source: str, row: dict[str, Any]) -> tuple[str, ...]:
+def _memory_forced(base: dict[str, Any], source: str, candidate: Candidate) -> tuple[str, ...]:
     """The plan's memory-saving choices that memory forced: the other way, it does not
     fit (the same walk as the pruning)."""
-    candidate = Candidate(**{attr: row[key] for key, attr in AXIS_ATTRIBUTES.items()})
     flips = []
     if candidate.recompute:
         flips.append(("recompute on", "without it", replace(candidate, recompute=False)))
