@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pipesim.analysis.monte_carlo import Progress
 from pipesim.analysis.run import Result, run_scenario
 from pipesim.scenario.build import Scenario, build_scenario, parse_spec, with_schedule
-from pipesim.scenario.schema import ScenarioError
+from pipesim.scenario.schema import Mode, ScenarioError
 from pipesim.scenario.vary import vary
 from pipesim.schedules import POLICIES, fit_virtual_stages
 from pipesim.schedules.ir import ScheduleError
@@ -73,7 +73,7 @@ def default_schedules(data: dict) -> list[str]:
     order to search)."""
     pipeline = data.get("pipeline")
     mode = pipeline.get("mode", "train") if isinstance(pipeline, dict) else "train"
-    return [*POLICIES, *(AUTO_POLICIES if mode == "train" else ())]
+    return [*POLICIES, *(AUTO_POLICIES if mode == Mode.TRAIN else ())]
 
 
 def _rechunk(data: dict, source: str, name: str) -> tuple[dict, str]:

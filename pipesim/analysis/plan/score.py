@@ -49,7 +49,7 @@ from pipesim.cluster.job import BatchSizes, Job, communicating_pairs
 from pipesim.cluster.job_costs import ModelCosts
 from pipesim.scenario import derive
 from pipesim.scenario.build import Scenario, build_scenario, parse_spec
-from pipesim.scenario.schema import ScenarioError, ScenarioSpec
+from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
@@ -137,7 +137,7 @@ class Scorer:
             costs=derived.costs,
             topology=topology,
             microbatch_size=c.microbatch_size,
-            mode=spec.pipeline.mode,
+            mode=Mode(spec.pipeline.mode),
             seq_len=spec.model.seq_len,
             spec=spec,
             accounting=derived.accounting,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipesim.analysis.sweep import parse_grid
-from pipesim.scenario.schema import ScenarioSpec
+from pipesim.scenario.schema import Mode, ScenarioSpec
 from pipesim.schedules import POLICIES, fit_virtual_stages
 from pipesim.search import AUTO_POLICIES
 
@@ -156,7 +156,7 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
         )
     if spec.model.global_batch is None:
         raise PlanError(f"{source}: model.global_batch: required by pipesim plan")
-    if spec.pipeline.mode != "train":
+    if spec.pipeline.mode != Mode.TRAIN:
         raise PlanError(f"{source}: pipeline.mode: pipesim plan plans training steps (mode: train)")
     for name, given in (
         ("hardware.placement", spec.hardware.placement),
