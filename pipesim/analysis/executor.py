@@ -52,9 +52,13 @@ def run_chunks(
                 progress(len(done))
         return results
     chunks = split(items, jobs)
-    # no more processes than chunks: a fork-started pool starts all of its workers at once
-    with ProcessPoolExecutor(max_workers=min(jobs, len(chunks))) as pool:
-        futures = [pool.submit(work, chunk) for chunk in chunks]
+    # no more processes than chunks: a fork-started pool starts all of its workers at once.
+    # Each worker receives ``work`` once, when it starts, and keeps it for every chunk it
+    # is given, so whatever ``work`` caches (the planner's Scorer) serves all of them; the
+    # copy dies with the pool, at the end of this call.
+    workers = min(jobs, len(chunks))
+    with ProcessPoolExecutor(workers, initializer=_install, initargs=(work,)) as pool:
+        futures = [pool.submit(_run_installed, chunk) for chunk in chunks]
         return _gather(as_completed(futures), progress)
 
 
@@ -65,6 +69,20 @@ def check_executor(executor: str, scheduler: str | None, error: type[Exception])
         raise error(f"--executor {executor!r}: allowed: {', '.join(EXECUTORS)}")
     if executor == "dask" and not scheduler:
         raise error("--executor dask needs --scheduler tcp://HOST:PORT")
+
+
+# A pool worker's own state: the ``work`` its pool was started with. Set only inside the
+# worker processes of one ``run_chunks`` call (never in the caller's process), it lives as
+# long as that pool.
+_worker_work: list[Callable[[list], list]] = []
+
+
+def _install(work: Callable[[list], list]) -> None:
+    _worker_work[:] = [work]
+
+
+def _run_installed(chunk: list) -> list:
+    return _worker_work[0](chunk)
 
 
 def _gather(finished: Iterable, progress: Callable[[int], None] | None) -> list:

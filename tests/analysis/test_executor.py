@@ -3,6 +3,7 @@ once, whatever the number of jobs, and a pool never starts more processes than c
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -25,9 +26,9 @@ def test_every_result_comes_back_once_in_process_and_in_a_pool(monkeypatch):
     started = []
 
     class Recording(executor.ProcessPoolExecutor):
-        def __init__(self, max_workers: int) -> None:
+        def __init__(self, max_workers: int, **kwargs) -> None:
             started.append(max_workers)
-            super().__init__(max_workers=max_workers)
+            super().__init__(max_workers=max_workers, **kwargs)
 
     monkeypatch.setattr(executor, "ProcessPoolExecutor", Recording)
     seen: list[int] = []
@@ -51,3 +52,32 @@ def test_a_bad_executor_is_one_line_of_the_callers_error(name, scheduler, messag
         check_executor(name, scheduler, RuntimeError)
     with pytest.raises(LookupError, match=exact):
         run_chunks(squares, [1, 2], halves, executor=name, scheduler=scheduler, error=LookupError)
+
+
+class Counting:
+    """Work that remembers how many chunks this copy of it has computed."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+
+    def __call__(self, chunk: list) -> list:
+        self.chunks += 1
+        return [(os.getpid(), self.chunks) for _ in chunk]
+
+
+def singles(items: list, workers: int) -> list[list]:
+    return [[x] for x in items]
+
+
+def test_a_pool_worker_keeps_one_copy_of_the_work_for_all_its_chunks():
+    """What work caches (the planner's Scorer) serves every chunk its worker is handed,
+    not only the first: 12 chunks on 2 workers, so some copy computes several."""
+    results = run_chunks(Counting(), list(range(12)), singles, jobs=2)
+    by_process: dict[int, list[int]] = {}
+    for pid, count in results:
+        by_process.setdefault(pid, []).append(count)
+    assert os.getpid() not in by_process  # the pool's copies, not the caller's
+    for counts in by_process.values():
+        assert sorted(counts) == list(range(1, len(counts) + 1))
+    assert sum(len(c) for c in by_process.values()) == 12
+    assert max(len(c) for c in by_process.values()) > 1
