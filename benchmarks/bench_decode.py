@@ -17,7 +17,7 @@ import time
 
 
 def one_run(devices: int, groups: int, tokens: int) -> dict:
-    from pipesim.analysis.run import run_scenario
+    from pipesim import run_scenario
     from pipesim.scenario.build import build_scenario, parse_spec
     from pipesim.sim.decode import row_names
 

@@ -26,7 +26,7 @@ SIZES = [10**3, 10**4, 10**5, 10**6]
 
 
 def one_run(schedule: str, actions: int) -> dict:
-    from pipesim.analysis.run import run_scenario
+    from pipesim import run_scenario
     from pipesim.cli.gc_pause import no_cyclic_gc
     from pipesim.scenario.build import build_scenario, parse_spec
 

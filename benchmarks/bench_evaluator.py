@@ -44,8 +44,7 @@ DEVICES = 8
 
 
 def _schedule_and_costs(name: str, actions: int):
-    from pipesim.schedules import get_schedule
-    from pipesim.sim.costs import uniform_costs
+    from pipesim import get_schedule, uniform_costs
 
     chunks = SCHEDULES[name]
     per_microbatch = (3 if name == "zbv" else 2) * DEVICES * chunks  # F, B (or I, W) per stage
@@ -67,9 +66,8 @@ def _schedule_and_costs(name: str, actions: int):
 
 def _warm_up(numba: bool) -> float:
     """Seconds to get the compiled sweep ready in this process (0 without numba)."""
-    from pipesim.sim.fast import EvaluatorCache, simulate_with
+    from pipesim import EvaluatorCache, Link, Topology, simulate_with
     from pipesim.sim.fast.kernel import compiled_kernel
-    from pipesim.sim.links import Link, Topology
 
     begin = time.perf_counter()
     schedule, costs = _schedule_and_costs("zbv", 100)
@@ -82,10 +80,8 @@ def _warm_up(numba: bool) -> float:
 
 
 def one_run(name: str, actions: int, numba: bool, engine: bool = True) -> dict:
+    from pipesim import EvaluatorCache, Link, Topology, simulate, simulate_with
     from pipesim.cli.gc_pause import no_cyclic_gc
-    from pipesim.sim.engine import simulate
-    from pipesim.sim.fast import EvaluatorCache, simulate_with
-    from pipesim.sim.links import Link, Topology
 
     warm_s = _warm_up(numba)
     schedule, costs = _schedule_and_costs(name, actions)

@@ -18,9 +18,8 @@ import argparse
 import time
 from pathlib import Path
 
-from pipesim.analysis.plan import plan
+from pipesim import plan, read_mapping
 from pipesim.cli.gc_pause import no_cyclic_gc
-from pipesim.scenario.build import read_mapping
 
 SCENARIO = str(Path(__file__).parent.parent / "scenarios" / "plan-llama-70b-64xh100.yaml")
 

@@ -27,13 +27,9 @@ import time
 
 from tqdm import tqdm
 
-from pipesim.schedules import get_schedule
+from pipesim import Costs, Link, Topology, build_report, get_schedule, simulate, uniform_costs
 from pipesim.search import AUTO_POLICIES, search_schedule
-from pipesim.sim.costs import Costs, uniform_costs
-from pipesim.sim.engine import simulate
-from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import memory_timelines
-from pipesim.sim.metrics import build_report
 
 GiB, MiB = 2**30, 2**20
 FAMILIES = {

@@ -13,8 +13,7 @@ import argparse
 import time
 from pathlib import Path
 
-from pipesim.analysis.sweep import parse_grid, run_sweep
-from pipesim.scenario.build import read_mapping
+from pipesim import parse_grid, read_mapping, run_sweep
 
 SCENARIO = str(Path(__file__).parent.parent / "scenarios" / "gpipe-vs-1f1b.yaml")
 GRID = [

@@ -36,7 +36,7 @@ def torch_rate(schedule) -> float:
 
 
 def pipesim_rate(name: str, devices: int, microbatches: int, chunks: int) -> tuple[float, object]:
-    from pipesim.analysis.run import run_scenario
+    from pipesim import run_scenario
     from pipesim.scenario.build import build_scenario, parse_spec
 
     spec = {

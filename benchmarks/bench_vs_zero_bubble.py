@@ -49,14 +49,10 @@ import sys
 import types
 from pathlib import Path
 
-from pipesim.schedules import get_schedule
+from pipesim import Link, Topology, build_report, get_schedule, simulate, uniform_costs
 from pipesim.schedules.ir import from_csv
 from pipesim.search import SearchError, search_schedule
-from pipesim.sim.costs import uniform_costs
-from pipesim.sim.engine import simulate
-from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import memory_timelines
-from pipesim.sim.metrics import build_report
 
 GiB = 2**30
 UNIT = GiB / 4  # bytes per unit of their memory accounting

@@ -23,11 +23,11 @@ import time
 
 import numpy as np
 
+from pipesim import get_schedule
 from pipesim.calibrate.fit import post_stalls_ms, timeline
 from pipesim.calibrate.ops import StageSpec
 from pipesim.calibrate.realrun import Job, run_jobs
 from pipesim.calibrate.suite import check_schedules, render_table
-from pipesim.schedules import get_schedule
 
 SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2), ("zb-h1", 1))
 

@@ -7,9 +7,13 @@
 * ``fit``: the host overhead and per-hop cost, fitted from real runs;
 * ``crosscheck`` and ``suite``: measured against simulated, with every error figure.
 
-Only ``profile`` is imported here; the rest import torch inside functions when used.
+The front below is what a notebook or a script needs; torch is imported inside functions,
+when a measurement runs.
 """
 
+from pipesim.calibrate.harness import MIN_REPEATS, profile_stages
+from pipesim.calibrate.ops import StageSpec
+from pipesim.calibrate.suite import check_schedules
 from pipesim.scenario.profile import (
     Profile,
     ProfileError,
@@ -20,10 +24,14 @@ from pipesim.scenario.profile import (
 )
 
 __all__ = [
+    "MIN_REPEATS",
     "Profile",
     "ProfileError",
+    "StageSpec",
+    "check_schedules",
     "costs_from_profile",
     "load_profile",
+    "profile_stages",
     "save_profile",
     "topology_from_profile",
 ]
