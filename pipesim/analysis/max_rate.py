@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from pipesim.scenario.arrivals import generate_requests
+from pipesim.scenario.build import parse_spec
 from pipesim.scenario.serving import ServeRun, ServingScenario, run_serving
+from pipesim.scenario.vary import vary
 
 MIN_RATE = 1e-6  # requests/s: below this the search gives up
 MAX_RATE = 1e9
@@ -138,7 +140,10 @@ def _bracket(run: Callable[[float], bool], rate: float) -> tuple[float, float]:
 def slo_probe(scenario: ServingScenario, rate_rps: float) -> tuple[Probe, ServeRun]:
     """Serve the scenario's workload at ``rate_rps`` (same seed) and judge it: the SLO's
     percentile of TTFT and of TPOT over the completed requests within their limits."""
-    workload = scenario.spec.serving.workload.model_copy(update={"rate": rate_rps})
+    # the scenario as it was given (the fields its file set), at this rate: vary's recipe
+    given = scenario.spec.model_dump(exclude_unset=True)
+    data = vary(given, {"serving.workload.rate": rate_rps}, source=scenario.source)
+    workload = parse_spec(data, scenario.source).serving.workload
     requests = generate_requests(workload, Path(scenario.source).parent, scenario.source)
     run = run_serving(replace(scenario, requests=tuple(requests)))
     slo, records = scenario.slo, run.result.requests
