@@ -147,12 +147,13 @@ def _plan_body(
     )
     if (emit or explain) and not result.results:
         raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
-    # Notes only once nothing can fail any more: an error is always the one line on stderr.
+    explanation = explain_plan(base, scenario, result.results) if explain else None
+    files = plan_files(result, emit, pareto_path)
+    # Notes only once the plan and its files are made, so that an error (a bad space, no
+    # candidate to emit) is the one line on stderr.
     for text in (capped, f"planning over {result.space_size:,} candidates"):
         if text is not None:
             note(text)
-    explanation = explain_plan(base, scenario, result.results) if explain else None
-    files = plan_files(result, emit, pareto_path)
     if explanation is not None and fmt == "csv":
         for line in explanation.sentences():
             note(line)
