@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import click
 
+from pipesim.cli.output import error
 from pipesim.sim.fast import Evaluator
+
+# Click >= 8.2 shows a bare ``pipesim`` (no command) as a usage error that prints the help;
+# it stays what it is. Click 8.1 exits 0 there instead, raising nothing.
+_HELP_ERRORS = tuple(
+    kind for kind in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if kind is not None
+)
 
 set_option = click.option(
     "--set",
@@ -31,13 +42,17 @@ runs_option = click.option(
     help="Monte Carlo: simulate this many random steps under the scenario's variability.",
 )
 seed_option = click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of the Monte Carlo study."
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Seed of the Monte Carlo study (a whole number >= 0).",
 )
 jobs_option = click.option(
     "--jobs",
     type=click.IntRange(min=1),
     default=None,
-    help="Local worker processes (default: one per CPU).",
+    help="Local worker processes (default: one per CPU; never more than the CPUs).",
 )
 executor_option = click.option(
     "--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True
@@ -45,3 +60,68 @@ executor_option = click.option(
 scheduler_option = click.option(
     "--scheduler", metavar="tcp://HOST:PORT", help="Dask scheduler (--executor dask)."
 )
+
+
+def worker_count(jobs: int | None) -> tuple[int, str | None]:
+    """The local worker processes for ``--jobs`` (None: one per CPU), at most the CPUs of
+    this machine, and the note to print when ``--jobs`` asked for more; the caller prints it
+    once its input is known to be good, so a note never comes before an error line."""
+    cpus = os.cpu_count() or 1
+    if jobs is None:
+        return cpus, None
+    if jobs > cpus:
+        return cpus, f"--jobs {jobs}: capped at {cpus}, the CPUs of this machine"
+    return jobs, None
+
+
+class OptionError(click.UsageError):
+    """A usage error shown as pipesim shows every user error: one ``pipesim: error:`` line
+    (exit code 2), naming the option and what it allows, with where to find the help."""
+
+    def show(self, file=None) -> None:
+        error(self.message)
+
+
+def one_line(exc: click.UsageError) -> OptionError:
+    """``exc`` (a bad option value, a missing or unknown option or argument, an unknown
+    command) as an ``OptionError``: its words on one line, then the help to read."""
+    text = " ".join(_what_was_wrong(exc).split()).rstrip(".")
+    text = text[:1].lower() + text[1:]
+    where = exc.ctx.command_path if exc.ctx is not None else "pipesim"
+    return OptionError(f"{text} (see '{where} --help')", ctx=exc.ctx)
+
+
+def _what_was_wrong(exc: click.UsageError) -> str:
+    if isinstance(exc, click.MissingParameter) or not isinstance(exc, click.BadParameter):
+        return exc.format_message()
+    if exc.param is None:
+        return exc.format_message()
+    if isinstance(exc.param, click.Option):
+        name = max(exc.param.opts, key=len)
+    else:
+        name = exc.param.human_readable_name
+    return f"{name}: {exc.message}"
+
+
+class PipesimGroup(click.Group):
+    """The ``pipesim`` group: every usage error click finds, in the group's own options or
+    a command's, is one ``pipesim: error:`` line (``one_line``) instead of click's usage
+    block. Help (``-h``, ``--help``, no command at all) is shown as click shows it."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        with _one_line_usage_errors():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context):
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except (OptionError, *_HELP_ERRORS):
+        raise
+    except click.UsageError as exc:
+        raise one_line(exc) from None

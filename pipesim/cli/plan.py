@@ -9,7 +9,6 @@ never the user's doing), one line on stderr and no output written.
 
 from __future__ import annotations
 
-import os
 import sys
 from contextlib import ExitStack
 
@@ -22,6 +21,7 @@ from pipesim.cli.options import (
     no_progress_option,
     scheduler_option,
     set_option,
+    worker_count,
 )
 from pipesim.cli.output import (
     FIGURE_SUFFIXES,
@@ -132,6 +132,7 @@ def _plan_body(
     )
     count = _gpus(gpus)
     base = apply_overrides(read_mapping(scenario), list(overrides))
+    workers, capped = worker_count(jobs)
     result = _run_planner(
         base,
         scenario,
@@ -140,7 +141,7 @@ def _plan_body(
         no_progress,
         confirm=confirm,
         top=top,
-        jobs=jobs or os.cpu_count() or 1,
+        jobs=workers,
         executor=executor,
         scheduler=scheduler,
     )
@@ -148,6 +149,11 @@ def _plan_body(
         raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
     explanation = explain_plan(base, scenario, result.results) if explain else None
     files = plan_files(result, emit, pareto_path)
+    # Notes only once the plan and its files are made, so that an error (a bad space, no
+    # candidate to emit) is the one line on stderr.
+    for text in (capped, f"planning over {result.space_size:,} candidates"):
+        if text is not None:
+            note(text)
     if explanation is not None and fmt == "csv":
         for line in explanation.sentences():
             note(line)
@@ -160,13 +166,11 @@ _plan = user_errors(_plan_body, also=(PlanError,))
 def _run_planner(
     base: dict, scenario: str, gpus: int, space, no_progress: bool, **settings
 ) -> Plan:
-    """``plan(...)`` with a progress bar that opens once the space's size is known (and a
-    note saying that size)."""
+    """``plan(...)`` with a progress bar that opens once the space's size is known."""
     with ExitStack() as bars:
         updates: list = []
 
         def on_size(n: int) -> None:
-            note(f"planning over {n:,} candidates")
             updates.append(
                 bars.enter_context(progress_bar(n, "candidate", "plan", disabled=no_progress))
             )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 
 import click
 
@@ -21,12 +20,14 @@ from pipesim.cli.options import (
     no_progress_option,
     scheduler_option,
     set_option,
+    worker_count,
 )
 from pipesim.cli.output import (
     FIGURE_SUFFIXES,
     Output,
     UserError,
     check_outputs,
+    note,
     suffix_of,
     user_errors,
     write_outputs,
@@ -76,12 +77,15 @@ def sweep_command(
     serving = is_serving(base)
     runner = run_serving_sweep if serving else run_sweep
     total = math.prod(len(axis.raw) for axis in axes)
+    workers, capped = worker_count(jobs)
+    if capped is not None:
+        note(capped)
     with progress_bar(total, "point", "sweep", disabled=no_progress) as progress:
         frame = runner(
             base,
             scenario,
             axes,
-            jobs=jobs or os.cpu_count() or 1,
+            jobs=workers,
             executor=executor,
             scheduler=scheduler,
             progress=progress,
