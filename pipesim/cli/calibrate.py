@@ -33,6 +33,7 @@ from pipesim.cli.output import (
     Output,
     check_folder,
     check_outputs,
+    scenario_inputs,
     user_errors,
     write_outputs,
 )
@@ -167,7 +168,7 @@ def stage_specs(scenario, ops: str, shapes: dict) -> list[StageSpec]:
 @_user_errors
 def profile_command(scenario, output, overrides, ops, repeats, device, links, **shapes) -> None:
     """Time each stage's F, I, W and B (and the links) and write a profile file."""
-    check_outputs(Output("-o", output, (".json",)))
+    check_outputs(Output("-o", output, (".json",)), inputs=scenario_inputs(scenario, overrides))
     _require_torch()
     import torch
 
@@ -204,6 +205,7 @@ def import_trace_command(traces, output, timeline, timeline_csv) -> None:
         Output("-o", output, (".json",)),
         Output("--timeline", timeline, (".json",)),
         Output("--timeline-csv", timeline_csv, (".csv",)),
+        inputs=traces,
     )
     spans = import_traces(list(traces))
     result = profile_from_spans(spans, {"traces": [str(t) for t in traces]})
@@ -290,7 +292,9 @@ def crosscheck_command(
 ) -> None:
     """Run the scenario's schedule for real, simulate it, and report the errors."""
     check_outputs(
-        Output("--trace", trace_path, (".json",)), Output("--gantt", gantt, FIGURE_SUFFIXES)
+        Output("--trace", trace_path, (".json",)),
+        Output("--gantt", gantt, FIGURE_SUFFIXES),
+        inputs=(*scenario_inputs(scenario, overrides), profile_path),
     )
     check_folder("--save-runs", save_runs)
     _require_torch()
@@ -321,7 +325,7 @@ def crosscheck_command(
 @_user_errors
 def fit_command(runs, output, base) -> None:
     """Fit per-action host overhead and per-hop cost from saved real runs (crosscheck --save-runs)."""
-    check_outputs(Output("-o", output, (".json",)))
+    check_outputs(Output("-o", output, (".json",)), inputs=(*runs, base))
     measured = []
     for path in runs:
         try:

@@ -21,13 +21,18 @@ from pipesim.cli.output import (
     Output,
     UserError,
     check_outputs,
+    format_option,
     note,
+    output_format,
+    scenario_inputs,
     user_errors,
     write_outputs,
 )
 from pipesim.cli.progress import progress_bar
 from pipesim.cli.render.compare import compare_files, compare_notes, render_compare
 from pipesim.scenario.build import apply_overrides, read_mapping
+
+FORMATS = ("table", "json", "csv")
 
 
 @click.command("compare")
@@ -40,13 +45,7 @@ from pipesim.scenario.build import apply_overrides, read_mapping
     help="Comma-separated schedule names (default: every policy, and zb-auto and v-auto "
     "when the scenario trains).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-)
+@format_option(FORMATS)
 @click.option("-o", "--output", default="-", metavar="PATH|-")
 @click.option(
     "--gantt",
@@ -73,7 +72,12 @@ def compare_command(
     wanted = None if names is None else [n.strip() for n in names.split(",") if n.strip()]
     if wanted is not None and not wanted:
         raise UserError(f"--schedules {names!r}: names no schedule; e.g. --schedules gpipe,1f1b")
-    check_outputs(Output("-o", output, stdout=True), Output("--gantt", gantt, FIGURE_SUFFIXES))
+    check_outputs(
+        Output("-o", output, stdout=True),
+        Output("--gantt", gantt, FIGURE_SUFFIXES),
+        inputs=scenario_inputs(scenario, overrides),
+    )
+    fmt = output_format(fmt, output, FORMATS)
     base = apply_overrides(read_mapping(scenario), list(overrides))
     if isinstance(base.get("pipeline"), dict) and base["pipeline"].get("mode") == "decode":
         raise UserError(

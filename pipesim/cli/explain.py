@@ -10,17 +10,25 @@ import click
 
 from pipesim.analysis.run import explain_scenario
 from pipesim.cli.options import set_option
-from pipesim.cli.output import Output, check_outputs, user_errors, write_outputs
+from pipesim.cli.output import (
+    Output,
+    check_outputs,
+    format_option,
+    output_format,
+    scenario_inputs,
+    user_errors,
+    write_outputs,
+)
 from pipesim.cli.render.explain import render_explain
 from pipesim.scenario.build import load_scenario
+
+FORMATS = ("text", "json")
 
 
 @click.command("explain")
 @click.argument("scenario")
 @set_option
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option(FORMATS)
 @click.option(
     "--max-gaps",
     type=click.IntRange(min=0),
@@ -32,6 +40,7 @@ from pipesim.scenario.build import load_scenario
 @user_errors
 def explain_command(scenario, overrides, fmt, max_gaps, output) -> None:
     """Say where SCENARIO's time goes: the critical path, and why each device idles."""
-    check_outputs(Output("-o", output, stdout=True))
+    check_outputs(Output("-o", output, stdout=True), inputs=scenario_inputs(scenario, overrides))
+    fmt = output_format(fmt, output, FORMATS)
     result = explain_scenario(load_scenario(scenario, overrides))
     write_outputs([(output, render_explain(result, fmt, max_gaps))])

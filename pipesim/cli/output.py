@@ -1,13 +1,15 @@
 """The command line's edge: user mistakes as one line and exit code 2, and output files.
 
-Output files follow three rules (DESIGN.md, "Errors"):
+Output files follow these rules (DESIGN.md, "Errors"):
 
-* every output path is checked before any output is written (a missing folder, a folder
-  given as a file, a wrong suffix, two options naming one file): one line, exit 2, and
-  nothing written or overwritten;
-* a regular file is written whole or not at all: a temporary file in the same folder,
-  renamed into place, with the mode of the file it replaces or, for a new file, the mode
-  the user's umask gives;
+* every output path is checked before anything runs (a missing folder, a folder given as a
+  file, a wrong suffix, two options naming one file, an output that is one of the
+  command's input files, by device and inode): one line, exit 2, and nothing written or
+  overwritten;
+* a command's regular files are written all or nothing: every one to a temporary file in
+  its folder first, then all renamed into place, with the mode of the file each replaces
+  or, for a new file, the mode the user's umask gives; a failure (a full disk) removes the
+  temporaries, leaves the old files and is one line naming the path;
 * an existing device or FIFO (``-o /dev/null``) is written in place, never replaced, and a
   symlink is followed: its target is written, the link stays.
 """
@@ -19,7 +21,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +30,7 @@ import click
 from pipesim.analysis.compare import CompareError
 from pipesim.analysis.sweep import SweepError
 from pipesim.plot.figures import save_figure
-from pipesim.scenario.build import ScenarioError
+from pipesim.scenario.build import ScenarioError, apply_overrides, read_mapping
 from pipesim.schedules.ir import ScheduleError
 from pipesim.sim.engine import DeadlockError
 
@@ -37,6 +39,8 @@ MAX_LINE = 300  # characters of an error line, "pipesim: error: " included
 MAX_PICTURE_LINES = 40  # lines of a step x rank grid under an error line
 ERROR_MARK = "<-- ERROR HERE"
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+SUFFIX_FORMATS = {".json": "json", ".csv": "csv"}  # the report format an -o suffix implies
+FILE_KEYS = ("trace_file", "profile", "schedule_file")  # scenario keys naming a file beside it
 
 Files = list[tuple[str | None, str | bytes]]  # (path or None: skipped; "-": stdout, content)
 
@@ -136,9 +140,11 @@ class Output:
         return self.path is not None and not (self.stdout and self.path == "-")
 
 
-def check_outputs(*outputs: Output) -> None:
-    """Raise UserError naming the first output that could not be written; write nothing."""
+def check_outputs(*outputs: Output, inputs: Iterable[str | None] = ()) -> None:
+    """Raise UserError naming the first output that could not be written, or that is one
+    of the command's ``inputs`` (the same file by device and inode); write nothing."""
     seen: dict[str, str] = {}
+    read = _file_ids(inputs)
     for output in outputs:
         if not output.is_file:
             continue
@@ -149,6 +155,78 @@ def check_outputs(*outputs: Output) -> None:
                 "give each output its own file"
             )
         seen[target] = output.option
+        if (info := _stat(target)) is not None and (info.st_dev, info.st_ino) in read:
+            source = read[(info.st_dev, info.st_ino)]
+            raise UserError(
+                f"{output.option} {output.path}: is the input file {source}; writing it "
+                "would overwrite the input, name another file"
+            )
+
+
+def scenario_inputs(scenario: str | None, overrides: Iterable[str] = ()) -> tuple[str, ...]:
+    """The scenario file and the files it names (a serving ``trace_file``, a ``profile``, a
+    ``schedule_file``, relative to its folder), for ``check_outputs(inputs=...)``. A
+    scenario that cannot be read names only itself: loading it reports the problem."""
+    if scenario is None:
+        return ()
+    try:
+        data = apply_overrides(read_mapping(scenario), list(overrides))
+    except (ScenarioError, OSError, ValueError):
+        return (scenario,)
+    folder, named, stack = Path(scenario).parent, [scenario], [data]
+    while stack:
+        value = stack.pop()
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if key in FILE_KEYS and isinstance(item, str) and item:
+                named.append(str(folder / item))
+            elif isinstance(item, dict | list):
+                stack.append(item)
+    return tuple(named)
+
+
+def _file_ids(paths: Iterable[str | None]) -> dict[tuple[int, int], str]:
+    """(device, inode) of each regular file among ``paths``, symlinks followed."""
+    ids = {}
+    for path in paths:
+        try:
+            info = os.stat(path) if path and path != "-" else None
+        except (OSError, ValueError):
+            continue
+        if info is not None and stat.S_ISREG(info.st_mode):
+            ids.setdefault((info.st_dev, info.st_ino), str(path))
+    return ids
+
+
+def format_option(choices: Sequence[str]) -> Callable:
+    """``--format``, whose default is the first choice or what the ``-o`` suffix implies
+    (``output_format``)."""
+    implied = [f for f in SUFFIX_FORMATS.values() if f in choices]
+    by_suffix = f", or {' / '.join(implied)} for an -o file of that suffix" if implied else ""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(list(choices)),
+        default=None,
+        help=f"Report format  [default: {choices[0]}{by_suffix}]",
+    )
+
+
+def output_format(fmt: str | None, output: str | None, choices: Sequence[str]) -> str:
+    """The report format: ``fmt`` when given, else the one the ``-o`` file's suffix names
+    (``.json``, ``.csv`` where the command has it), else the first choice (the table).
+    UserError when the suffix contradicts an explicit ``--format``."""
+    suffix = suffix_of(output) if output and output != "-" else ""
+    implied = SUFFIX_FORMATS.get(suffix)
+    implied = implied if implied in choices else None
+    if fmt is None:
+        return implied or choices[0]
+    if implied is not None and implied != fmt:
+        raise UserError(
+            f"-o {output}: a {suffix} file, but --format {fmt}; "
+            f"drop --format or name a file that suits {fmt}"
+        )
+    return fmt
 
 
 def _check_one(output: Output) -> str:
@@ -189,37 +267,87 @@ def check_folder(option: str, path: str | None) -> None:
 
 
 def write_outputs(files: Files) -> None:
-    """Write each ``(path, content)`` (path None: skipped; ``-``: standard output), all
-    content rendered before the first byte is written."""
+    """Write each ``(path, content)`` (path None: skipped; ``-``: standard output), all or
+    nothing: every regular file goes to a temporary first, devices and FIFOs are written in
+    place, then every temporary is renamed over its file, then standard output is written.
+    An OSError is a UserError naming the path; the temporaries are removed, old files kept."""
+    staged: list[tuple[str, str]] = []  # (temporary, target)
+    try:
+        regular = [(p, c) for p, c in files if p not in (None, "-") and not _is_special(p)]
+        for path, content in regular:
+            staged.append((_write_temporary(path, content), os.path.realpath(path)))
+        for path, content in files:
+            if path not in (None, "-") and _is_special(path):
+                _guarded(path, _write_in_place, path, content)
+        while staged:
+            temp, target = staged[0]
+            _guarded(target, os.replace, temp, target)
+            staged.pop(0)
+    finally:
+        for temp, _ in staged:
+            Path(temp).unlink(missing_ok=True)
     for path, content in files:
-        if path is not None:
-            write_file(path, content)
+        if path == "-":
+            _guarded("standard output", _echo, content)
 
 
 def write_file(path: str, content: str | bytes) -> None:
     """Write ``content`` to ``path`` (``-``: standard output) by the rules above."""
-    if path == "-":
-        text = content if isinstance(content, str) else content.decode("utf-8")
-        click.echo(text, nl=not text.endswith("\n"))
-        return
-    data = content.encode("utf-8") if isinstance(content, str) else content
+    write_outputs([(path, content)])
+
+
+def _write_temporary(path: str, content: str | bytes) -> str:
+    """``content`` in a new temporary file beside ``path``'s target, with the mode the
+    target will have; the temporary's path."""
     target = os.path.realpath(path)
     info = _stat(target)
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        with open(target, "wb") as out:  # a device or FIFO: into it, never over it
-            out.write(data)
-        return
     mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~_umask()
     folder, name = os.path.split(target)
-    handle, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    handle, temp = _guarded(path, tempfile.mkstemp, prefix=f".{name}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            os.fchmod(out.fileno(), mode)
-        os.replace(temp, target)
+        os.fchmod(handle, mode)
+        _guarded(path, _write_all, handle, _as_bytes(content))
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+    finally:
+        os.close(handle)
+    return temp
+
+
+def _write_in_place(path: str, content: str | bytes) -> None:
+    """A device or FIFO: written into, never replaced."""
+    handle = os.open(os.path.realpath(path), os.O_WRONLY)
+    try:
+        _write_all(handle, _as_bytes(content))
+    finally:
+        os.close(handle)
+
+
+def _write_all(handle: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(handle, view) :]
+
+
+def _echo(content: str | bytes) -> None:
+    text = content if isinstance(content, str) else content.decode("utf-8")
+    click.echo(text, nl=not text.endswith("\n"))
+
+
+def _guarded(where: str, action: Callable, *args, **kwargs):
+    """``action(*args, **kwargs)``, an OSError (ENOSPC, EIO) turned into a UserError that
+    names ``where``; a closed pipe on standard output is left to the caller."""
+    try:
+        return action(*args, **kwargs)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise UserError(f"{where}: {exc.strerror or exc}") from None
+
+
+def _as_bytes(content: str | bytes) -> bytes:
+    return content.encode("utf-8") if isinstance(content, str) else content
 
 
 def figure_bytes(figure, suffix: str) -> bytes:

@@ -29,7 +29,10 @@ from pipesim.cli.output import (
     UserError,
     check_outputs,
     error,
+    format_option,
     note,
+    output_format,
+    scenario_inputs,
     user_errors,
     write_outputs,
 )
@@ -38,6 +41,7 @@ from pipesim.cli.render.plan import plan_files, render_plan
 from pipesim.scenario.build import apply_overrides, read_mapping
 
 EMIT_SUFFIXES = (".yaml", ".yml", ".json")
+FORMATS = ("table", "json", "csv")
 
 
 @click.command("plan")
@@ -68,13 +72,7 @@ EMIT_SUFFIXES = (".yaml", ".yml", ".json")
     show_default=True,
     help="Ranked results to show and keep (the Pareto front is over all).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "csv"]),
-    default="table",
-    show_default=True,
-)
+@format_option(FORMATS)
 @click.option("-o", "--output", default="-", metavar="PATH|-", help="Write the results here.")
 @click.option("--emit", metavar="PATH", help="Write the winner as a ready-to-run scenario (.yaml).")
 @click.option(
@@ -129,7 +127,9 @@ def _plan_body(
         Output("-o", output, stdout=True),
         Output("--emit", emit, EMIT_SUFFIXES),
         Output("--pareto", pareto_path, FIGURE_SUFFIXES),
+        inputs=scenario_inputs(scenario, overrides),
     )
+    fmt = output_format(fmt, output, FORMATS)
     count = _gpus(gpus)
     base = apply_overrides(read_mapping(scenario), list(overrides))
     workers, capped = worker_count(jobs)

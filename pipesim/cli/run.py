@@ -21,7 +21,10 @@ from pipesim.cli.output import (
     FIGURE_SUFFIXES,
     Output,
     check_outputs,
+    format_option,
     note,
+    output_format,
+    scenario_inputs,
     user_errors,
     write_outputs,
 )
@@ -33,9 +36,7 @@ from pipesim.scenario.build import load_scenario
 @click.command("run")
 @click.argument("scenario")
 @set_option
-@click.option(
-    "--format", "fmt", type=click.Choice(list(RENDERERS)), default="table", show_default=True
-)
+@format_option(list(RENDERERS))
 @click.option(
     "-o", "--output", default="-", metavar="PATH|-", help="Write the report here (default: stdout)."
 )
@@ -86,7 +87,9 @@ def run_command(
         Output("--trace", trace_path, (".json",)),
         Output("--trace-csv", trace_csv, (".csv",)),
         Output("--schedule-csv", schedule_csv, (".csv",)),
+        inputs=scenario_inputs(scenario, overrides),
     )
+    fmt = output_format(fmt, output, list(RENDERERS))
     with open_ended_bar("candidate", "schedule search", disabled=no_progress) as searching:
         loaded = load_scenario(scenario, overrides, searching)
     with progress_bar(runs or 0, "run", "Monte Carlo", disabled=no_progress) as progress:

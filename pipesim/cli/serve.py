@@ -18,6 +18,9 @@ from pipesim.cli.output import (
     Output,
     UserError,
     check_outputs,
+    format_option,
+    output_format,
+    scenario_inputs,
     user_errors,
     write_outputs,
 )
@@ -31,7 +34,7 @@ FORMATS = ("table", "json", "csv")
 @click.command("serve")
 @click.argument("scenario")
 @set_option
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@format_option(FORMATS)
 @click.option(
     "-o", "--output", default="-", metavar="PATH|-", help="Write the report here (default: stdout)."
 )
@@ -70,7 +73,9 @@ def serve_command(
         Output("--requests", requests_path, (".csv",)),
         Output("--trace", trace_path, (".json",)),
         Output("--plot", plot_path, FIGURE_SUFFIXES),
+        inputs=scenario_inputs(scenario, overrides),
     )
+    fmt = output_format(fmt, output, FORMATS)
     loaded = load_serving(scenario, overrides)
     search = None
     if max_rate:

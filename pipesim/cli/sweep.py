@@ -28,6 +28,7 @@ from pipesim.cli.output import (
     UserError,
     check_outputs,
     note,
+    scenario_inputs,
     suffix_of,
     user_errors,
     write_outputs,
@@ -66,7 +67,9 @@ def sweep_command(
     (a point that cannot run is a row with its reason, never an aborted sweep).
     """
     check_outputs(
-        Output("-o", output, SWEEP_SUFFIXES), Output("--plot", plot_path, FIGURE_SUFFIXES)
+        Output("-o", output, SWEEP_SUFFIXES),
+        Output("--plot", plot_path, FIGURE_SUFFIXES),
+        inputs=scenario_inputs(scenario, overrides),
     )
     if output and suffix_of(output) == ".parquet" and not _has_parquet():
         raise UserError(

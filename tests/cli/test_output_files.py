@@ -168,7 +168,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypat
         raise OSError("disk full")
 
     monkeypatch.setattr(output.os, "replace", refuse)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(output.UserError, match="r.json: disk full"):
         output.write_file(str(target), "new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
