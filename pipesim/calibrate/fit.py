@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipesim.calibrate.realrun import ACTION, COMPUTE, WAIT, MeasuredRun
-from pipesim.scenario.profile import HostOverhead
+from pipesim.scenario.profile import HostOverhead, ProfileError
 from pipesim.schedules.dependencies import dependencies
 from pipesim.schedules.ir import Action, Kind, Schedule, from_csv, parse_action
 from pipesim.sim.costs import Costs
@@ -42,6 +42,9 @@ _POSTS = ("SEND_", "RECV_")
 
 # A wait shorter than this found its message already there: it is overhead, not waiting.
 WAITED_MS = 0.05
+
+# The factor between measured and profiled compute that a profile can hold.
+SCALE_RANGE = (1e-6, 1e6)
 
 ActionKey = tuple[int, Kind, int]  # (stage, kind, microbatch)
 
@@ -122,18 +125,32 @@ def fit_host(runs: Iterable[MeasuredRun], profiled: Costs | None = None) -> Host
     """Fit ``overhead_ms`` and ``hop_ms`` over one or more measured runs (module docstring);
     with the ``profiled`` op costs, also ``compute_scale``: the median ratio of each
     action's measured duration to its profiled one."""
+    runs = list(runs)
     gaps, lines = [], []
     for run in runs:
         line = timeline(run)
         lines.append(line)
         gaps += overhead_gaps(line)
     scale = compute_scale(lines, profiled) if profiled is not None else 1.0
+    low, high = SCALE_RANGE
+    if not low <= scale <= high:  # NaN included: a profile must load what fit writes
+        raise ProfileError(
+            f"{', '.join(run.source or run.schedule_name for run in runs)[:200]}: the measured "
+            f"compute takes {scale:g} times the profile's; expected a factor from {low:g} to "
+            f"{high:g} (are the runs and the profile of one model?)"
+        )
     if not gaps:
         return HostOverhead(0.0, 0.0, 0, scale)
-    overhead = float(np.mean(gaps))
+    overhead = _time_ms(float(np.mean(gaps)))
     hops = [h for line in lines for h in hop_samples(line, overhead)]
-    hop = max(float(np.median(hops)), 0.0) if hops else 0.0
+    hop = _time_ms(float(np.median(hops))) if hops else 0.0
     return HostOverhead(overhead, hop, len(gaps) + len(hops), scale)
+
+
+def _time_ms(value: float) -> float:
+    """A fitted time as a profile holds it: at least 0 and, where not 0, at least 1e-9 ms
+    (a smaller figure is the rounding of a subtraction, not a time)."""
+    return value if value >= 1e-9 else 0.0
 
 
 def compute_scale(lines: list[Timeline], profiled: Costs) -> float:

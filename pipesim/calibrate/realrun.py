@@ -26,9 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pipesim.calibrate.ops import StageSpec, build_stage, make_input
+from pipesim.calibrate.run_file import ACTION, COMPUTE, WAIT, check_run, read_run_json
 from pipesim.schedules.ir import Schedule, from_csv, to_csv
-
-ACTION, WAIT, COMPUTE = "action", "wait", "compute"
 
 
 class RealRunError(RuntimeError):
@@ -73,6 +72,7 @@ class MeasuredRun:
     devices: int
     ranks: tuple[tuple[Span, ...], ...]
     meta: dict = field(default_factory=dict)
+    source: str = field(default="", compare=False)  # the file it was read from, if any
 
     def to_dict(self) -> dict:
         return {
@@ -85,11 +85,22 @@ class MeasuredRun:
         }
 
     @staticmethod
-    def from_dict(data: dict) -> MeasuredRun:
-        ranks = tuple(tuple(Span(**s) for s in spans) for spans in data["ranks"])
-        return MeasuredRun(
-            data["schedule"], int(data["devices"]), ranks, dict(data.get("meta", {}))
-        )
+    def read(path: str | Path) -> MeasuredRun:
+        """A run saved by ``crosscheck --save-runs``, through pipesim's narrow file door (a
+        regular file, JSON nested at most 64 levels deep, every key checked)."""
+        return MeasuredRun.from_dict(read_run_json(path, RunFileError), str(path))
+
+    @staticmethod
+    def from_dict(data: object, where: str = "run") -> MeasuredRun:
+        """A run from its JSON form; RunFileError names the key that is missing, of the
+        wrong type or out of range (times finite, a span's end not before its start)."""
+        name, devices, meta, ranks = check_run(data, where, RunFileError)
+        spans = tuple(tuple(Span(*s) for s in rank) for rank in ranks)
+        return MeasuredRun(name, devices, spans, meta, source=where)
+
+
+class RunFileError(RealRunError):
+    """A run file that cannot be read (one line naming the file and the key)."""
 
 
 def run_jobs(

@@ -17,16 +17,32 @@ a pipesim Trace, so a real run can be drawn and compared like a simulated one.
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipesim.scenario.profile import KINDS, Profile, ProfileError, StageTiming, summarize
+from pipesim.scenario.load import MAX_DEPTH, check_depth, decode_text, read_file_bytes
+from pipesim.scenario.profile import (
+    KINDS,
+    Profile,
+    ProfileError,
+    StageTiming,
+    profile_from_dict,
+    profile_to_dict,
+    summarize,
+)
 from pipesim.schedules.ir import Action, ScheduleError, parse_action
 from pipesim.sim.trace import trace_from_frame
 
 PREFIX = "PP:"
 HOST, DEVICE = "user_annotation", "gpu_user_annotation"
+
+MAX_TRACE_BYTES = 1 << 30  # raw and decompressed: a long profiled run is hundreds of MB
+MAX_TIME_US = 1e18  # |ts|: ~30,000 years of µs since any clock's epoch
+MAX_DURATION_US = 1e15  # dur: 1e12 ms, the largest time a profile holds
+MAX_RANKS = 1 << 16
 
 
 class TraceImportError(ValueError):
@@ -48,17 +64,19 @@ class ActionSpan:
 
 
 def read_profiler_trace(path: str | Path) -> dict:
-    """Load a Kineto trace, plain JSON or gzipped."""
+    """Load a Kineto trace, plain JSON or gzipped, through narrow doors: a regular file of
+    at most ``MAX_TRACE_BYTES`` (raw and decompressed), nested at most ``MAX_DEPTH`` deep."""
     path = Path(path)
+    raw = read_file_bytes(path, MAX_TRACE_BYTES, TraceImportError, what="trace file")
+    if raw[:2] == b"\x1f\x8b":
+        raw = _gunzip(raw, path)
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = json.loads(raw)
-    except FileNotFoundError:
-        raise TraceImportError(f"{path}: no such trace file") from None
-    except (OSError, ValueError) as exc:
+        data = json.loads(decode_text(raw, path, TraceImportError))
+    except RecursionError:
+        raise TraceImportError(f"{path}: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
         raise TraceImportError(f"{path}: not a readable profiler trace ({exc})") from None
+    check_depth(data, str(path), TraceImportError)
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
@@ -66,23 +84,76 @@ def read_profiler_trace(path: str | Path) -> dict:
     return data
 
 
+def _gunzip(raw: bytes, path: Path) -> bytes:
+    """The decompressed bytes, at most ``MAX_TRACE_BYTES`` of them (a small file can expand
+    to gigabytes: only one byte more than the limit is ever decompressed)."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
+            data = stream.read(MAX_TRACE_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceImportError(f"{path}: not a readable gzip file ({exc})") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise TraceImportError(
+            f"{path}: expands to more than {MAX_TRACE_BYTES:,} bytes; at most "
+            f"{MAX_TRACE_BYTES:,} bytes are read"
+        )
+    return data
+
+
 def action_spans(data: dict, rank: int, where: str = "trace") -> list[tuple[str, float, float]]:
-    """``(name, start_us, end_us)`` of the ``PP:`` spans of one trace, GPU-side if present."""
-    events = [
-        e
-        for e in data["traceEvents"]
-        if e.get("ph") == "X" and str(e.get("name", "")).startswith(PREFIX) and "dur" in e
-    ]
-    device = [e for e in events if e.get("cat") == DEVICE]
-    chosen = device if device else [e for e in events if e.get("cat") != DEVICE]
+    """``(name, start_us, end_us)`` of the ``PP:`` spans of one trace, GPU-side if present.
+
+    Every event must be an object; a ``PP:`` complete event needs numbers ``ts`` (finite)
+    and ``dur`` (at least 0): TraceImportError names the event's index and field."""
+    events = []
+    for index, event in enumerate(data["traceEvents"]):
+        if not isinstance(event, dict):
+            raise TraceImportError(
+                f"{where}: traceEvents[{index}]: expected an object, got {type(event).__name__}"
+            )
+        name = event.get("name")
+        if event.get("ph") == "X" and isinstance(name, str) and name.startswith(PREFIX):
+            events.append((index, event))
+    device = [(i, e) for i, e in events if e.get("cat") == DEVICE]
+    chosen = device if device else [(i, e) for i, e in events if e.get("cat") != DEVICE]
     if not chosen:
         raise TraceImportError(
             f"{where}: no PP:<action> spans (was the run profiled with record_function?)"
         )
-    spans = [
-        (e["name"][len(PREFIX) :], float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in chosen
-    ]
+    spans = []
+    for index, event in chosen:
+        at = f"{where}: traceEvents[{index}] ({event['name'][:40]!r})"
+        start = _microseconds(event, "ts", at, MAX_TIME_US)
+        spans.append((event["name"][len(PREFIX) :], start, start + _microseconds(event, "dur", at)))
     return sorted(spans, key=lambda s: s[1])
+
+
+def _microseconds(event: dict, key: str, at: str, bound: float = MAX_DURATION_US) -> float:
+    value = event.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        got = "nothing" if key not in event else type(value).__name__
+        raise TraceImportError(f"{at}: {key}: expected a number of µs, got {got}")
+    low = -bound if key == "ts" else 0.0
+    if not low <= value <= bound:
+        raise TraceImportError(
+            f"{at}: {key}: {value!r:.40} is not a finite number of µs in [{low:g}, {bound:g}]"
+        )
+    return float(value)
+
+
+def _rank(data: dict, position: int, where: str) -> int:
+    info = data.get("distributedInfo", {})
+    if not isinstance(info, dict):
+        raise TraceImportError(
+            f"{where}: distributedInfo: expected an object, got {type(info).__name__}"
+        )
+    rank = info.get("rank", position)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < MAX_RANKS:
+        raise TraceImportError(
+            f"{where}: distributedInfo.rank: {rank!r:.40}; expected a whole number "
+            f"from 0 to {MAX_RANKS - 1}"
+        )
+    return rank
 
 
 def import_traces(paths: list[str | Path]) -> list[ActionSpan]:
@@ -92,7 +163,7 @@ def import_traces(paths: list[str | Path]) -> list[ActionSpan]:
     raw = []
     for position, path in enumerate(paths):
         data = read_profiler_trace(path)
-        rank = int(data.get("distributedInfo", {}).get("rank", position))
+        rank = _rank(data, position, str(path))
         raw += [(rank, *span) for span in action_spans(data, rank, str(path))]
     origin = min(start for _, _, start, _ in raw)
     return [ActionSpan(r, n, (s - origin) / 1000.0, (e - origin) / 1000.0) for r, n, s, e in raw]
@@ -125,7 +196,12 @@ def profile_from_spans(spans: list[ActionSpan], provenance: dict | None = None) 
             raise ProfileError(f"the traces hold no forward of stage {stage}")
         timings.append(StageTiming(stage, kinds))
     info = {"source": "pipesim import-trace", **(provenance or {})}
-    return Profile(tuple(timings), (), None, info)
+    profile = Profile(tuple(timings), (), None, info)
+    try:  # what is written must load: the events were checked, this is the last net
+        profile_from_dict(profile_to_dict(profile), "the imported profile")
+    except ProfileError as exc:
+        raise TraceImportError(str(exc)) from None
+    return profile
 
 
 def trace_from_spans(spans: list[ActionSpan]):

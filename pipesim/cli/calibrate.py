@@ -8,10 +8,8 @@ not at all, devices and FIFOs in place). torch is imported only when a command n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import click
 
@@ -329,7 +327,7 @@ def fit_command(runs, output, base) -> None:
     measured = []
     for path in runs:
         try:
-            measured.append(MeasuredRun.from_dict(json.loads(Path(path).read_text())))
+            measured.append(MeasuredRun.read(path))
         except FileNotFoundError:
             raise CalibrationError(f"{path}: no such run file") from None
         except (ValueError, KeyError, TypeError) as exc:

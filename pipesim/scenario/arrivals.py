@@ -29,6 +29,8 @@ from pipesim.serving.workload import (
 
 MAX_TRACE_BYTES = 512 << 20
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+MAX_TOKENS = 2**53
+MAX_TOKEN_DIGITS = 20  # 2**53 has 16 digits; a few leading zeros are still read
 
 
 def generate_requests(
@@ -129,10 +131,13 @@ def _number(path: Path, row: int, column: str, cell: str) -> float:
 
 
 def _tokens(path: Path, row: int, column: str, cell: str) -> int:
+    # ASCII digits only, and few of them: str.isdigit() also takes '²' and '٣', which int()
+    # refuses or reads, and int() of thousands of digits is refused (or slow).
     text = cell.strip()
-    if not text.isdigit() or int(text) < 1 or int(text) > 2**53:
+    digits = 0 < len(text) <= MAX_TOKEN_DIGITS and text.isascii() and text.isdigit()
+    if not digits or not 1 <= int(text) <= MAX_TOKENS:
         raise ScenarioError(
             f"{path}: row {row}, column {column}: {text[:40]!r}; expected a whole number "
-            "of tokens, at least 1"
+            f"of tokens, from 1 to {MAX_TOKENS:,}"
         )
     return int(text)

@@ -46,6 +46,17 @@ def read_text_file(
     """The UTF-8 text of a regular file of at most ``limit`` bytes; ``error`` (one line
     naming the file, "no such ``what``" when it is missing) for anything else. A leading
     byte-order mark is dropped."""
+    return decode_text(read_file_bytes(path, limit, error, what), path, error)
+
+
+def read_file_bytes(
+    path: str | Path,
+    limit: int = MAX_FILE_BYTES,
+    error: type[BaseException] = ScenarioError,
+    what: str = "file",
+) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; ``error`` (one line naming
+    the file) for a missing file, a FIFO, a device, a folder or a larger file."""
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
         flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
@@ -68,6 +79,12 @@ def read_text_file(
         os.close(handle)
     if len(data) > limit:
         raise error(f"{path}: more than {limit:,} bytes; at most {limit:,} bytes are read")
+    return data
+
+
+def decode_text(data: bytes, path: str | Path, error: type[BaseException] = ScenarioError) -> str:
+    """``data`` as UTF-8 text (a leading byte-order mark dropped); ``error`` naming ``path``
+    and the first bad byte otherwise."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -105,13 +122,13 @@ def parse_text(text: str, suffix: str, source: str) -> Any:
     return data
 
 
-def check_depth(data: Any, source: str) -> None:
+def check_depth(data: Any, source: str, error: type[BaseException] = ScenarioError) -> None:
     """Refuse data nested deeper than ``MAX_DEPTH`` (an iterative walk: no recursion)."""
     stack = [(data, 1)]
     while stack:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:
-            raise ScenarioError(f"{source}: nested deeper than {MAX_DEPTH} levels")
+            raise error(f"{source}: nested deeper than {MAX_DEPTH} levels")
         if isinstance(value, dict):
             stack += [(v, depth + 1) for v in value.values()]
         elif isinstance(value, list):
