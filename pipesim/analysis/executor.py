@@ -16,10 +16,18 @@ optional extra, imported only when asked for.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 EXECUTORS = ("local", "dask")
+CONNECT_TIMEOUT_S = 3  # an unreachable scheduler is one line after this long, not a hang
+
+# tcp://HOST:PORT, HOST a name, an IPv4 address or a bracketed IPv6 one
+_TCP = re.compile(r"tcp://(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})")
+# the address dask gives an in-process cluster: inproc://IP/PID/N, valid in that process only
+_INPROC = re.compile(r"inproc://[^/]+/(\d+)/\d+")
 
 Split = Callable[[list, int], list[list]]
 
@@ -69,6 +77,19 @@ def check_executor(executor: str, scheduler: str | None, error: type[Exception])
         raise error(f"--executor {executor!r}: allowed: {', '.join(EXECUTORS)}")
     if executor == "dask" and not scheduler:
         raise error("--executor dask needs --scheduler tcp://HOST:PORT")
+    if executor == "dask" and not _reachable_form(scheduler):
+        raise error(f"--scheduler {scheduler!r}: allowed: tcp://HOST:PORT (a port from 1 to 65535)")
+
+
+def _reachable_form(scheduler: str) -> bool:
+    """``tcp://HOST:PORT``, or the ``inproc://`` address of a cluster started in this very
+    process (a test's ``LocalCluster(processes=False)``); any other scheme or shape could
+    only fail, slowly, inside dask."""
+    tcp = _TCP.fullmatch(scheduler)
+    if tcp is not None:
+        return 1 <= int(tcp.group(1)) <= 65535
+    inproc = _INPROC.fullmatch(scheduler)
+    return inproc is not None and int(inproc.group(1)) == os.getpid()
 
 
 # A pool worker's own state: the ``work`` its pool was started with. Set only inside the
@@ -102,9 +123,11 @@ def _on_dask(work, items, split, scheduler, progress, error) -> list:
     except ImportError:
         raise error("--executor dask needs dask.distributed: pip install 'pipesim[dask]'") from None
     try:
-        client = Client(scheduler, timeout="10s", set_as_default=False)
-    except OSError as exc:
-        raise error(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+        client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s", set_as_default=False)
+    except OSError:  # TimeoutError included: nothing answered there
+        raise error(
+            f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_TIMEOUT_S} s"
+        ) from None
     with client:
         workers = max(1, len(client.scheduler_info().get("workers", {})))
         futures = [client.submit(work, chunk, pure=False) for chunk in split(items, workers)]

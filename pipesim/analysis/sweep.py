@@ -93,6 +93,21 @@ def _split_top_level(text: str) -> list[str]:
     return parts
 
 
+MAX_POINTS = 100_000  # points: each is a simulation, and every row is held until the end
+
+
+def check_size(axes: Sequence[GridAxis], limit: int = MAX_POINTS) -> int:
+    """The number of points of the grid (the product of its axes' lengths, counted without
+    building it); raise ``SweepError`` with one line where it is over ``limit``."""
+    count = math.prod(len(axis.raw) for axis in axes)
+    if count > limit:
+        raise SweepError(
+            f"--grid: {count:,} points, over the limit of {limit:,}; "
+            "narrow a --grid, or raise the limit with --max-points N"
+        )
+    return count
+
+
 def grid_points(axes: Sequence[GridAxis]) -> list[tuple[str, ...]]:
     """Every combination of raw values, first axis slowest (the order rows come back in)."""
     return list(itertools.product(*(axis.raw for axis in axes)))
@@ -164,6 +179,7 @@ def run_sweep(
     scheduler: str | None = None,
     progress: Progress | None = None,
     runner: Callable[..., list] | None = None,
+    max_points: int = MAX_POINTS,
 ) -> pd.DataFrame:
     """Run every point of the grid over ``base`` (a scenario mapping read from ``source``).
 
@@ -171,8 +187,10 @@ def run_sweep(
     at ``scheduler`` (``tcp://host:port``). ``runner(base, source, keys, chunk)`` computes
     a chunk's rows (default ``run_chunk``: one training step per point; a module-level
     function, so worker processes can find it). ``progress(n)`` is called as ``n`` more
-    points finish.
+    points finish. A grid of more than ``max_points`` points raises ``SweepError`` before
+    any point runs (``check_size``).
     """
+    check_size(axes, max_points)
     keys = [axis.key for axis in axes]
     points = list(enumerate(grid_points(axes)))
     work = partial(runner or run_chunk, base, source, keys)
@@ -253,8 +271,10 @@ def pareto_front(
 
 
 __all__ = [
+    "MAX_POINTS",
     "GridAxis",
     "SweepError",
+    "check_size",
     "grid_points",
     "pareto_front",
     "parse_grid",

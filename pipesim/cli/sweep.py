@@ -8,12 +8,12 @@ section, ``pipesim.analysis.serving_sweep.run_serving_sweep``), render
 from __future__ import annotations
 
 import importlib.util
-import math
+from functools import partial
 
 import click
 
 from pipesim.analysis.serving_sweep import is_serving, run_serving_sweep
-from pipesim.analysis.sweep import parse_grid, run_sweep
+from pipesim.analysis.sweep import MAX_POINTS, check_size, parse_grid, run_sweep
 from pipesim.cli.options import (
     executor_option,
     jobs_option,
@@ -49,6 +49,14 @@ from pipesim.scenario.build import apply_overrides, read_mapping
     metavar="KEY.PATH=V1,V2,...",
     help="Values of one scenario key; the sweep runs every combination of all --grid keys.",
 )
+@click.option(
+    "--max-points",
+    type=click.IntRange(min=1),
+    default=MAX_POINTS,
+    show_default=True,
+    metavar="N",
+    help="Refuse a grid of more points than this (checked before any point runs).",
+)
 @jobs_option
 @executor_option
 @scheduler_option
@@ -59,7 +67,16 @@ from pipesim.scenario.build import apply_overrides, read_mapping
 @no_progress_option
 @user_errors
 def sweep_command(
-    scenario, overrides, grids, jobs, executor, scheduler, output, plot_path, no_progress
+    scenario,
+    overrides,
+    grids,
+    max_points,
+    jobs,
+    executor,
+    scheduler,
+    output,
+    plot_path,
+    no_progress,
 ) -> None:
     """Run SCENARIO for every combination of the --grid values, in parallel.
 
@@ -76,10 +93,10 @@ def sweep_command(
             f"-o {output}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'"
         )
     axes = parse_grid(grids)
+    total = check_size(axes, max_points)
     base = apply_overrides(read_mapping(scenario), list(overrides))
     serving = is_serving(base)
-    runner = run_serving_sweep if serving else run_sweep
-    total = math.prod(len(axis.raw) for axis in axes)
+    runner = run_serving_sweep if serving else partial(run_sweep, max_points=max_points)
     workers, capped = worker_count(jobs)
     if capped is not None:
         note(capped)
