@@ -19,13 +19,14 @@ from pipesim.cli.output import (
     UserError,
     check_outputs,
     format_option,
+    note,
     output_format,
     scenario_inputs,
     user_errors,
     write_outputs,
 )
 from pipesim.cli.progress import open_ended_bar, progress_bar
-from pipesim.cli.render.serve import render_serve, serve_files
+from pipesim.cli.render.serve import render_serve, serve_files, serve_notes
 from pipesim.scenario.serving import load_serving, run_serving
 
 FORMATS = ("table", "json", "csv")
@@ -88,5 +89,7 @@ def serve_command(
         total = len(loaded.requests)
         with progress_bar(total, "request", "serving", disabled=no_progress) as progress:
             run = run_serving(loaded, progress)
+    for text in serve_notes(run):
+        note(text)
     files = serve_files(loaded, run, requests_path, trace_path, plot_path)
     write_outputs([*files, (output, render_serve(run, search, fmt))])

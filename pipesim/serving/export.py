@@ -240,10 +240,11 @@ def counter_events(result: ServeResult) -> list[dict]:
 # The report as one row
 
 
-def report_scalars(report: ServeReport) -> dict[str, float | int]:
+def report_scalars(report: ServeReport) -> dict[str, float | int | None]:
     """The report's numbers as one flat row (``ttft_ms_p99``, ``kv_utilization_mean``...),
-    for CSV output and sweep tables; per-device figures are left out."""
-    row: dict[str, float | int] = {}
+    for CSV output and sweep tables; per-device figures are left out. An undefined
+    latency's cells are ``None`` (empty in CSV)."""
+    row: dict[str, float | int | None] = {}
     for name, value in report.to_dict().items():
         if isinstance(value, dict):
             row.update({f"{name}_{k}": v for k, v in value.items()})

@@ -11,7 +11,9 @@ Per request (milliseconds):
   iteration that includes the request.
 
 Each is summarised as ``{mean, p50, p90, p99}`` (NumPy's linear percentiles; ITL's are
-percentiles of the multiset of all gaps of all requests).
+percentiles of the multiset of all gaps of all requests). With no sample (every request
+rejected, or no output longer than one token for TPOT and ITL) a latency is undefined:
+:meth:`LatencyStats.undefined`, every field ``None``, never zero or NaN.
 
 Over the run: completed requests and output tokens per second of ``duration_s``;
 **goodput**, the completed requests per second whose TTFT and TPOT are within the SLO;
@@ -31,20 +33,20 @@ from pipesim.serving.results import ServeResult, Timeline
 
 def latency_stats(values_s: np.ndarray, weights: np.ndarray | None = None) -> LatencyStats:
     """Mean and p50/p90/p99 of ``values_s`` (seconds) in milliseconds; NaNs are left out;
-    ``weights`` counts how often each value occurs."""
+    ``weights`` counts how often each value occurs; undefined with no sample left."""
     values = np.asarray(values_s, dtype=float)
     keep = ~np.isnan(values)
     values = values[keep] * 1e3
     if weights is None:
         if not len(values):
-            return LatencyStats(0.0, 0.0, 0.0, 0.0)
+            return LatencyStats.undefined()
         p50, p90, p99 = np.percentile(values, [50, 90, 99])
         return LatencyStats(float(values.mean()), float(p50), float(p90), float(p99))
     counts = np.asarray(weights)[keep]
     keep = counts > 0
     values, counts = values[keep], counts[keep]
     if not len(values):
-        return LatencyStats(0.0, 0.0, 0.0, 0.0)
+        return LatencyStats.undefined()
     order = np.argsort(values, kind="stable")
     values, counts = values[order], counts[order]
     mean = float(np.dot(values, counts) / counts.sum())

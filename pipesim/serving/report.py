@@ -12,12 +12,22 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class LatencyStats:
-    """Mean and percentiles of one latency, milliseconds (0 where there is no sample)."""
+    """Mean and percentiles of one latency, milliseconds; every field is ``None`` where
+    there is no sample (the latency is undefined, not zero: see :meth:`undefined`)."""
 
-    mean: float
-    p50: float
-    p90: float
-    p99: float
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+    @classmethod
+    def undefined(cls) -> LatencyStats:
+        """The statistics of no sample (no request completed, no one with two tokens)."""
+        return cls(None, None, None, None)
+
+    @property
+    def defined(self) -> bool:
+        return self.mean is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +78,8 @@ class ServeReport:
     devices: tuple[DeviceUsage, ...] = field(default=())
 
     def to_dict(self) -> dict:
-        """Plain JSON-ready data, keys as the issue names them."""
+        """Plain JSON-ready data, keys as the issue names them; an undefined latency's
+        fields are ``None`` (JSON ``null``)."""
         plain: dict = {}
         for name in self.__slots__:  # type: ignore[attr-defined]
             value = getattr(self, name)

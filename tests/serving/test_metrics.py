@@ -26,14 +26,17 @@ def test_weighted_stats_equal_those_of_the_expanded_sample(pairs):
     expanded = np.repeat(values, counts)
     got = latency_stats(values, counts)
     want = latency_stats(expanded)
+    if not want.defined:  # every count 0: no sample either way
+        assert got == want
+        return
     for name in ("mean", "p50", "p90", "p99"):
         assert getattr(got, name) == pytest.approx(getattr(want, name), rel=1e-9, abs=1e-9)
 
 
-def test_stats_leave_out_undefined_values_and_are_zero_when_empty():
+def test_stats_leave_out_undefined_values_and_are_undefined_when_empty():
     stats = latency_stats(np.array([np.nan, 0.001, 0.003]))
     assert (stats.mean, stats.p50) == (pytest.approx(2.0), pytest.approx(2.0))
-    assert latency_stats(np.array([np.nan])).p99 == 0.0
+    assert latency_stats(np.array([np.nan])).p99 is None
 
 
 def test_one_request_kv_use_batch_size_and_busy_time():

@@ -41,7 +41,8 @@ def serve_files(
 
 def render_serve(run: ServeRun, search: MaxRate | None, fmt: str) -> str:
     """The report as ``fmt``: a table, JSON (``ServeReport.to_dict()``, with ``max_rate``
-    after a search) or a CSV header and one row of the scalars."""
+    after a search) or a CSV header and one row of the scalars. An undefined latency is
+    ``null`` in JSON, empty in CSV and ``-`` in the table (see :func:`serve_notes`)."""
     if fmt == "json":
         data = run.report.to_dict()
         if search is not None:
@@ -112,7 +113,21 @@ def render_serve_table(run: ServeRun, search: MaxRate | None = None) -> str:
 
 
 def _stats(stats: LatencyStats) -> str:
-    return "".join(f"{v:>11.3f}" for v in (stats.mean, stats.p50, stats.p90, stats.p99))
+    """One row of the latency table; ``-`` where the latency is undefined (no sample)."""
+    values = (stats.mean, stats.p50, stats.p90, stats.p99)
+    return "".join(f"{'-':>11}" if v is None else f"{v:>11.3f}" for v in values)
+
+
+def serve_notes(run: ServeRun) -> list[str]:
+    """What the report cannot show as numbers, for stderr: no completed request."""
+    report = run.report
+    if report.completed:
+        return []
+    return [
+        f"no request completed ({report.rejected} of {report.requests} rejected), so "
+        "TTFT, TPOT, inter-token, end-to-end and queueing latencies are undefined "
+        "(null in JSON, empty in CSV, '-' in the table)"
+    ]
 
 
 def _replicas(scenario: ServingScenario) -> str:
