@@ -58,8 +58,9 @@ class Result:
             }
         if self.search is not None:
             data["search"] = search_dict(self.search)
-        if self.notes:
-            data["notes"] = list(self.notes)
+        split = split_notes(self.scenario)  # the per-chunk note stays on stderr only
+        if split:
+            data["notes"] = list(split)
         if self.decode is not None:
             data.update(self.decode.to_dict())
             if self.decode.analytic is not None:

@@ -13,11 +13,12 @@ NOTE = (
 )
 
 
-def _scenario(tmp_path, schedule: str, **costs) -> str:
+def _scenario(tmp_path, schedule: str, chunks: int = 1, **costs) -> str:
+    pipeline = {"schedule": schedule, "devices": 4, "microbatches": 8, "mode": "train"}
     data = {
         "schema_version": 1,
         "name": "split",
-        "pipeline": {"schedule": schedule, "devices": 4, "microbatches": 8, "mode": "train"},
+        "pipeline": {**pipeline, "virtual_stages": chunks},
         "costs": {"forward_ms": 1, **costs},
     }
     path = tmp_path / "split.yaml"
@@ -57,3 +58,11 @@ def test_compare_says_it_once_for_the_schedules_it_applies_to(tmp_path):
     result = _run("compare", path, "--schedules", "gpipe,1f1b,zb-h1,zb-h2")
     lines = [line for line in result.stderr.splitlines() if "backward_ms split" in line]
     assert lines == [NOTE.replace("for zb-h1's", "for zb-h1, zb-h2's")]
+
+
+def test_json_notes_hold_the_split_note_only(tmp_path):
+    path = _scenario(tmp_path, "zbv", chunks=2, backward_ms=2)
+    result = _run("run", path, "--format", "json")
+    assert "costs are per chunk" in result.stderr
+    [text] = json.loads(result.stdout)["notes"]
+    assert text.startswith("costs.backward_ms split as") and "zbv's I and W" in text
