@@ -16,6 +16,7 @@ from pipesim.analysis.critical import Explanation, explain
 from pipesim.analysis.monte_carlo import MonteCarlo, MonteCarloSummary, Progress, monte_carlo
 from pipesim.scenario.build import Scenario
 from pipesim.scenario.schema import Mode, ScenarioError
+from pipesim.schedules.ir import Kind
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, decode_metrics
 from pipesim.sim.engine import DurationScale
@@ -57,6 +58,9 @@ class Result:
             }
         if self.search is not None:
             data["search"] = search_dict(self.search)
+        split = split_notes(self.scenario)  # the per-chunk note stays on stderr only
+        if split:
+            data["notes"] = list(split)
         if self.decode is not None:
             data.update(self.decode.to_dict())
             if self.decode.analytic is not None:
@@ -103,7 +107,7 @@ def run_scenario(
         result.memory,
         monte_carlo=summary,
         explanation=_explain(result) if critical_path else None,
-        notes=cost_notes(scenario),
+        notes=cost_notes(scenario) + split_notes(scenario),
         decode=result.decode,
     )
 
@@ -238,4 +242,41 @@ def cost_notes(scenario: Scenario) -> tuple[str, ...]:
         f"{schedule.stages} stages, each costing the forward_ms/backward_ms given; more chunks "
         f"cut the same model finer only if the per-chunk costs shrink in proportion "
         f"(pipesim compare scales them)",
+    )
+
+
+def split_notes(scenario: Scenario) -> tuple[str, ...]:
+    """That hand-typed ``backward_ms`` was split in half for a schedule that runs the
+    input- and weight-gradient halves (I and W) apart; model-derived costs split by FLOPs."""
+    if not backward_split_in_half(scenario):
+        return ()
+    return (split_note(scenario.schedule.name),)
+
+
+def split_note(schedules: str) -> str:
+    """The note for ``schedules`` (one name, or several joined), as run and compare say it."""
+    return (
+        "costs.backward_ms split as backward_input_ms = backward_weight_ms = B/2 for "
+        f"{schedules}'s I and W; give both to set the split"
+    )
+
+
+def backward_split_in_half(scenario: Scenario) -> bool:
+    """Whether the schedule runs I or W actions on costs that gave ``backward_ms`` alone."""
+    spec = scenario.spec
+    costs = spec.costs
+    if (
+        spec.model is not None
+        or costs.profile is not None
+        or scenario.mode == Mode.DECODE
+        or costs.backward_ms is None
+        or costs.backward_input_ms is not None
+        or costs.backward_weight_ms is not None
+    ):
+        return False
+    return any(
+        atom.kind in (Kind.I, Kind.W)
+        for actions in scenario.schedule.device_actions
+        for action in actions
+        for atom in action.atoms
     )

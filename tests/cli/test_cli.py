@@ -289,6 +289,8 @@ def test_compare_says_when_it_rescales_hand_typed_costs():
     assert result.stderr == (
         "pipesim: note: gpipe, 1f1b: virtual_stages=1, hand-typed per-chunk costs x2/1: "
         "hand-typed costs are per chunk, so they were scaled to keep the work the same\n"
+        "pipesim: note: costs.backward_ms split as backward_input_ms = backward_weight_ms = "
+        "B/2 for zbv's I and W; give both to set the split\n"
     )
     names_and_makespans = [line.split()[:2] for line in result.stdout.splitlines()[1:]]
     assert names_and_makespans == [

@@ -11,6 +11,7 @@ import io
 import json
 
 from pipesim.analysis.compare import CompareRow, Comparison
+from pipesim.analysis.run import backward_split_in_half, split_note
 from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.cli.render.units import format_bytes
 from pipesim.plot.figures import stacked_gantt_figure
@@ -107,7 +108,8 @@ def _compare_csv(comparison: Comparison) -> str:
 
 def compare_notes(comparison: Comparison, gantt: str | None) -> list[str]:
     """The notes to read next to the table: one per rescaling (which schedules ran their
-    hand-typed costs scaled), and a --gantt that had nothing to draw."""
+    hand-typed costs scaled), one naming the schedules that split a lone backward_ms in
+    half for I and W, and a --gantt that had nothing to draw."""
     by_note: dict[str, list[str]] = {}
     for row in comparison.rescaled:
         by_note.setdefault(row.note, []).append(row.schedule)
@@ -116,6 +118,13 @@ def compare_notes(comparison: Comparison, gantt: str | None) -> list[str]:
         "scaled to keep the work the same"
         for text, schedules in by_note.items()
     ]
+    split = [
+        row.schedule
+        for row in comparison.rows
+        if row.result is not None and backward_split_in_half(row.result.scenario)
+    ]
+    if split:
+        notes.append(split_note(", ".join(split)))
     if gantt and not comparison.results:
         notes.append(f"--gantt {gantt}: not written, no schedule ran")
     return notes
