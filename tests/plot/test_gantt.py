@@ -48,7 +48,7 @@ def test_every_kind_has_its_own_colour_far_from_every_other():
     assert closest[0] >= 90, closest  # I and SEND_B were 20 apart
 
 
-def test_interleaved_chunks_are_hatched_and_labelled_microbatch_dot_chunk(interleaved):
+def test_interleaved_chunks_are_hatched_and_labelled_microbatch_c_chunk(interleaved):
     trace, report, memory = interleaved
     fig = gantt_figure(trace, report, memory)
     gantt = fig.axes[0]
@@ -56,9 +56,12 @@ def test_interleaved_chunks_are_hatched_and_labelled_microbatch_dot_chunk(interl
     assert None in hatched or "" in hatched  # chunk 0 plain
     assert hatched - {None, ""}  # chunk 1 hatched
     labels = {t.get_text() for t in gantt.texts}
-    assert {"0.0", "0.1", "3.0", "3.1"} <= labels
+    assert {"0c0", "0c1", "3c0", "3c1"} <= labels
+    assert not [text for text in labels if "." in text]  # never read as a decimal
     assert {"chunk 0", "chunk 1"} <= set(legend_texts(fig))
-    assert "microbatch.chunk" in fig.legends[0].get_title().get_text()
+    assert fig.legends[0].get_title().get_text() == (
+        "box labels: microbatch, c = chunk (3c1 = microbatch 3 on chunk 1)"
+    )
 
 
 def test_plain_schedules_label_microbatches_without_chunks():
