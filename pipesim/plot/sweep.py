@@ -223,10 +223,11 @@ def bubble_closed_form(schedule: str, p: int, v: int, ms: range) -> tuple[tuple,
 def closed_form_curves(ok: pd.DataFrame, where: Layout) -> dict[str, tuple]:
     """``label: (m, bubble)`` of the closed form of each line's schedule, where x is the
     microbatch count and the schedule has one; lines that share a curve share a label."""
-    if where.key != "pipeline.microbatches" or where.categorical:
+    shape = ["schedule", "devices", "stages"]
+    if where.key != "pipeline.microbatches" or where.categorical or not set(shape) <= set(ok):
         return {}
     ms = range(max(1, int(where.x.min())), int(where.x.max()) + 1)
-    shapes = ok[["schedule", "devices", "stages"]].drop_duplicates()
+    shapes = ok[shape].drop_duplicates()
     curves: dict[tuple, list[str]] = {}
     for schedule, p, stages in shapes.itertuples(index=False, name=None):
         v = max(1, int(stages) // max(int(p), 1))
