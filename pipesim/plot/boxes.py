@@ -3,8 +3,9 @@
 Think of a bar chart turned on its side: device 0 on top, time to the right, a compute
 box in the upper part of each row and a thin transfer box under it. Boxes of one kind
 and chunk are drawn as one collection (thousands of boxes cost about as much as one);
-a box carries its microbatch (``1``, or ``1.0`` = microbatch 1, chunk 0 when devices hold
-several chunks) only where the number fits inside it at the saved size.
+a box carries its microbatch (``1``, or ``1c0`` = microbatch 1 on chunk 0 when devices hold
+several chunks) only where the label fits inside it at the saved size. Device rows are
+named on the left, every k-th one where rows are too thin for a name each.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pipesim.plot.style import (
     CHUNK_HATCHES,
     COLOURS,
     CRITICAL,
+    FONT,
     LABEL_FONT,
     SAVE_DPI,
     TITLE_FONT,
@@ -29,7 +31,8 @@ COMPUTE_BOX = (-0.4, 0.6)  # (offset from the row's centre, height), in rows
 COMM_BOX = (0.22, 0.16)
 MAX_LABELS = 2500  # past this, text costs more than it tells
 LABELLED_SHARE = 0.9  # a kind is numbered only if this share of its boxes hold their label
-CHAR_EMS = {".": 0.32, "/": 0.34}  # DejaVu Sans; digits are 0.64 em
+CHAR_EMS = {".": 0.32, "/": 0.34, "c": 0.55}  # DejaVu Sans; digits are 0.64 em
+TICK_LINE = 1.3  # a tick label's height, in font sizes, with room between neighbours
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +100,12 @@ def draw_boxes(ax, trace: Trace, show_comm: bool = True) -> None:
 
 
 def box_label(trace: Trace, row: int, chunk_of_stage: np.ndarray, hatched: bool) -> str:
-    """``7`` (microbatch), ``7.1`` (microbatch 7, chunk 1), ``7.1/3.0`` (an overlapped pair)."""
+    """``7`` (microbatch), ``7c1`` (microbatch 7 on chunk 1), ``7c1/3c0`` (an overlapped
+    pair): never ``7.1``, which reads as a decimal."""
     atoms = trace.actions[row].atoms if trace.actions[row].sub_actions else [trace.actions[row]]
     if not hatched:
         return "/".join(str(a.microbatch) for a in atoms)
-    return "/".join(f"{a.microbatch}.{chunk_of_stage[a.stage]}" for a in atoms)
+    return "/".join(f"{a.microbatch}c{chunk_of_stage[a.stage]}" for a in atoms)
 
 
 def text_width_px(text: str, font_pt: float) -> float:
@@ -124,7 +128,7 @@ def fitting_labels(trace: Trace, width_px: np.ndarray) -> list[tuple[int, str, f
     numbered in patches reads worse than one not numbered)."""
     hatched = chunk_count(trace) > 1
     compute = trace.lane == Lane.COMPUTE
-    narrowest = text_width_px("0.0" if hatched else "0", LABEL_FONT - 1) + 3
+    narrowest = text_width_px("0c0" if hatched else "0", LABEL_FONT - 1) + 3
     rows = np.flatnonzero(compute & (width_px >= narrowest))
     if len(rows) > MAX_LABELS:
         return []
@@ -168,12 +172,30 @@ def draw_labels(ax, trace: Trace) -> int:
     return len(labels)
 
 
+def device_step(ax, devices: int) -> int:
+    """Name every k-th device row, k a power of two, so that tick labels never touch: a
+    label (``FONT``, as every Gantt axes has its ticks) takes ``TICK_LINE`` times its font
+    size in height."""
+    needed = TICK_LINE * FONT * SAVE_DPI / 72 / max(axes_scale(ax).row_px, 1e-9)
+    step = 1
+    while step < needed and step < devices:
+        step *= 2
+    return step
+
+
+def fit_device_ticks(ax, devices: int, name: str = "device {}") -> None:
+    """One tick per k-th device (``device_step``) at the axes' present size: called
+    again once a figure is laid out, since a stacked chart's rows shrink then."""
+    step = device_step(ax, devices)
+    ax.set_yticks(range(0, devices, step))
+    ax.set_yticklabels([name.format(d) for d in range(0, devices, step)])
+
+
 def device_axis(ax, trace: Trace, title: str) -> None:
-    """Rows top to bottom, one tick per device, time from 0 to the makespan."""
+    """Rows top to bottom, devices named as often as they fit, time from 0 to the
+    makespan."""
     ax.set_ylim(trace.devices - 0.5, -0.6)
-    step = max(1, trace.devices // 32)
-    ax.set_yticks(range(0, trace.devices, step))
-    ax.set_yticklabels([f"device {d}" for d in range(0, trace.devices, step)])
+    fit_device_ticks(ax, trace.devices)
     ax.set_xlim(0, max(trace.makespan_ms, 1e-9))
     ax.set_xlabel("time (ms)")
     if title:

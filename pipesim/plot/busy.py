@@ -1,10 +1,12 @@
 """A Gantt chart for many devices: how busy each device is, and with what, over time.
 
 Past ``MAX_BOX_DEVICES`` rows a box per action is thinner than a pixel, so the chart
-becomes a heat strip: time cut into bins, each cell the share of its bin a device (or a
-group of neighbouring devices) spent on each kind, blended over white in the kinds'
-colours. A fully busy forward bin is forward blue; a half-busy one, a paler blue; idle
-time stays white, so the pipeline's fill and drain still show as white triangles.
+becomes a strip of small bars: time cut into ``TIME_BINS`` bins, and each cell (a device,
+or a group of neighbouring devices, in one bin) a bar that fills its bin from the left
+with the share spent on each kind, in that kind's own colour, the rest white (idle). A
+fully busy forward bin is all forward blue; a bin one third forward and two thirds
+backward is a third blue, then green. Colours are never mixed, so every colour on the
+chart is one of the legend's, and the pipeline's fill and drain show as white triangles.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import math
 
 import numpy as np
 
+from pipesim.plot.boxes import fit_device_ticks
 from pipesim.plot.style import COLOURS, TITLE_FONT
 from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
-TIME_BINS = 600
+TIME_BINS = 150
+BAR_COLUMNS = 8  # image columns per bin: a kind's share is drawn to the nearest eighth
 MAX_STRIP_ROWS = 512
 
 
@@ -53,19 +57,24 @@ def busy_fractions(trace: Trace, bins: int = TIME_BINS, group: int = 1) -> np.nd
     return np.clip(busy / (width * members[:, None, None]), 0.0, 1.0)
 
 
-def blend(fractions: np.ndarray) -> np.ndarray:
-    """(rows, bins, 3) RGB: each kind's colour laid over white by its share."""
+def kind_bars(fractions: np.ndarray, columns: int = BAR_COLUMNS) -> np.ndarray:
+    """(rows, bins * columns, 3) RGB: each bin's ``columns`` image columns split among the
+    kinds in proportion to their shares (in the IR's kind order), white for the idle rest;
+    a column takes the kind under its middle, so each is one kind's colour or white."""
     rgb = np.array([[int(COLOURS[k][i : i + 2], 16) / 255 for i in (1, 3, 5)] for k in KIND_CODES])
-    shade = np.einsum("rkb,kc->rbc", fractions, 1.0 - rgb)
-    return np.clip(1.0 - shade, 0.0, 1.0)
+    palette = np.vstack([rgb, np.ones(3)])  # the last entry: idle, white
+    upto = np.cumsum(fractions, axis=1)  # (rows, kinds, bins): where each kind's part ends
+    middles = (np.arange(columns) + 0.5) / columns
+    # the first kind whose part ends past a column's middle; past every kind: idle
+    kind = (upto[:, :, :, None] <= middles).sum(axis=1)  # (rows, bins, columns)
+    return palette[kind.reshape(len(fractions), -1)]
 
 
 def draw_busy_strip(ax, trace: Trace, title: str = "") -> str:
-    """The heat strip on ``ax``; returns the sentence that says how rows were aggregated."""
-    from matplotlib.ticker import MaxNLocator
-
+    """The strip on ``ax``; returns the sentence that says how rows were aggregated and
+    what a cell shows (it is the title's second line)."""
     group = device_groups(trace.devices)
-    image = blend(busy_fractions(trace, TIME_BINS, group))
+    image = kind_bars(busy_fractions(trace, TIME_BINS, group))
     makespan = max(trace.makespan_ms, 1e-9)
     ax.imshow(
         image,
@@ -76,13 +85,13 @@ def draw_busy_strip(ax, trace: Trace, title: str = "") -> str:
     )
     ax.set_xlim(0, makespan)
     ax.set_ylim(trace.devices - 0.5, -0.5)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=12))
+    fit_device_ticks(ax, trace.devices, "{}")
     ax.set_ylabel("device")
     ax.set_xlabel("time (ms)")
     per_row = f", groups of {group} devices per row" if group > 1 else ""
     note = (
-        f"{trace.devices} devices: busy share per device in {TIME_BINS} time bins{per_row} "
-        "(colour: kind, white: idle)"
+        f"{trace.devices} devices in {TIME_BINS} time bins{per_row}: each cell a bar of "
+        "the busy share of each kind in its colour, white: idle"
     )
     if title:
         ax.set_title(f"{title}\n{note}", fontsize=TITLE_FONT)

@@ -3,9 +3,11 @@ above its simulation.
 
 Each figure puts one Gantt axes per run on a shared time axis, every axes with its own
 time tick numbers, and one legend under them all: the kinds' colours, the chunks'
-hatches, the critical path, and what the numbers in the boxes mean. Up to
-``MAX_BOX_DEVICES`` devices a run is drawn box by box; past that, as a busy-fraction
-strip, and the title says so. The figure's height is capped whatever the device count.
+hatches, the critical path, and what the labels in the boxes mean (``3c1``: microbatch 3
+on chunk 1). Up to ``MAX_BOX_DEVICES`` devices a run is drawn box by box; past that, as a
+strip of per-device bars of busy shares, and the title says so. The figure's height is
+capped whatever the device count; device rows are named as often as their height lets
+the names stand apart, in each axes once the figure is laid out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipesim.plot.boxes import chunk_count, draw_critical_path, draw_gantt_boxes, draw_labels
+from pipesim.plot.boxes import (
+    chunk_count,
+    draw_critical_path,
+    draw_gantt_boxes,
+    draw_labels,
+    fit_device_ticks,
+)
 from pipesim.plot.busy import draw_busy_strip
 from pipesim.plot.decode import (
     decode_legend,
@@ -55,15 +63,18 @@ def draw_gantt(
 
 def label_after_layout(fig, charts: Sequence[tuple[object, Trace]], draw_text=draw_labels) -> None:
     """Name the time axis once, under the lowest axes (every axes keeps its tick numbers),
-    then number the boxes once the figure is laid out, so a label is kept where it fits
-    its box on the final axes (labels sit inside the axes: they do not move the layout)."""
+    then, once the figure is laid out, name as many device rows as fit each axes' final
+    height and number the boxes, so a label is kept where it fits its box (labels sit
+    inside the axes: they do not move the layout)."""
     for ax in fig.axes[:-1]:
         ax.set_xlabel("")
     engine = fig.get_layout_engine()
     if engine is not None:
         engine.execute(fig)
     for ax, trace in charts:
-        if trace.devices <= MAX_BOX_DEVICES:
+        boxed = trace.devices <= MAX_BOX_DEVICES
+        fit_device_ticks(ax, trace.devices, "device {}" if boxed else "{}")
+        if boxed:
             draw_text(ax, trace)
 
 
@@ -87,12 +98,16 @@ def legend(fig, traces: Sequence[Trace], kinds: set[str], critical: bool = False
         handles += chunk_handles(chunks)
     if critical:
         handles.append(critical_handle())
-    note = ""
+    notes = []
     if boxed:
-        note = "box labels: microbatch" + (
-            ".chunk (1.0 = microbatch 1, chunk 0)" if chunks > 1 else ""
+        notes.append(
+            "box labels: microbatch, c = chunk (3c1 = microbatch 3 on chunk 1)"
+            if chunks > 1
+            else "box labels: microbatch"
         )
-    figure_legend(fig, handles, note)
+    if len(boxed) < len(traces):
+        notes.append("bars: each kind's share of a time bin in its colour, white: idle")
+    figure_legend(fig, handles, "; ".join(notes))
 
 
 def gantt_figure(

@@ -11,3 +11,12 @@ def interleaved():
     return run(
         "interleaved-1f1b", 2, 4, 2, forward_ms=1, backward_ms=2, activation_memory_bytes=2**28
     )
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Every test's figures are closed after it (pyplot keeps them otherwise)."""
+    yield
+    from pipesim.plot.style import pyplot
+
+    pyplot().close("all")

@@ -12,7 +12,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.image import AxesImage
 
 from pipesim.analysis.critical import explain
-from pipesim.plot.busy import busy_fractions
+from pipesim.plot.busy import busy_fractions, kind_bars
 from pipesim.plot.figures import (
     COLOURS,
     crosscheck_figure,
@@ -48,7 +48,7 @@ def test_every_kind_has_its_own_colour_far_from_every_other():
     assert closest[0] >= 90, closest  # I and SEND_B were 20 apart
 
 
-def test_interleaved_chunks_are_hatched_and_labelled_microbatch_dot_chunk(interleaved):
+def test_interleaved_chunks_are_hatched_and_labelled_microbatch_c_chunk(interleaved):
     trace, report, memory = interleaved
     fig = gantt_figure(trace, report, memory)
     gantt = fig.axes[0]
@@ -56,9 +56,12 @@ def test_interleaved_chunks_are_hatched_and_labelled_microbatch_dot_chunk(interl
     assert None in hatched or "" in hatched  # chunk 0 plain
     assert hatched - {None, ""}  # chunk 1 hatched
     labels = {t.get_text() for t in gantt.texts}
-    assert {"0.0", "0.1", "3.0", "3.1"} <= labels
+    assert {"0c0", "0c1", "3c0", "3c1"} <= labels
+    assert not [text for text in labels if "." in text]  # never read as a decimal
     assert {"chunk 0", "chunk 1"} <= set(legend_texts(fig))
-    assert "microbatch.chunk" in fig.legends[0].get_title().get_text()
+    assert fig.legends[0].get_title().get_text() == (
+        "box labels: microbatch, c = chunk (3c1 = microbatch 3 on chunk 1)"
+    )
 
 
 def test_plain_schedules_label_microbatches_without_chunks():
@@ -184,3 +187,51 @@ def direct_busy(trace, bins, group):
 def test_busy_fractions_equal_the_overlap_of_rows_and_bins(group):
     trace, _, _ = run("zb-h1", 5, 6, forward_ms=1.3, backward_input_ms=0.7, backward_weight_ms=0.9)
     assert np.allclose(busy_fractions(trace, 37, group), direct_busy(trace, 37, group))
+
+
+def tick_boxes(ax):
+    return [t.get_window_extent() for t in ax.get_yticklabels() if t.get_text()]
+
+
+def test_stacked_charts_name_every_kth_device_without_labels_touching(interleaved):
+    results = []
+    for devices in (32, 32, 16, 32, 8):
+        trace, _ = synthetic(devices, 8)
+        results.append((trace, synthetic_report(trace, interleaved[1])))
+    fig = drawn(stacked_gantt_figure(results))
+    for ax, (trace, _) in zip(fig.axes, results, strict=True):
+        names = [t.get_text() for t in ax.get_yticklabels()]
+        assert names[0] == "device 0" and len(names) >= 2
+        step = int(names[1].split()[1])
+        assert names == [f"device {d}" for d in range(0, trace.devices, step)]
+        for a, b in itertools.combinations(tick_boxes(ax), 2):
+            assert not a.overlaps(b), (a, b)
+    assert len(fig.axes[0].get_yticklabels()) < 32  # thinned: 32 names would collide
+    # with room, every device is named
+    single = drawn(gantt_figure(*interleaved))
+    assert [t.get_text() for t in single.axes[0].get_yticklabels()] == ["device 0", "device 1"]
+
+
+def test_strip_ticks_do_not_touch(interleaved):
+    trace, memory = synthetic(400, 8)
+    fig = drawn(gantt_figure(trace, synthetic_report(trace, interleaved[1]), memory))
+    boxes_ = tick_boxes(fig.axes[0])
+    assert len(boxes_) >= 10
+    for a, b in itertools.combinations(boxes_, 2):
+        assert not a.overlaps(b)
+
+
+def test_a_strip_cell_is_a_bar_of_pure_kind_colours_never_a_blend(interleaved):
+    fractions = np.zeros((1, len(KIND_CODES), 1))
+    fractions[0, KIND_CODES.index("F"), 0] = 0.25
+    fractions[0, KIND_CODES.index("B"), 0] = 0.5
+    bar = kind_bars(fractions, columns=8)[0]
+    rgb = {k: tuple(int(COLOURS[k][i : i + 2], 16) / 255 for i in (1, 3, 5)) for k in COLOURS}
+    assert [tuple(c) for c in bar] == [rgb["F"]] * 2 + [rgb["B"]] * 4 + [(1.0, 1.0, 1.0)] * 2
+    trace, memory = synthetic(400, 8)
+    fig = gantt_figure(trace, synthetic_report(trace, interleaved[1]), memory)
+    image = np.asarray(fig.axes[0].images[0].get_array()).reshape(-1, 3)
+    allowed = {rgb[k] for k in KIND_CODES} | {(1.0, 1.0, 1.0)}
+    assert {tuple(c) for c in np.unique(image, axis=0)} <= allowed
+    assert "white: idle" in fig.legends[0].get_title().get_text()
+    assert "each cell a bar" in fig.axes[0].get_title()
