@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from pipesim.analysis.monte_carlo import Progress
-from pipesim.analysis.run import Result, run_scenario
+from pipesim.analysis.run import Result, memory_capacity_bytes, run_scenario
 from pipesim.scenario.build import Scenario, build_scenario, parse_spec, with_schedule
 from pipesim.scenario.schema import Mode, ScenarioError
 from pipesim.scenario.vary import vary
@@ -121,6 +121,12 @@ class CompareRow:
             "span_bubble_rate": report.span_bubble_rate,
             "samples_per_second": report.samples_per_second,
             "peak_activation_bytes": [d.peak_activation_bytes for d in report.per_device],
+            # as pipesim run reports them: weights, gradients and optimizer states; those
+            # plus the peak activations; whether that passes the GPU's memory anywhere
+            "static_memory_bytes": [d.static_memory_bytes for d in report.per_device],
+            "peak_memory_bytes": [d.peak_memory_bytes for d in report.per_device],
+            "oom": report.oom,
+            "memory_capacity_bytes": memory_capacity_bytes(self.result.scenario),
             "note": self.note,
             "error": "",
         }

@@ -49,6 +49,7 @@ class Result:
         """The report's fields, then the Monte Carlo percentiles (``makespan_ms_p50``, ...)
         and the critical path with idle time per device and cause, where present."""
         data = self.report.to_dict()
+        data["memory_capacity_bytes"] = memory_capacity_bytes(self.scenario)
         if self.monte_carlo is not None:
             data.update(self.monte_carlo.to_dict())
         if self.explanation is not None:
@@ -68,8 +69,11 @@ class Result:
         return data
 
     def scalars(self) -> dict[str, float | int | str | None]:
-        """The report's flat fields and the Monte Carlo percentiles (one table row)."""
+        """The report's flat fields and the Monte Carlo percentiles (one table row); memory
+        as the most any device holds: static, activations, both, and the OOM flag."""
         data = self.report.scalars()
+        data["static_memory_bytes_max"] = max(d.static_memory_bytes for d in self.report.per_device)
+        data["memory_capacity_bytes"] = memory_capacity_bytes(self.scenario)
         if self.monte_carlo is not None:
             data.update(self.monte_carlo.to_dict())
         if self.decode is not None:
@@ -110,6 +114,14 @@ def run_scenario(
         notes=cost_notes(scenario) + split_notes(scenario),
         decode=result.decode,
     )
+
+
+def memory_capacity_bytes(scenario: Scenario) -> float | None:
+    """One GPU's memory, against which the Report flags OOM (None: unknown, no check)."""
+    accounting = scenario.accounting
+    if accounting is None or not accounting.memory_capacity_bytes:
+        return None
+    return accounting.memory_capacity_bytes
 
 
 def check_study_size(scenario: Scenario, runs: int) -> None:

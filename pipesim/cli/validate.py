@@ -1,21 +1,33 @@
-"""``pipesim validate``: check a scenario (schema, schedule constraints, costs) without
-simulating it."""
+"""``pipesim validate``: check a scenario without simulating it.
+
+Parse, call ``pipesim.analysis.validation.validate_scenario``, render
+(``pipesim.cli.render.listing``).
+"""
 
 from __future__ import annotations
 
 import click
 
+from pipesim.analysis.validation import validate_scenario
 from pipesim.cli.options import set_option
-from pipesim.cli.output import user_errors, write_outputs
-from pipesim.cli.render.listing import render_validation
-from pipesim.scenario.build import load_scenario
+from pipesim.cli.output import format_option, note, output_format, user_errors, write_outputs
+from pipesim.cli.render.listing import render_validation, validation_notes
+
+FORMATS = ("table", "json")
 
 
 @click.command("validate")
 @click.argument("scenario")
 @set_option
+@format_option(FORMATS)
 @user_errors
-def validate_command(scenario, overrides) -> None:
-    """Check SCENARIO (schema, schedule constraints, costs) without simulating."""
-    loaded = load_scenario(scenario, overrides)
-    write_outputs([("-", render_validation(scenario, loaded.schedule))])
+def validate_command(scenario, overrides, fmt) -> None:
+    """Check SCENARIO without simulating: everything pipesim run checks (schema, schedule
+    constraints, costs) and, with a serving section, everything pipesim serve checks (the
+    KV cache the weights leave room for, replicas on one node). Memory is flagged as run
+    flags it: OOM where a device's static memory plus its peak activations (from the order
+    it runs its actions) pass the GPU's memory; that is a flag, not an error (exit 0)."""
+    validation = validate_scenario(scenario, overrides)
+    for text in validation_notes(validation):
+        note(text)
+    write_outputs([("-", render_validation(validation, output_format(fmt, None, FORMATS)))])

@@ -66,6 +66,6 @@ def test_a_limit_nothing_can_meet_is_a_row_not_a_failure():
     )
     assert result.exit_code == 0, result.output
     assert (
-        "zb-auto  not run: pipeline.memory_limit_bytes: memory limit 1073741824 bytes is below "
+        "zb-auto   not run: pipeline.memory_limit_bytes: memory limit 1073741824 bytes is below "
         "the minimum 2147483648 bytes any zb-auto order can reach (4 devices)"
     ) in result.stdout

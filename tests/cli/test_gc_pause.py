@@ -47,7 +47,7 @@ def test_the_pause_restores_what_it_found():
     ("module", "name", "args"),
     [
         (pipesim.cli.run, "run_scenario", ["run", SEED]),
-        (pipesim.cli.validate, "load_scenario", ["validate", SEED]),
+        (pipesim.cli.validate, "validate_scenario", ["validate", SEED]),
     ],
 )
 def test_a_command_runs_with_the_collector_paused_and_on_again_after(

@@ -11,7 +11,12 @@ import io
 import json
 
 from pipesim.analysis.compare import CompareRow, Comparison
-from pipesim.analysis.run import backward_split_in_half, split_note
+from pipesim.analysis.run import (
+    Result,
+    backward_split_in_half,
+    memory_capacity_bytes,
+    split_note,
+)
 from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.cli.render.units import format_bytes
 from pipesim.plot.figures import stacked_gantt_figure
@@ -23,9 +28,14 @@ COMPARE_FIELDS = (
     "span_bubble_rate",
     "samples_per_second",
     "peak_activation_bytes",
+    "static_memory_bytes",
+    "peak_memory_bytes",
+    "oom",
+    "memory_capacity_bytes",
     "note",
     "error",
 )
+PER_DEVICE_FIELDS = ("peak_activation_bytes", "static_memory_bytes", "peak_memory_bytes")
 SEARCH_FIELDS = ("memory_limit_bytes", "search_candidates", "search_seconds")
 STUDY_FIELDS = (
     "rank",
@@ -41,23 +51,32 @@ STUDY_FIELDS = (
 
 
 def render_compare(comparison: Comparison, fmt: str) -> str:
+    """The comparison as ``fmt``. The table shows, where a model gives static memory, the
+    peak memory of the device that needs the most (static plus activations, as ``pipesim
+    run``'s "peak memory" line), that device's static memory and whether every device fits
+    the GPU (``OOM`` where one does not); then the peak activations of every device."""
     if fmt == "json":
         return json.dumps(comparison.to_dicts(), indent=2) + "\n"
     if fmt == "csv":
         return _compare_csv(comparison)
-    width = max(len(row.schedule) for row in comparison.rows)
+    width = max(len("schedule"), *(len(row.schedule) for row in comparison.rows))
     ranked = comparison.ranked
+    static = any(
+        d.static_memory_bytes for result in comparison.results for d in result.report.per_device
+    )
     lines = [
         ("rank  " if ranked else "")
         + f"{'schedule':<{width}}  {'makespan ms':>12} "
         + (f"{'p50 ms':>10} {'p99 ms':>10} " if ranked else "")
-        + f"{'bubble':>8} {'span bubble':>12} {'samples/s':>12}  peak activations per device"
+        + f"{'bubble':>8} {'span bubble':>12} {'samples/s':>12}  "
+        + (f"{'peak memory':>11} {'static':>11} {'on GPU':>6}  " if static else "")
+        + "peak activations per device"
     ]
-    lines += [_compare_line(row, width, ranked) for row in comparison.rows]
+    lines += [_compare_line(row, width, ranked, static) for row in comparison.rows]
     return "\n".join(lines) + "\n"
 
 
-def _compare_line(row: CompareRow, width: int, ranked: bool) -> str:
+def _compare_line(row: CompareRow, width: int, ranked: bool, static: bool) -> str:
     if row.result is None:
         return ("-     " if ranked else "") + f"{row.schedule:<{width}}  not run: {row.error}"
     report, summary = row.result.report, row.result.monte_carlo
@@ -71,7 +90,22 @@ def _compare_line(row: CompareRow, width: int, ranked: bool) -> str:
         (f"{row.rank:<4}  " if ranked else "")
         + f"{row.schedule:<{width}}  {report.makespan_ms:>12.3f}{percentiles} "
         f"{report.bubble_fraction:>8.4f} {report.span_bubble_rate:>12.4f} "
-        f"{report.samples_per_second:>12.1f}  {peaks}" + _compare_remarks(row)
+        f"{report.samples_per_second:>12.1f}  "
+        + (_memory_cells(row.result) if static else "")
+        + peaks
+        + _compare_remarks(row)
+    )
+
+
+def _memory_cells(result: Result) -> str:
+    """The device with the largest peak memory: that peak, its static part, the verdict
+    (``-`` where the GPU's memory is unknown)."""
+    worst = max(result.report.per_device, key=lambda d: d.peak_memory_bytes)
+    verdict = "-" if memory_capacity_bytes(result.scenario) is None else "fits"
+    verdict = "OOM" if result.report.oom else verdict
+    return (
+        f"{format_bytes(worst.peak_memory_bytes):>11} "
+        f"{format_bytes(worst.static_memory_bytes):>11} {verdict:>6}  "
     )
 
 
@@ -94,15 +128,15 @@ def _compare_remarks(row: CompareRow) -> str:
 def _compare_csv(comparison: Comparison) -> str:
     rows = comparison.to_dicts()
     fields = list(COMPARE_FIELDS)
-    at = fields.index("peak_activation_bytes") + 1
+    at = fields.index("memory_capacity_bytes") + 1
     fields[at:at] = [k for k in SEARCH_FIELDS if any(k in r for r in rows)]
     fields[1:1] = [k for k in STUDY_FIELDS if any(k in r for r in rows)]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
-    for row in rows:
-        peaks = ";".join(f"{v:.0f}" for v in row.get("peak_activation_bytes", []))
-        writer.writerow({**row, "peak_activation_bytes": peaks})
+    for row in rows:  # per-device values joined by ";", device 0 first
+        lists = {k: ";".join(f"{v:.0f}" for v in row[k]) for k in PER_DEVICE_FIELDS if k in row}
+        writer.writerow({**row, **lists})
     return buffer.getvalue()
 
 

@@ -3,15 +3,73 @@
 
 from __future__ import annotations
 
-from pipesim.schedules import Schedule
+import json
+
+from pipesim.analysis.validation import Validation, serving_summary
+from pipesim.cli.render.units import format_bytes
 
 
-def render_validation(scenario: str, schedule: Schedule) -> str:
-    """One line: the file is fine, and the schedule it builds."""
-    s = schedule
+def render_validation(validation: Validation, fmt: str = "table") -> str:
+    """The file is fine, and what it builds: the schedule for run, the memory of the device
+    that needs the most (with its OOM flag, as ``pipesim run`` flags it) where a model
+    gives static memory, and the replicas for serve. JSON: ``Validation.to_dict()``."""
+    if fmt == "json":
+        return json.dumps(validation.to_dict(), indent=2) + "\n"
+    source, scenario = validation.source, validation.scenario
+    if scenario is None:
+        return f"{source}: ok for pipesim serve - {_serving_line(validation)}\n"
+    s = scenario.schedule
+    lines = [
+        f"{source}: ok - {s.name}, {s.devices} devices, {s.stages} stages, "
+        f"{s.microbatches} microbatches, {s.num_actions} actions"
+    ]
+    if validation.has_static_memory:
+        lines.append(f"  memory: {_memory_line(validation)}")
+    if validation.serving is not None:
+        lines.append(f"  serve: {_serving_line(validation)}")
+    return "\n".join(lines) + "\n"
+
+
+def validation_notes(validation: Validation) -> list[str]:
+    """What to read beside the answer: why ``pipesim run`` would refuse a serving file."""
+    if validation.scenario is None:
+        return [f"pipesim run would refuse it: {validation.run_refusal}"]
+    return []
+
+
+def _memory_line(validation: Validation) -> str:
+    """``OOM: device k needs X of Y (static + activations); n of D devices over``, or the
+    peak that fits, or the peak where the GPU's memory is unknown."""
+    worst = max(validation.memory, key=lambda d: d.peak_memory_bytes)
+    parts = (
+        f"{format_bytes(worst.static_memory_bytes)} static + "
+        f"{format_bytes(worst.peak_activation_bytes)} activations"
+    )
+    capacity = validation.memory_capacity_bytes
+    if capacity is None:
+        return (
+            f"peak {format_bytes(worst.peak_memory_bytes)} on device {worst.device} ({parts}); "
+            "the GPU's memory is unknown, not checked"
+        )
+    if not validation.oom:
+        return (
+            f"fits, peak {format_bytes(worst.peak_memory_bytes)} of {format_bytes(capacity)} "
+            f"on device {worst.device} ({parts})"
+        )
+    over = sum(d.oom for d in validation.memory)
     return (
-        f"{scenario}: ok - {s.name}, {s.devices} devices, {s.stages} stages, "
-        f"{s.microbatches} microbatches, {s.num_actions} actions\n"
+        f"OOM: device {worst.device} needs {format_bytes(worst.peak_memory_bytes)} of "
+        f"{format_bytes(capacity)} ({parts}); {over} of {len(validation.memory)} devices over"
+    )
+
+
+def _serving_line(validation: Validation) -> str:
+    serving = serving_summary(validation.serving)
+    return (
+        f"{serving['replicas']} replicas x ({serving['pipeline']} pipeline stages x "
+        f"{serving['tensor']} tensor GPUs), {serving['kv_blocks']:,} KV blocks of "
+        f"{serving['block_size']} tokens, {serving['requests']:,} requests, costs "
+        f"{serving['costs']}"
     )
 
 

@@ -55,9 +55,31 @@ def render_sweep_table(frame: pd.DataFrame) -> str:
                 ("tokens/s", "tokens_per_second", "{:,.1f}"),
             ):
                 shown[label] = [_cell(v, fmt) for v in frame[key]]
-        label = "peak memory" if memory == "peak_memory_bytes_max" else "peak activations"
-        shown[label] = ["-" if pd.isna(v) else format_bytes(float(v)) for v in frame[memory]]
+        if memory == "peak_memory_bytes_max":
+            shown.update(_memory_columns(frame))
+        else:
+            shown["peak activations"] = _bytes_cells(frame[memory])
     return sweep_rows(shown, [str(e) for e in frame["error"]])
+
+
+def _memory_columns(frame: pd.DataFrame) -> dict[str, list[str]]:
+    """Peak memory (static plus activations, the most any device needs), the most static
+    memory of any device, and ``OOM`` where a device passes the GPU's memory, as ``pipesim
+    run`` flags it (``fits``; ``-`` where the point did not run or the GPU's memory is
+    unknown)."""
+    verdicts = [
+        "-" if pd.isna(oom) else "OOM" if bool(oom) else "-" if pd.isna(capacity) else "fits"
+        for oom, capacity in zip(frame["oom"], frame["memory_capacity_bytes"], strict=True)
+    ]
+    return {
+        "peak memory": _bytes_cells(frame["peak_memory_bytes_max"]),
+        "static": _bytes_cells(frame["static_memory_bytes_max"]),
+        "on GPU": verdicts,
+    }
+
+
+def _bytes_cells(values: pd.Series) -> list[str]:
+    return ["-" if pd.isna(v) else format_bytes(float(v)) for v in values]
 
 
 def sweep_rows(shown: dict[str, list[str]], errors: list[str]) -> str:
