@@ -27,14 +27,15 @@ def serve_files(
 ) -> Files:
     """Every extra output of ``serve`` that was asked for, rendered in memory: one CSV line
     per request, the Perfetto trace (labelled with the loaded ``scenario``'s name), the
-    figure (with its SLO lines)."""
+    figure (with the SLO's limits and percentile)."""
     files: Files = []
     if requests:
         files.append((requests, requests_csv(run.result)))
     if trace:
         files.append((trace, json.dumps(to_chrome_trace(run.result, label=scenario.name))))
     if plot:
-        figure = serving_figure(run.result, scenario.slo.ttft_ms, scenario.slo.tpot_ms)
+        slo = scenario.slo
+        figure = serving_figure(run.result, slo.ttft_ms, slo.tpot_ms, slo.percentile)
         files.append((plot, figure_bytes(figure, suffix_of(plot))))
     return files
 
