@@ -2,10 +2,14 @@
 
 ``serving_figure`` draws one run. The top row holds the cumulative distributions of the
 three latencies a user feels (time to first token, time per output token, end to end),
-each with the SLO limit where one is set and the p50/p99 marked; a CDF shows the whole
-tail at once, where a mean hides it. Below them, per replica over time: the batch size of
+each with the SLO limit where one is set, the SLO's percentile (p90 for an SLO held at
+p90; where the curve crosses that fraction left of the limit, the SLO holds) and the
+median marked; a CDF shows the whole tail at once, where a mean hides it. Below them, per replica over time: the batch size of
 every iteration (continuous batching at work) and the fraction of KV blocks in use
-(what limits admission and forces preemptions).
+(what limits admission and forces preemptions). The layout is matplotlib's tight layout,
+plain arithmetic on the text extents: the constrained layout's solver orders its sums by
+memory address, so its axes positions, and the ids an SVG derives from them, moved in the
+last bits from one run to the next.
 
 ``serving_sweep_figure`` draws a ``pipesim sweep`` of a serving scenario: throughput and
 the p99 latencies against the first grid key, one line per combination of the others.
@@ -18,6 +22,9 @@ import pandas as pd
 
 from pipesim.plot.style import CRITICAL, FONT, TITLE_FONT, pyplot
 from pipesim.serving.results import ServeResult
+
+MEDIAN = 50
+DEFAULT_PERCENTILE = 99.0  # the SLO's percentile where a scenario names none
 
 LATENCIES = (
     ("ttft_ms", "time to first token"),
@@ -33,8 +40,16 @@ def _latencies_ms(result: ServeResult) -> dict[str, np.ndarray]:
     return {k: np.sort(v[~np.isnan(v)]) * 1e3 for k, v in found.items()}
 
 
-def draw_cdf(ax, values_ms: np.ndarray, title: str, limit_ms: float | None) -> None:
-    """The empirical CDF of ``values_ms``, p50 and p99 marked, the SLO limit dashed."""
+def draw_cdf(
+    ax,
+    values_ms: np.ndarray,
+    title: str,
+    limit_ms: float | None,
+    percentile: float = DEFAULT_PERCENTILE,
+) -> None:
+    """The empirical CDF of ``values_ms``: the median dotted, the SLO's ``percentile``
+    dash-dotted (with its fraction of requests as a faint horizontal line), the SLO limit
+    dashed."""
     ax.set_title(title, fontsize=TITLE_FONT)
     ax.set_xlabel("ms", fontsize=FONT)
     ax.set_ylim(0, 1.02)
@@ -45,9 +60,12 @@ def draw_cdf(ax, values_ms: np.ndarray, title: str, limit_ms: float | None) -> N
         return
     fraction = np.arange(1, len(values_ms) + 1) / len(values_ms)
     ax.step(values_ms, fraction, where="post", color="#1F77B4")
-    for q, style in ((50, ":"), (99, "-.")):
+    marks = {MEDIAN: (":", "")} | {percentile: ("-.", " (SLO percentile)")}
+    for q, (style, whose) in marks.items():
         at = float(np.percentile(values_ms, q))
-        ax.axvline(at, color="#7F7F7F", linestyle=style, linewidth=0.8, label=f"p{q} {at:.4g} ms")
+        label = f"p{q:g} {at:.4g} ms{whose}"
+        ax.axvline(at, color="#7F7F7F", linestyle=style, linewidth=0.8, label=label)
+    ax.axhline(percentile / 100, color="#BBBBBB", linestyle="-.", linewidth=0.6)
     if limit_ms is not None:
         ax.axvline(limit_ms, color=CRITICAL, linestyle="--", label=f"SLO {limit_ms:g} ms")
     ax.legend(fontsize=FONT - 1, loc="lower right")
@@ -95,20 +113,24 @@ def draw_kv_use(ax, result: ServeResult) -> None:
 
 
 def serving_figure(
-    result: ServeResult, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
+    result: ServeResult,
+    slo_ttft_ms: float | None = None,
+    slo_tpot_ms: float | None = None,
+    percentile: float = DEFAULT_PERCENTILE,
 ):
-    """Latency CDFs on top, batch size and KV use over time below (see the module)."""
+    """Latency CDFs on top (the SLO's limits and its ``percentile`` marked), batch size and
+    KV use over time below (see the module)."""
     plt = pyplot()
     fig, axes = plt.subplot_mosaic(
         [["ttft_ms", "tpot_ms", "e2e_ms"], ["batch"] * 3, ["kv"] * 3],
         figsize=(12, 9),
-        layout="constrained",
+        layout="tight",
         height_ratios=[1.2, 1, 1],
     )
     latencies = _latencies_ms(result)
     limits = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": None}
     for key, title in LATENCIES:
-        draw_cdf(axes[key], latencies[key], title, limits[key])
+        draw_cdf(axes[key], latencies[key], title, limits[key], percentile)
     axes["ttft_ms"].set_ylabel("fraction of requests", fontsize=FONT)
     draw_batch_size(axes["batch"], result)
     draw_kv_use(axes["kv"], result)

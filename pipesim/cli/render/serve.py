@@ -10,7 +10,7 @@ import csv
 import io
 import json
 
-from pipesim.analysis.max_rate import MaxRate
+from pipesim.analysis.max_rate import MaxRate, rate_text
 from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.plot.serving import serving_figure
 from pipesim.scenario.serving import ServeRun, ServingScenario
@@ -27,14 +27,15 @@ def serve_files(
 ) -> Files:
     """Every extra output of ``serve`` that was asked for, rendered in memory: one CSV line
     per request, the Perfetto trace (labelled with the loaded ``scenario``'s name), the
-    figure (with its SLO lines)."""
+    figure (with the SLO's limits and percentile)."""
     files: Files = []
     if requests:
         files.append((requests, requests_csv(run.result)))
     if trace:
         files.append((trace, json.dumps(to_chrome_trace(run.result, label=scenario.name))))
     if plot:
-        figure = serving_figure(run.result, scenario.slo.ttft_ms, scenario.slo.tpot_ms)
+        slo = scenario.slo
+        figure = serving_figure(run.result, slo.ttft_ms, slo.tpot_ms, slo.percentile)
         files.append((plot, figure_bytes(figure, suffix_of(plot))))
     return files
 
@@ -51,7 +52,13 @@ def render_serve(run: ServeRun, search: MaxRate | None, fmt: str) -> str:
     if fmt == "csv":
         row = report_scalars(run.report)
         if search is not None:
-            row = {"max_rate_rps": search.rate_rps, **row}
+            found = {
+                "max_rate_rps": search.rate_rps,
+                "max_rate_high_rps": search.high_rps,
+                "max_rate_seeds": len(search.seeds),
+                "max_rate_stopped": search.stopped,
+            }
+            row = {**found, **row}
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=list(row), lineterminator="\n")
         writer.writeheader()
@@ -118,16 +125,31 @@ def _stats(stats: LatencyStats) -> str:
     return "".join(f"{'-':>11}" if v is None else f"{v:>11.3f}" for v in values)
 
 
-def serve_notes(run: ServeRun) -> list[str]:
-    """What the report cannot show as numbers, for stderr: no completed request."""
-    report = run.report
-    if report.completed:
-        return []
-    return [
-        f"no request completed ({report.rejected} of {report.requests} rejected), so "
-        "TTFT, TPOT, inter-token, end-to-end and queueing latencies are undefined "
-        "(null in JSON, empty in CSV, '-' in the table)"
-    ]
+def serve_notes(run: ServeRun, search: MaxRate | None = None) -> list[str]:
+    """What the report cannot show as numbers, for stderr: no completed request; a rate
+    search that a bound stopped, or whose runs were cut to ``--max-requests``."""
+    report, notes = run.report, []
+    if not report.completed:
+        notes.append(
+            f"no request completed ({report.rejected} of {report.requests} rejected), so "
+            "TTFT, TPOT, inter-token, end-to-end and queueing latencies are undefined "
+            "(null in JSON, empty in CSV, '-' in the table)"
+        )
+    if search is not None and search.stopped in BOUND_OPTIONS:
+        notes.append(_bound_note(search))
+    if search is not None:
+        cut = [p.rate_rps for p in search.probes if p.cut]
+        if cut:
+            holds = (
+                "the answer holds for that many"
+                if search.answer.cut
+                else "the answer's run was not cut"
+            )
+            notes.append(
+                f"max-rate runs at {rate_text(min(cut))} requests/s and above were cut to "
+                f"their first {search.bounds.max_requests:,} requests (--max-requests); {holds}"
+            )
+    return notes
 
 
 def _replicas(scenario: ServingScenario) -> str:
@@ -146,14 +168,76 @@ def _slo(scenario: ServingScenario) -> str:
     return "SLO " + ", ".join(limits) if limits else "no SLO (every completed request)"
 
 
+# ---------------------------------------------------------------------------
+# The max-rate search
+
+BOUND_OPTIONS = {"max_probes": "--max-probes", "max_search_s": "--max-search-s"}
+
+
 def _search_lines(search: MaxRate, scenario: ServingScenario) -> list[str]:
-    slo = scenario.slo
-    lines = [
-        f"  {'max rate':<20}{search.rate_rps:.4g} requests/s meets the p{slo.percentile:g} "
-        f"{_slo(scenario).removeprefix('SLO ')}",
-        f"  {'bracket':<20}[{search.low_rps:.4g}, {search.high_rps:.4g}] requests/s "
-        f"(relative tolerance {search.rel_tolerance:g}, {len(search.probes)} runs)",
+    """How the search decided: the rate (exactly as it ran), the latencies under each seed,
+    the bracket, the bisection and what stopped it, the bounds, and how to serve the run
+    shown below again."""
+    slo, rate, bounds = scenario.slo, rate_text(search.rate_rps), search.bounds
+    seeds = ", ".join(str(seed) for seed in search.seeds)
+    seeds = f"seed{'s' * (len(search.seeds) > 1)} {seeds}"
+    per_run = "" if bounds.max_requests is None else f", {bounds.max_requests:,} requests per run"
+    return [
+        f"  {'max rate':<20}{rate} requests/s meets the p{slo.percentile:g} "
+        f"{_slo(scenario).removeprefix('SLO ')} under {seeds}",
+        f"  {'at that rate':<20}{_spread(search, slo.percentile)}",
+        f"  {'bracket':<20}{_bracket_words(search)}",
+        f"  {'search':<20}{len(search.probes)} rates, {search.runs} runs: bisection to "
+        f"relative tolerance {search.rel_tolerance:g} on {search.digits}-digit rates, "
+        f"{_stopped(search)}",
+        f"  {'bounds':<20}{bounds.max_probes} rates, {bounds.max_search_s:g} s{per_run}",
         "",
-        f"  the run at {search.rate_rps:.4g} requests/s:",
+        f"  the run at {rate} requests/s under seed {search.seeds[0]} (--set "
+        f"{' --set '.join(search.overrides)} serves it again):",
     ]
-    return lines
+
+
+def _spread(search: MaxRate, percentile: float) -> str:
+    """The SLO's percentile of TTFT and TPOT at the answer, over its seeds."""
+    runs, parts = search.answer.runs, []
+    for label, name in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms")):
+        values = [getattr(run, name) for run in runs if getattr(run, name) is not None]
+        if values:
+            low, high = min(values), max(values)
+            shown = f"{low:.3f}" if low == high else f"{low:.3f} to {high:.3f}"
+            parts.append(f"{label} p{percentile:g} {shown} ms")
+    return ", ".join(parts) + f" ({len(runs)} seed{'s' * (len(runs) != 1)})"
+
+
+def _bracket_words(search: MaxRate) -> str:
+    low = rate_text(search.low_rps)
+    if search.high_rps is None:
+        return f"at least {low} requests/s: no rate tried missed the SLO"
+    high = rate_text(search.high_rps)
+    missed = next(p for p in reversed(search.probes) if p.rate_rps == search.high_rps)
+    seed = next((run.seed for run in missed.runs if not run.meets_slo), None)
+    under = "" if seed is None else f" under seed {seed}"
+    width = (search.high_rps - search.low_rps) / search.high_rps
+    return f"[{low}, {high}] requests/s ({width:.2%} wide): {high} misses the SLO{under}"
+
+
+def _bound_note(search: MaxRate) -> str:
+    low = rate_text(search.low_rps)
+    if search.high_rps is None:
+        found = f"the max rate is at least {low} requests/s (no rate tried missed the SLO)"
+    else:
+        found = (
+            f"the max rate lies in [{low}, {rate_text(search.high_rps)}] requests/s; "
+            f"{low} is reported"
+        )
+    return f"the max-rate search {_stopped(search)}: {found}"
+
+
+def _stopped(search: MaxRate) -> str:
+    stopped = search.stopped
+    if stopped in BOUND_OPTIONS:
+        bound = getattr(search.bounds, stopped)
+        return f"stopped at {BOUND_OPTIONS[stopped]} {bound:g} before the tolerance"
+    if stopped == "grid":
+        return f"stopped: no {search.digits}-digit rate inside the bracket"
+    return "stopped within it"
