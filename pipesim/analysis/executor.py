@@ -85,10 +85,10 @@ def _on_pool(work, chunks: list[list], workers: int, progress) -> list:
     try:
         futures = [pool.submit(_run_installed, chunk) for chunk in chunks]
         results = _gather(as_completed(futures), progress)
+        pool.shutdown()
     except BaseException:
         _kill_workers(pool, before)
         raise
-    pool.shutdown()
     return results
 
 
