@@ -12,16 +12,26 @@ lists that come back in whatever order the workers finish.
 ``split(items, workers)`` cuts the items for that many workers; ``work(chunk)`` returns
 a list; ``progress(n)`` is called as ``n`` more results arrive. dask.distributed is an
 optional extra, imported only when asked for.
+
+Local workers never outlive the call: when it ends by an exception (a failed point, a
+signal turned into one at the command line, Ctrl-C) they are killed, not waited for; on
+Linux the kernel kills them when their parent dies, even by SIGKILL; and they ignore
+Ctrl-C, which the terminal sends to every one of them, so only the caller reports it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
 import os
 import re
+import signal
+import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 EXECUTORS = ("local", "dask")
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
 CONNECT_TIMEOUT_S = 3  # an unreachable scheduler is one line after this long, not a hang
 
 # tcp://HOST:PORT, HOST a name, an IPv4 address or a bracketed IPv6 one
@@ -64,10 +74,33 @@ def run_chunks(
     # Each worker receives ``work`` once, when it starts, and keeps it for every chunk it
     # is given, so whatever ``work`` caches (the planner's Scorer) serves all of them; the
     # copy dies with the pool, at the end of this call.
-    workers = min(jobs, len(chunks))
-    with ProcessPoolExecutor(workers, initializer=_install, initargs=(work,)) as pool:
+    return _on_pool(work, chunks, min(jobs, len(chunks)), progress)
+
+
+def _on_pool(work, chunks: list[list], workers: int, progress) -> list:
+    """``chunks`` on a pool of ``workers`` local processes; on any exception the pool's
+    processes (the children this process did not have before it) are killed."""
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(workers, initializer=_install, initargs=(work,))
+    try:
         futures = [pool.submit(_run_installed, chunk) for chunk in chunks]
-        return _gather(as_completed(futures), progress)
+        results = _gather(as_completed(futures), progress)
+        pool.shutdown()
+    except BaseException:
+        _kill_workers(pool, before)
+        raise
+    return results
+
+
+def _kill_workers(pool: ProcessPoolExecutor, before: set) -> None:
+    """Kill the pool's workers mid-chunk, then let the pool wind down (its manager sees
+    them gone at once, so nothing waits on a chunk)."""
+    workers = set(multiprocessing.active_children()) - before
+    for process in workers:
+        process.kill()
+    for process in workers:
+        process.join()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def check_executor(executor: str, scheduler: str | None, error: type[Exception]) -> None:
@@ -99,7 +132,28 @@ _worker_work: list[Callable[[list], list]] = []
 
 
 def _install(work: Callable[[list], list]) -> None:
+    """A worker's start: its signals, its tie to the parent, and the ``work`` it keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller reports Ctrl-C and stops us
+    for signum in signal.valid_signals():
+        if callable(signal.getsignal(signum)) and signum != signal.SIGINT:
+            signal.signal(signum, signal.SIG_DFL)  # a handler copied from the caller by fork
+    _die_with_parent()
     _worker_work[:] = [work]
+
+
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to kill this worker when its parent dies, however it dies
+    (SIGKILL included), so no worker is left running for nobody; elsewhere, nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and not parent.is_alive():  # it died before we asked
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _run_installed(chunk: list) -> list:

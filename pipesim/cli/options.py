@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import click
 
 from pipesim.cli.output import error
+from pipesim.cli.signals import exits_on_signals, interrupts_pass_click, signals_raise
 from pipesim.sim.fast import Evaluator
 
 # Click >= 8.2 shows a bare ``pipesim`` (no command) as a usage error that prints the help;
@@ -106,14 +107,22 @@ def _what_was_wrong(exc: click.UsageError) -> str:
 class PipesimGroup(click.Group):
     """The ``pipesim`` group: every usage error click finds, in the group's own options or
     a command's, is one ``pipesim: error:`` line (``one_line``) instead of click's usage
-    block. Help (``-h``, ``--help``, no command at all) is shown as click shows it."""
+    block. Help (``-h``, ``--help``, no command at all) is shown as click shows it.
+
+    A signal that stops a command (Ctrl-C, SIGTERM, SIGHUP, ...) lets it clean up, then is
+    one line and exit code 128 + its number (``pipesim.cli.signals``), not click's
+    ``Aborted!`` and exit code 1."""
+
+    def main(self, *args, **kwargs):
+        with signals_raise(), exits_on_signals():
+            return super().main(*args, **kwargs)
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
-        with _one_line_usage_errors():
+        with interrupts_pass_click(), _one_line_usage_errors():
             return super().make_context(info_name, args, parent, **extra)
 
     def invoke(self, ctx: click.Context):
-        with _one_line_usage_errors():
+        with interrupts_pass_click(), _one_line_usage_errors():
             return super().invoke(ctx)
 
 

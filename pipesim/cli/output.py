@@ -9,7 +9,9 @@ Output files follow these rules (DESIGN.md, "Errors"):
 * a command's regular files are written all or nothing: every one to a temporary file in
   its folder first, then all renamed into place, with the mode of the file each replaces
   or, for a new file, the mode the user's umask gives; a failure (a full disk) removes the
-  temporaries, leaves the old files and is one line naming the path;
+  temporaries, leaves the old files and is one line naming the path; a signal
+  (``pipesim.cli.signals``) removes them too and never comes between two renames, and
+  those of a writer killed outright go at the next write (``pipesim.cli.temporaries``);
 * an existing device or FIFO (``-o /dev/null``) is written in place, never replaced, and a
   symlink is followed: its target is written, the link stays.
 """
@@ -29,6 +31,8 @@ import click
 
 from pipesim.analysis.compare import CompareError
 from pipesim.analysis.sweep import SweepError
+from pipesim.cli.signals import held
+from pipesim.cli.temporaries import remove_stale, temporary_prefix
 from pipesim.plot.figures import save_figure
 from pipesim.scenario.build import ScenarioError, apply_overrides, read_mapping
 from pipesim.schedules.ir import ScheduleError
@@ -279,10 +283,11 @@ def write_outputs(files: Files) -> None:
         for path, content in files:
             if path not in (None, "-") and _is_special(path):
                 _guarded(path, _write_in_place, path, content)
-        while staged:
-            temp, target = staged[0]
-            _guarded(target, os.replace, temp, target)
-            staged.pop(0)
+        with held():  # a signal waits until every file is in place
+            while staged:
+                temp, target = staged[0]
+                _guarded(target, os.replace, temp, target)
+                staged.pop(0)
     finally:
         for temp, _ in staged:
             Path(temp).unlink(missing_ok=True)
@@ -303,7 +308,9 @@ def _write_temporary(path: str, content: str | bytes) -> str:
     info = _stat(target)
     mode = stat.S_IMODE(info.st_mode) if info is not None else 0o666 & ~_umask()
     folder, name = os.path.split(target)
-    handle, temp = _guarded(path, tempfile.mkstemp, prefix=f".{name}.", suffix=".tmp", dir=folder)
+    remove_stale(folder, name)
+    prefix = temporary_prefix(name)
+    handle, temp = _guarded(path, tempfile.mkstemp, prefix=prefix, suffix=".tmp", dir=folder)
     try:
         os.fchmod(handle, mode)
         _guarded(path, _write_all, handle, _as_bytes(content))

@@ -87,6 +87,12 @@ FORMATS = ("table", "json", "csv")
     is_flag=True,
     help="Say where the winner's lead over the runner-up comes from.",
 )
+@click.option(
+    "--no-timing",
+    is_flag=True,
+    help="Leave out how long the plan took (wall_s in the JSON, the seconds in the table), "
+    "so that two runs of one plan give the same bytes.",
+)
 @jobs_option
 @executor_option
 @scheduler_option
@@ -118,6 +124,7 @@ def _plan_body(
     emit,
     pareto_path,
     explain,
+    no_timing,
     jobs,
     executor,
     scheduler,
@@ -149,15 +156,16 @@ def _plan_body(
         raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
     explanation = explain_plan(base, scenario, result.results) if explain else None
     files = plan_files(result, emit, pareto_path)
-    # Notes only once the plan and its files are made, so that an error (a bad space, no
-    # candidate to emit) is the one line on stderr.
+    report = render_plan(result, fmt, explanation, timing=not no_timing)
+    write_outputs([*files, (output, report)])
+    # Notes only once every output is written, so that an error (a bad space, no candidate
+    # to emit, a full disk) is the one line on stderr.
     for text in (capped, f"planning over {result.space_size:,} candidates"):
         if text is not None:
             note(text)
     if explanation is not None and fmt == "csv":
         for line in explanation.sentences():
             note(line)
-    write_outputs([*files, (output, render_plan(result, fmt, explanation))])
 
 
 _plan = user_errors(_plan_body, also=(PlanError,))

@@ -45,28 +45,35 @@ def emit_text(result: Plan, suffix: str) -> str:
     return yaml.safe_dump(mapping, sort_keys=False)
 
 
-def render_plan(result: Plan, fmt: str, explanation: PlanExplanation | None = None) -> str:
-    """The plan as a table, JSON or CSV (results only)."""
+def render_plan(
+    result: Plan, fmt: str, explanation: PlanExplanation | None = None, timing: bool = True
+) -> str:
+    """The plan as a table, JSON or CSV (results only). ``timing=False`` leaves out how
+    long it took (the JSON's ``wall_s``, the table's seconds; the CSV has none), so that
+    the same plan gives the same bytes every time."""
     if fmt == "json":
         data = result.to_dict()
+        if not timing:
+            del data["wall_s"]
         if explanation is not None:
             data["explain"] = explanation.to_dict()
         return json.dumps(data, indent=2) + "\n"
     if fmt == "csv":
         return _csv(result.results)
-    lines = _summary(result)
+    lines = _summary(result, timing)
     lines += _table(distinct(result.results))  # one row per outcome; JSON keeps them all
     if explanation is not None:
         lines += ["", "why the winner wins:", *explanation.sentences()]
     return "\n".join(lines) + "\n"
 
 
-def _summary(result: Plan) -> list[str]:
+def _summary(result: Plan, timing: bool) -> list[str]:
     pruned = sum(result.pruned.values())
+    took = f"; {result.wall_s:.1f} s" if timing else ""
     lines = [
         f"space: {result.space_size:,} candidates; pruned {pruned:,}; scored {result.scored:,} "
         f"({result.timelines:,} distinct timelines); confirmed {result.confirmed} on the SimPy "
-        f"engine; {result.wall_s:.1f} s",
+        f"engine{took}",
     ]
     lines += [f"  pruned: {n:,} {reason}" for reason, n in result.pruned.items()]
     lines.append(f"Pareto front (step time against peak memory): {len(result.pareto)} candidates")

@@ -1,0 +1,138 @@
+"""Signals at the command line's edge: a command stopped by Ctrl-C, ``kill`` or a closed
+terminal cleans up as a failed one does, then exits as a stopped program should.
+
+While a command runs, a terminating signal that can be caught (SIGINT, SIGTERM, SIGHUP,
+SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM) becomes an exception in the main thread, so every
+``finally`` on the way out runs: the temporaries beside the outputs are removed and a pool
+of worker processes is stopped with its workers (``pipesim.analysis.executor``). The
+command then says so in one line on stderr and exits with 128 + the signal's number:
+
+    pipesim: interrupted                  (Ctrl-C, exit code 130)
+    pipesim: terminated by SIGTERM        (exit code 143)
+
+A second signal while cleaning up is ignored, so cleaning up is not cut short; a signal
+the process started with ignored (``nohup``, a background job) stays ignored. ``held()``
+makes a block that must not be cut in two (the renames of an all-or-nothing write) wait:
+a signal that comes inside it acts when it ends.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+
+CAUGHT_NAMES = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+CAUGHT = tuple(getattr(signal, name) for name in CAUGHT_NAMES if hasattr(signal, name))
+
+
+class Stopped(BaseException):
+    """A signal stopped the command. Not an ``Exception``: nothing that handles errors may
+    catch it by accident; only the command line's edge (``exits_on_signals``) does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Receiver:
+    """The one record of the signals this process has received while a command runs:
+    the first one is raised (``KeyboardInterrupt`` for SIGINT, as Python does, else
+    ``Stopped``); the rest are ignored. Inside ``held()`` the first waits for its end."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.holding = 0
+        self.deferred = False
+
+    def handle(self, signum: int, frame) -> None:
+        if self.received is not None:
+            return  # cleaning up after the first one already
+        self.received = signum
+        if self.holding:
+            self.deferred = True
+            return
+        raise_for(signum)
+
+    def release(self) -> None:
+        self.holding -= 1
+        if self.holding == 0 and self.deferred:
+            self.deferred = False
+            raise_for(self.received)
+
+
+_receiver = _Receiver()
+
+
+def raise_for(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Stopped(signum)
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    """Inside the block, each signal of ``CAUGHT`` is raised in the main thread (see the
+    module's docstring); the handlers the process had come back after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _receiver.received, _receiver.deferred = None, False
+    previous = {}
+    for signum in CAUGHT:
+        handler = signal.getsignal(signum)
+        if handler is not signal.SIG_IGN and handler is not None:
+            previous[signum] = signal.signal(signum, _receiver.handle)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """A block no signal cuts in two: one that comes inside it is raised when it ends."""
+    _receiver.holding += 1
+    try:
+        yield
+    finally:
+        _receiver.release()
+
+
+@contextmanager
+def interrupts_pass_click() -> Iterator[None]:
+    """Ctrl-C inside the block as ``Stopped``, which click lets through (it would print
+    ``Aborted!`` and exit 1 for a ``KeyboardInterrupt``)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Stopped(signal.SIGINT) from None
+
+
+@contextmanager
+def exits_on_signals() -> Iterator[None]:
+    """A signal that stopped the block as one line on stderr and exit code 128 + its
+    number."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        exit_stopped(signal.SIGINT)
+    except Stopped as stopped:
+        exit_stopped(stopped.signum)
+
+
+def exit_stopped(signum: int) -> None:
+    if signum == signal.SIGINT:
+        text = "interrupted"
+    else:
+        text = f"terminated by {signal.Signals(signum).name}"
+    try:
+        click.echo(f"pipesim: {text}", err=True)
+    except OSError:
+        pass  # the terminal that would show it is gone (SIGHUP)
+    sys.exit(128 + signum)
