@@ -24,6 +24,14 @@ channel: there it starts when the transfer ahead leaves the channel, before that
 arrives. The critical path and the idle-gap causes (``pipesim.analysis.critical``) are
 walks over these records.
 
+End-of-step work sits on the communication lane beside the schedule's actions, one row
+per part, each named for what it is: the data-parallel gradient all-reduce (``ALLREDUCE``,
+``gradient all-reduce``: only where the gradients are reduced, data parallelism or a
+REDUCE_GRAD post's cost), then the optimizer step (``OPTIMIZER``, ``optimizer step``). A
+run without data parallelism has no all-reduce row. Those rows are not compute actions of
+the schedule: the metrics count them in the makespan and as idle time
+(``pipesim.sim.metrics``).
+
 Exporters (Chrome trace, CSV) are in ``pipesim.sim.export``.
 """
 
@@ -51,9 +59,18 @@ class RowKind(IntEnum):
     OVERLAP_F_B = 4
     SEND_F = 5  # an activation on its way to the next stage
     SEND_B = 6  # a gradient on its way to the previous stage
-    ALLREDUCE = 7  # end-of-step work: the data-parallel gradient all-reduce
+    ALLREDUCE = 7  # the data-parallel gradient all-reduce (data > 1, or REDUCE_GRAD's cost)
     UNSHARD = 8  # FSDP posts of a lowered schedule, when given a cost
     RESHARD = 9
+    OPTIMIZER = 10  # the optimizer step, after the gradients are reduced
+
+
+# End-of-step work and posts: what each row is called in the trace, the CSV and the legends
+BESIDE_LABELS = {
+    RowKind.ALLREDUCE: "gradient all-reduce",
+    RowKind.OPTIMIZER: "optimizer step",
+}
+END_OF_STEP = (RowKind.ALLREDUCE, RowKind.OPTIMIZER)  # a device's tail: reduce, then step
 
 
 class Lane(IntEnum):
@@ -158,11 +175,13 @@ class Trace:
         return float(self.end.max()) if len(self.end) else 0.0
 
     def name(self, row: int) -> str:
-        """IR text of a row: ``2F0`` for compute, ``2F0->3`` for a transfer to device 3."""
-        if self.kind[row] == RowKind.ALLREDUCE:
-            return "gradient all-reduce"
-        if self.kind[row] >= RowKind.UNSHARD:  # an FSDP post: 1UNSHARD, 1RESHARD
-            return f"{self.stage[row]}{KIND_CODES[self.kind[row]]}"
+        """IR text of a row: ``2F0`` for compute, ``2F0->3`` for a transfer to device 3;
+        end-of-step work by what it is (``gradient all-reduce``, ``optimizer step``)."""
+        kind = self.kind[row]
+        if kind in BESIDE_LABELS:
+            return BESIDE_LABELS[RowKind(kind)]
+        if kind >= RowKind.UNSHARD:  # an FSDP post: 1UNSHARD, 1RESHARD
+            return f"{self.stage[row]}{KIND_CODES[kind]}"
         text = str(self.actions[row])
         return f"{text}->{self.peer[row]}" if self.lane[row] == Lane.COMM else text
 
