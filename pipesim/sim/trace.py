@@ -96,6 +96,7 @@ class Cause(IntEnum):
 KIND_CODES: tuple[str, ...] = tuple(kind.name for kind in RowKind)
 KIND_CODE = {Kind(kind.name): kind for kind in RowKind if kind <= RowKind.OVERLAP_F_B}
 CAUSE_NAMES = tuple(cause.name.lower() for cause in Cause)
+_LETTERS = {kind: kind.value for kind in Kind}
 ROWS_PER_BLOCK = 65536
 ROW_WIDTH = 9
 
@@ -185,6 +186,29 @@ class Trace:
         text = str(self.actions[row])
         return f"{text}->{self.peer[row]}" if self.lane[row] == Lane.COMM else text
 
+    def names(self) -> list[str]:
+        """``name`` of every row, in row order (read column by column, for large traces)."""
+        columns = (self.kind.tolist(), self.stage.tolist(), self.peer.tolist())
+        comm = (self.lane == Lane.COMM).tolist()
+        names = []
+        for action, (kind, stage, peer), sent in zip(
+            self.actions, zip(*columns, strict=True), comm, strict=True
+        ):
+            if kind in BESIDE_LABELS:
+                names.append(BESIDE_LABELS[kind])
+                continue
+            if kind >= RowKind.UNSHARD:
+                names.append(f"{stage}{KIND_CODES[kind]}")
+                continue
+            # str(action), without the enum's own formatting: a million rows add up
+            text = (
+                str(action)
+                if action.sub_actions is not None
+                else f"{action.stage}{_LETTERS[action.kind]}{action.microbatch}"
+            )
+            names.append(f"{text}->{peer}" if sent else text)
+        return names
+
     @cached_property
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(
@@ -198,7 +222,7 @@ class Trace:
                 "start": self.start,
                 "end": self.end,
                 "peer": self.peer,
-                "name": [self.name(i) for i in range(len(self.start))],
+                "name": self.names(),
                 **self._cause_columns(),
             }
         )

@@ -21,7 +21,7 @@ from pipesim.plot.figures import gantt_figure
 from pipesim.schedules.torch_csv import to_torch_csv
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, row_names
-from pipesim.sim.export import to_chrome_trace
+from pipesim.sim.export import chrome_trace_json, gzipped
 from pipesim.sim.export import to_csv as trace_to_csv
 from pipesim.sim.metrics import Report
 
@@ -229,8 +229,8 @@ def run_files(
     if trace:
         label = result.report.scenario or "pipesim"
         names = row_names(result.trace) if result.decode is not None else None  # t3 g1
-        chrome = to_chrome_trace(result.trace, label=label, memory=result.memory, names=names)
-        files.append((trace, json.dumps(chrome)))
+        text = chrome_trace_json(result.trace, label=label, memory=result.memory, names=names)
+        files.append((trace, gzipped(text) if suffix_of(trace) == ".gz" else text))
     if trace_csv:
         files.append((trace_csv, trace_to_csv(result.trace)))
     if schedule_csv:
