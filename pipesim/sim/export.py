@@ -158,7 +158,9 @@ def _row_texts(trace: Trace, pid_offset: int, names: Sequence[str] | None) -> It
         return
     for (name, kind, t, d, p, lane), c in zip(rows, chunk, strict=True):
         args = f',"args":{{"chunk":{c}}}' if c >= 0 else ""
-        yield f'{{"name":{quoted(name)},{head[kind]}{t!r},"dur":{d!r},"pid":{p},"tid":{lane}{args}}}'
+        yield (
+            f'{{"name":{quoted(name)},{head[kind]}{t!r},"dur":{d!r},"pid":{p},"tid":{lane}{args}}}'
+        )
 
 
 def _counter_texts(memory: Sequence[MemoryTimeline], pid_offset: int) -> Iterator[str]:

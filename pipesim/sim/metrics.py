@@ -13,9 +13,10 @@ own name (DESIGN.md, "Metrics"):
 
 End-of-step work (the gradient all-reduce where data parallelism reduces gradients, and
 the optimizer step: each device's ``allreduce_ms`` and ``optimizer_ms``, and the longest
-``tail_ms``) is not a compute action of the schedule: it is counted in the makespan and as idle time, so ``bubble_fraction`` and
-``bubble_overhead`` include it, as does each device's ``bubble_fraction``, while
-``span_bubble_rate`` leaves it out (a device's span ends with its last compute action).
+``tail_ms``) is not a compute action of the schedule: it is counted in the makespan and as
+idle time, so ``bubble_fraction`` and ``bubble_overhead`` include it, as does each
+device's ``bubble_fraction``, while ``span_bubble_rate`` leaves it out (a device's span
+ends with its last compute action).
 """
 
 from __future__ import annotations

@@ -117,8 +117,9 @@ def fast_simulate(
     deadlock or an invalid schedule: the engine then says what is wrong).
 
     The caller checks ``unsupported`` first; ``tail_ms``, ``tail_after_flush`` and
-    ``optimizer_ms`` mean what they mean to ``simulate``. ``cache``: what earlier calls left to reuse (the schedule's
-    index, the sweep's buffers); None: made for this call alone.
+    ``optimizer_ms`` mean what they mean to ``simulate``. ``cache``: what earlier calls
+    left to reuse (the schedule's index, the sweep's buffers); None: made for this call
+    alone.
     """
     cache = cache or EvaluatorCache()
     topology = topology or cache.ideal(schedule.devices)
