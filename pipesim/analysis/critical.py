@@ -22,7 +22,8 @@ appears with its channel time only.
 * ``in-order blocking``: a later action on the device was ready, but runs in order
   behind one that is still waiting (head-of-line blocking);
 * ``sending``: with ``comm_overlap`` off, the device is held by its own transfer;
-* ``end-of-step work`` (a collective after the pipeline) and ``done`` (nothing left).
+* ``end-of-step work`` (after the pipeline: the gradient all-reduce, where gradients are
+  reduced, and the optimizer step, each named) and ``done`` (nothing left).
 
 Everything here reads a Trace and returns data; no I/O.
 """
@@ -132,7 +133,7 @@ class _Index:
         self.extra_rows: list[list[int]] = [[] for _ in range(trace.devices)]
         lane = trace.lane.tolist()
         for row, action in enumerate(trace.actions):
-            if action is None:  # end-of-step work (a collective), not an action of the IR
+            if action is None:  # end-of-step work or a post, not an action of the IR
                 self.extra_rows[self.device[row]].append(row)
             elif lane[row] == Lane.COMPUTE:
                 self.device_rows[self.device[row]].append(row)

@@ -162,6 +162,7 @@ def simulate_step(
         link_scale=link_scale,
         tail_ms=scenario.tail_ms,
         tail_after_flush=scenario.tail_after_flush,
+        optimizer_ms=scenario.optimizer_ms,
         cache=cache,
     )
     memory = memory_timelines(trace, scenario.schedule, scenario.costs)

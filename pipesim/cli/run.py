@@ -44,7 +44,10 @@ from pipesim.scenario.build import load_scenario
     "--gantt", metavar="PATH", help="Gantt chart (.png, .svg, .pdf); memory over time under it."
 )
 @click.option(
-    "--trace", "trace_path", metavar="PATH", help="Chrome trace JSON for Perfetto (.json)."
+    "--trace",
+    "trace_path",
+    metavar="PATH",
+    help="Chrome trace JSON for Perfetto (.json; .json.gz: gzipped).",
 )
 @click.option("--trace-csv", metavar="PATH", help="Every action and transfer with times, as CSV.")
 @click.option(
@@ -84,7 +87,7 @@ def run_command(
     check_outputs(
         Output("-o", output, stdout=True),
         Output("--gantt", gantt, FIGURE_SUFFIXES),
-        Output("--trace", trace_path, (".json",)),
+        Output("--trace", trace_path, (".json", ".gz")),
         Output("--trace-csv", trace_csv, (".csv",)),
         Output("--schedule-csv", schedule_csv, (".csv",)),
         inputs=scenario_inputs(scenario, overrides),

@@ -38,6 +38,7 @@ class ModelCosts:
     costs: Costs
     accounting: Accounting
     tail_ms: tuple[float, ...] | None
+    optimizer_ms: tuple[float, ...] | None = None  # the optimizer step's part of tail_ms
 
 
 def split_layers(job: Job, stages: int, by_time: bool = False) -> tuple[int, ...]:
@@ -102,9 +103,9 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         job.training,
         pipelined=not _reduces_every_backward(schedule),
     )
-    tail = None
+    tail = optimizer = None
     if job.training:
-        costs, tail = _step_tail(job, schedule, partition, costs, stages_on)
+        costs, tail, optimizer = _step_tail(job, schedule, partition, costs, stages_on)
     global_batch = schedule.microbatches * size * par.data
     accounting = Accounting(
         static_memory_bytes=tuple(sum(static[k].total_bytes for k in s) for s in stages_on),
@@ -113,7 +114,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         flops_per_step=model_flops_per_step(model, global_batch, forward_only=not job.training),
         peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * par.data,
     )
-    return ModelCosts(costs, accounting, tail)
+    return ModelCosts(costs, accounting, tail, optimizer)
 
 
 def _model(job: Job) -> TransformerModel:
@@ -128,8 +129,9 @@ def _step_tail(
     partition: tuple[int, ...],
     costs: Costs,
     stages_on: list[list[int]],
-) -> tuple[Costs, tuple[float, ...] | None]:
-    """Each device's end-of-step work: optimizer step and exposed gradient reduction (a ring
+) -> tuple[Costs, tuple[float, ...] | None, tuple[float, ...] | None]:
+    """Each device's end-of-step work and the optimizer step's part of it: optimizer step and
+    exposed gradient reduction (a ring
     inside a node; across nodes, reduced inside each node first when a node holds several
     replicas). With torch's REDUCE_GRAD posts in the schedule, the reduction goes to them,
     stage by stage, and the optimizer step with them (``_at_reduce_grad_posts``). Under
@@ -159,8 +161,8 @@ def _step_tail(
             else:  # torch.distributed.pipelining: one reduce-scatter, at REDUCE_GRAD
                 costs = with_parameter_gathers(costs, reduction, par.dp_overlap, partition)
     if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
-        return _at_reduce_grad_posts(schedule, costs, reduction, optimizer, stages_on), None
-    tail = []
+        return _at_reduce_grad_posts(schedule, costs, reduction, optimizer, stages_on), None, None
+    tail, steps = [], []
     for stages in stages_on:
         exposed = exposed_data_parallel_ms(
             sum(reduction[k] for k in stages),
@@ -169,8 +171,11 @@ def _step_tail(
             par.dp_overlap,
             gather_weights=par.zero_stage < 3,
         )
-        tail.append(sum(optimizer[k] for k in stages) + exposed)
-    return costs, (tuple(tail) if any(tail) else None)
+        steps.append(sum(optimizer[k] for k in stages))
+        tail.append(steps[-1] + exposed)
+    if not any(tail):
+        return costs, None, None
+    return costs, tuple(tail), tuple(steps)
 
 
 def _gradient_reduction_ms(
@@ -211,14 +216,14 @@ def _at_reduce_grad_posts(
     """Costs for torch's lowered form, whose REDUCE_GRAD posts place each stage's gradient
     reduction (``Costs.reduce_grad_ms``) and leave the engine no end-of-step tail. torch
     steps the optimizer after the schedule, once a rank's last reduction is done, so each
-    device's optimizer steps join the last REDUCE_GRAD it posts."""
-    times = list(reduction)
+    device's optimizer steps join the last REDUCE_GRAD it posts (``Costs.optimizer_ms``)."""
+    steps = [0.0] * len(reduction)
     for device, placed in enumerate(schedule.posts):
         reductions = [post.stage for _, post in placed if post.kind == REDUCE_GRAD]
         if reductions:
             last = schedule.model_stage(reductions[-1])
-            times[last] += sum(optimizer[k] for k in stages_on[device])
-    return replace(costs, reduce_grad_ms=tuple(times))
+            steps[last] += sum(optimizer[k] for k in stages_on[device])
+    return replace(costs, reduce_grad_ms=tuple(reduction), optimizer_ms=tuple(steps))
 
 
 __all__ = ["ModelCosts", "model_costs", "split_layers"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pipesim.sim.metrics import Report
-from pipesim.sim.trace import KIND_CODES
+from pipesim.sim.trace import BESIDE_LABELS, KIND_CODES
 
 # One colour per kind (tab10 hues): every pair at least 90 apart in RGB (0-255 units).
 # Transfers take a light tint of the compute kind they carry.
@@ -29,7 +29,10 @@ COLOURS = {
     "ALLREDUCE": "#8C564B",
     "UNSHARD": "#00E5E5",
     "RESHARD": "#CC00CC",
+    "OPTIMIZER": "#F781BF",
 }
+# Legend words where a kind's code would not say what it is (end-of-step work)
+LEGEND_LABELS = {KIND_CODES[kind]: label for kind, label in BESIDE_LABELS.items()}
 CRITICAL = "#D62728"
 CAPACITY = "#000000"
 CHUNK_HATCHES = ("", "///", "...", "xxx", "\\\\\\", "+++", "oo", "**")
@@ -110,11 +113,16 @@ def set_hatch(artist, hatch: str) -> None:
 
 
 def kind_handles(kinds: Iterable[str]) -> list:
-    """Legend patches for the given kinds, in the IR's kind order."""
+    """Legend patches for the given kinds, in the IR's kind order; end-of-step work by
+    what it is (``gradient all-reduce``, ``optimizer step``)."""
     from matplotlib.patches import Patch
 
     present = set(kinds)
-    return [Patch(facecolor=COLOURS[k], label=k) for k in KIND_CODES if k in present]
+    return [
+        Patch(facecolor=COLOURS[k], label=LEGEND_LABELS.get(k, k))
+        for k in KIND_CODES
+        if k in present
+    ]
 
 
 def chunk_handles(chunks: int) -> list:

@@ -62,8 +62,9 @@ class Scenario:
     seq_len: int | None
     spec: ScenarioSpec
     accounting: Accounting | None = None
-    tail_ms: tuple[float, ...] | None = None  # end-of-step all-reduce per device
+    tail_ms: tuple[float, ...] | None = None  # end-of-step work per device
     tail_after_flush: bool = True
+    optimizer_ms: tuple[float, ...] | None = None  # the optimizer step's part of tail_ms
     variability: Variability | None = None  # Monte Carlo runs only
     # Hand-typed (or profiled) costs are per chunk: more virtual stages mean more work per
     # device. Costs derived from a model are re-cut instead (False).
@@ -177,6 +178,7 @@ def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
         accounting=derived.accounting,
         tail_ms=derived.tail_ms,
         tail_after_flush=not spec.parallel.dp_overlap,
+        optimizer_ms=derived.optimizer_ms,
         costs_per_chunk=False,
     )
 

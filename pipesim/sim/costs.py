@@ -13,7 +13,9 @@ is their sum.
 
 Runtime posts (torch's lowered schedules, ``pipesim.schedules.posts``) cost nothing
 unless given: ``reduce_grad_ms`` is a stage's data-parallel gradient reduction
-(``REDUCE_GRAD``), ``unshard_ms`` and ``reshard_ms`` its FSDP parameter gather and free.
+(``REDUCE_GRAD``), ``unshard_ms`` and ``reshard_ms`` its FSDP parameter gather and free;
+``optimizer_ms`` is the optimizer step a stage's ``REDUCE_GRAD`` runs after its reduction
+(torch steps a rank's optimizer once its last reduction is done).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Costs:
     reduce_grad_ms: tuple[float, ...] | None = None
     unshard_ms: tuple[float, ...] | None = None
     reshard_ms: tuple[float, ...] | None = None
+    optimizer_ms: tuple[float, ...] | None = None  # run at the stage's REDUCE_GRAD post
 
     @property
     def stages(self) -> int:

@@ -1,16 +1,31 @@
 """Exporters: a Trace as Chrome's JSON trace format (for Perfetto) and as CSV text.
 
 They return data; writing files is left to the caller.
+
+A Chrome trace of a large run has a million events, so it is kept small: times in
+microseconds rounded to the nanosecond, an event's name and kind (``cat``) only, with
+``args`` where they say more than the name (the chunk, where a device holds several), and
+an activation-memory counter event only where the value changes. ``to_chrome_trace``
+gives it as a dict (to merge two traces); ``chrome_trace_json`` writes the same events as
+compact JSON text, row by row, without a dict per event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gzip
+from collections.abc import Iterator, Sequence
+from itertools import chain
+from json import dumps
+from json.encoder import encode_basestring as quoted
+
+import numpy as np
 
 from pipesim.sim.memory import MemoryTimeline
 from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
 US_PER_MS = 1000.0
+NS_DIGITS = 3  # microseconds kept to the nanosecond
+COMPACT = (",", ":")
 
 
 def to_chrome_trace(
@@ -23,10 +38,10 @@ def to_chrome_trace(
     """Chrome trace event format (object form) for Perfetto / chrome://tracing.
 
     One process per device (named by ``M`` events), compute on thread 0 and communication
-    on thread 1, ``ph: X`` complete events in microseconds, and an activation-memory
-    counter track (``ph: C``) per device when ``memory`` timelines are given.
-    ``pid_offset`` lets two traces (measured and simulated) sit side by side in one file.
-    ``names`` replaces the rows' IR names (a decode pipeline's ``t3 g1``).
+    (end-of-step work too) on thread 1, ``ph: X`` complete events in microseconds, and an
+    activation-memory counter track (``ph: C``) per device when ``memory`` timelines are
+    given. ``pid_offset`` lets two traces (measured and simulated) sit side by side in one
+    file. ``names`` replaces the rows' IR names (a decode pipeline's ``t3 g1``).
     """
     events = [
         event
@@ -36,6 +51,32 @@ def to_chrome_trace(
     events += row_events(trace, pid_offset, names)
     events += memory_counters(memory, pid_offset)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"generator": label}}
+
+
+def chrome_trace_json(
+    trace: Trace,
+    label: str = "pipesim",
+    pid_offset: int = 0,
+    memory: Sequence[MemoryTimeline] = (),
+    names: Sequence[str] | None = None,
+) -> str:
+    """``to_chrome_trace`` as compact JSON text, the same events, each written as text."""
+    metadata = (
+        dumps(event, separators=COMPACT)
+        for d in range(trace.devices)
+        for event in device_metadata(d + pid_offset, f"{label}: device {d}")
+    )
+    events = ",".join(
+        chain(metadata, _row_texts(trace, pid_offset, names), _counter_texts(memory, pid_offset))
+    )
+    tail = dumps({"displayTimeUnit": "ms", "otherData": {"generator": label}}, separators=COMPACT)
+    return '{"traceEvents":[' + events + "]," + tail[1:]
+
+
+def gzipped(text: str) -> bytes:
+    """``text`` as gzip bytes (a ``.gz`` trace; Perfetto opens it as it is), the same bytes
+    for the same text."""
+    return gzip.compress(text.encode(), compresslevel=6, mtime=0)
 
 
 def device_metadata(pid: int, name: str) -> list[dict]:
@@ -54,56 +95,95 @@ def device_metadata(pid: int, name: str) -> list[dict]:
 
 
 def row_events(trace: Trace, pid_offset: int = 0, names: Sequence[str] | None = None) -> list[dict]:
-    """One complete (``X``) event per trace row; a transfer names its receiver."""
-    columns = (
-        trace.device,
-        trace.lane,
-        trace.stage,
-        trace.chunk,
-        trace.microbatch,
-        trace.kind,
-        trace.peer,
-        trace.start,
-        trace.end,
-    )
+    """One complete (``X``) event per trace row, named as the row (a transfer names its
+    receiver); ``args`` hold its chunk where a device holds several (not for end-of-step
+    work, which has none)."""
+    names, ts, dur, pid, tid, chunk = _row_columns(trace, pid_offset, names)
     events = []
-    for i, row in enumerate(zip(*(c.tolist() for c in columns), strict=True)):
-        device, lane, stage, chunk, microbatch, kind, peer, start, end = row
-        args = {"stage": stage, "chunk": chunk, "microbatch": microbatch}
-        if lane == Lane.COMM:
-            args["to_device"] = peer
-        events.append(
-            {
-                "name": trace.name(i) if names is None else names[i],
-                "cat": KIND_CODES[kind],
-                "ph": "X",
-                "ts": start * US_PER_MS,
-                "dur": end * US_PER_MS - start * US_PER_MS,
-                "pid": device + pid_offset,
-                "tid": lane,
-                "args": args,
-            }
-        )
+    for i, kind in enumerate(trace.kind.tolist()):
+        event = {
+            "name": names[i],
+            "cat": KIND_CODES[kind],
+            "ph": "X",
+            "ts": ts[i],
+            "dur": dur[i],
+            "pid": pid[i],
+            "tid": tid[i],
+        }
+        if chunk is not None and chunk[i] >= 0:
+            event["args"] = {"chunk": chunk[i]}
+        events.append(event)
     return events
 
 
 def memory_counters(memory: Sequence[MemoryTimeline], pid_offset: int = 0) -> list[dict]:
-    """An ``activation memory`` counter (``C``) event per change, on each device's track."""
+    """An ``activation memory`` counter (``C``) event per change of value, on each
+    device's track."""
     return [
-        {
-            "name": "activation memory",
-            "ph": "C",
-            "ts": t * US_PER_MS,
-            "pid": d + pid_offset,
-            "args": {"bytes": value},
-        }
-        for d, timeline in enumerate(memory)
-        for t, value in zip(
-            timeline.time.tolist(), timeline.activation_bytes.astype(float).tolist(), strict=True
-        )
+        {"name": "activation memory", "ph": "C", "ts": t, "pid": pid, "args": {"bytes": value}}
+        for pid, t, value in _counter_points(memory, pid_offset)
     ]
 
 
 def to_csv(trace: Trace) -> str:
     """The trace frame as CSV text (times in ms)."""
     return trace.frame.to_csv(index=False)
+
+
+def _row_columns(trace: Trace, pid_offset: int, names: Sequence[str] | None):
+    """Per row, as Python values: name, start and duration (us), process, thread, and the
+    chunk (None where every row is on chunk 0 or none)."""
+    start, end = _microseconds(trace.start), _microseconds(trace.end)
+    duration = np.round(end - start, NS_DIGITS)
+    chunked = bool(len(trace.chunk)) and int(trace.chunk.max()) > 0
+    return (
+        list(names) if names is not None else trace.names(),
+        start.tolist(),
+        duration.tolist(),
+        (trace.device + pid_offset).tolist(),
+        trace.lane.tolist(),
+        trace.chunk.tolist() if chunked else None,
+    )
+
+
+def _row_texts(trace: Trace, pid_offset: int, names: Sequence[str] | None) -> Iterator[str]:
+    """``row_events`` as JSON text, event by event."""
+    names, ts, dur, pid, tid, chunk = _row_columns(trace, pid_offset, names)
+    cats = [quoted(code) for code in KIND_CODES]
+    head = [f'"cat":{cat},"ph":"X","ts":' for cat in cats]
+    rows = zip(names, trace.kind.tolist(), ts, dur, pid, tid, strict=True)
+    if chunk is None:
+        for name, kind, t, d, p, lane in rows:
+            yield f'{{"name":{quoted(name)},{head[kind]}{t!r},"dur":{d!r},"pid":{p},"tid":{lane}}}'
+        return
+    for (name, kind, t, d, p, lane), c in zip(rows, chunk, strict=True):
+        args = f',"args":{{"chunk":{c}}}' if c >= 0 else ""
+        yield (
+            f'{{"name":{quoted(name)},{head[kind]}{t!r},"dur":{d!r},"pid":{p},"tid":{lane}{args}}}'
+        )
+
+
+def _counter_texts(memory: Sequence[MemoryTimeline], pid_offset: int) -> Iterator[str]:
+    for pid, t, value in _counter_points(memory, pid_offset):
+        yield (
+            f'{{"name":"activation memory","ph":"C","ts":{t!r},"pid":{pid},'
+            f'"args":{{"bytes":{value!r}}}}}'
+        )
+
+
+def _counter_points(
+    memory: Sequence[MemoryTimeline], pid_offset: int
+) -> Iterator[tuple[int, float, float]]:
+    """(process, time in us, bytes) where a device's activation memory takes a new value
+    (its first point, then each change; a repeated value draws nothing new)."""
+    for d, timeline in enumerate(memory):
+        values = timeline.activation_bytes.astype(float)
+        changed = np.ones(len(values), dtype=bool)
+        changed[1:] = values[1:] != values[:-1]
+        times = _microseconds(timeline.time[changed]).tolist()
+        for t, value in zip(times, values[changed].tolist(), strict=True):
+            yield d + pid_offset, t, value
+
+
+def _microseconds(ms: np.ndarray) -> np.ndarray:
+    return np.round(np.asarray(ms, dtype=np.float64) * US_PER_MS, NS_DIGITS)

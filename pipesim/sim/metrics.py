@@ -10,12 +10,19 @@ own name (DESIGN.md, "Metrics"):
 * ``span_bubble_rate = 1 - busy / span`` on the device with the longest span, the span
   running from its first start to its last end (the Zero Bubble paper's "bubble rate";
   it does not count a device's late start or early finish).
+
+End-of-step work (the gradient all-reduce where data parallelism reduces gradients, and
+the optimizer step: each device's ``allreduce_ms`` and ``optimizer_ms``, and the longest
+``tail_ms``) is not a compute action of the schedule: it is counted in the makespan and as
+idle time, so ``bubble_fraction`` and ``bubble_overhead`` include it, as does each
+device's ``bubble_fraction``, while ``span_bubble_rate`` leaves it out (a device's span
+ends with its last compute action).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -25,7 +32,7 @@ from pipesim.sim.costs import Costs
 from pipesim.sim.fast.choose import Evaluator
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
-from pipesim.sim.trace import Lane, Trace
+from pipesim.sim.trace import END_OF_STEP, Lane, RowKind, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +48,12 @@ class DeviceReport:
     static_memory_bytes: float = 0.0
     peak_memory_bytes: float = 0.0  # static + peak activations
     oom: bool = False
+    allreduce_ms: float = 0.0  # end-of-step work, inside idle_ms: the gradient all-reduce
+    optimizer_ms: float = 0.0  # and the optimizer step
+
+    @property
+    def tail_ms(self) -> float:
+        return self.allreduce_ms + self.optimizer_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +99,7 @@ class Report:
     mfu: float | None = None
     oom: bool = False
     evaluator: Evaluator = Evaluator.SIMPY  # which computed the timeline: SIMPY or FAST
+    tail_ms: float = 0.0  # the longest end-of-step work of a device, idle in the bubbles
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -126,8 +140,13 @@ def build_report(
     accounting = accounting or Accounting((0.0,) * trace.devices)
     makespan = trace.makespan_ms
     busy = busy_ms_per_device(trace)
+    allreduce, optimizer = (kind_ms_per_device(trace, k) for k in END_OF_STEP)
     per_device = tuple(
-        device_report(trace, d, float(busy[d]), memory[d] if memory else None, accounting)
+        replace(
+            device_report(trace, d, float(busy[d]), memory[d] if memory else None, accounting),
+            allreduce_ms=float(allreduce[d]),
+            optimizer_ms=float(optimizer[d]),
+        )
         for d in range(trace.devices)
     )
     longest = max(per_device, key=lambda r: r.span_ms)
@@ -151,6 +170,7 @@ def build_report(
         step_time_ms=makespan,
         mfu=_mfu(accounting, makespan),
         oom=any(d.oom for d in per_device),
+        tail_ms=max(d.tail_ms for d in per_device),
     )
 
 
@@ -159,6 +179,13 @@ def busy_ms_per_device(trace: Trace) -> np.ndarray:
     compute = trace.lane == Lane.COMPUTE
     durations = trace.end[compute] - trace.start[compute]
     return np.bincount(trace.device[compute], weights=durations, minlength=trace.devices)
+
+
+def kind_ms_per_device(trace: Trace, kind: RowKind) -> np.ndarray:
+    """Sum of the durations of ``kind``'s rows on each device."""
+    rows = trace.kind == kind
+    durations = trace.end[rows] - trace.start[rows]
+    return np.bincount(trace.device[rows], weights=durations, minlength=trace.devices)
 
 
 def device_report(

@@ -24,6 +24,14 @@ channel: there it starts when the transfer ahead leaves the channel, before that
 arrives. The critical path and the idle-gap causes (``pipesim.analysis.critical``) are
 walks over these records.
 
+End-of-step work sits on the communication lane beside the schedule's actions, one row
+per part, each named for what it is: the data-parallel gradient all-reduce (``ALLREDUCE``,
+``gradient all-reduce``: only where the gradients are reduced, data parallelism or a
+REDUCE_GRAD post's cost), then the optimizer step (``OPTIMIZER``, ``optimizer step``). A
+run without data parallelism has no all-reduce row. Those rows are not compute actions of
+the schedule: the metrics count them in the makespan and as idle time
+(``pipesim.sim.metrics``).
+
 Exporters (Chrome trace, CSV) are in ``pipesim.sim.export``.
 """
 
@@ -51,9 +59,18 @@ class RowKind(IntEnum):
     OVERLAP_F_B = 4
     SEND_F = 5  # an activation on its way to the next stage
     SEND_B = 6  # a gradient on its way to the previous stage
-    ALLREDUCE = 7  # end-of-step work: the data-parallel gradient all-reduce
+    ALLREDUCE = 7  # the data-parallel gradient all-reduce (data > 1, or REDUCE_GRAD's cost)
     UNSHARD = 8  # FSDP posts of a lowered schedule, when given a cost
     RESHARD = 9
+    OPTIMIZER = 10  # the optimizer step, after the gradients are reduced
+
+
+# End-of-step work and posts: what each row is called in the trace, the CSV and the legends
+BESIDE_LABELS = {
+    RowKind.ALLREDUCE: "gradient all-reduce",
+    RowKind.OPTIMIZER: "optimizer step",
+}
+END_OF_STEP = (RowKind.ALLREDUCE, RowKind.OPTIMIZER)  # a device's tail: reduce, then step
 
 
 class Lane(IntEnum):
@@ -79,6 +96,7 @@ class Cause(IntEnum):
 KIND_CODES: tuple[str, ...] = tuple(kind.name for kind in RowKind)
 KIND_CODE = {Kind(kind.name): kind for kind in RowKind if kind <= RowKind.OVERLAP_F_B}
 CAUSE_NAMES = tuple(cause.name.lower() for cause in Cause)
+_LETTERS = {kind: kind.value for kind in Kind}
 ROWS_PER_BLOCK = 65536
 ROW_WIDTH = 9
 
@@ -158,13 +176,38 @@ class Trace:
         return float(self.end.max()) if len(self.end) else 0.0
 
     def name(self, row: int) -> str:
-        """IR text of a row: ``2F0`` for compute, ``2F0->3`` for a transfer to device 3."""
-        if self.kind[row] == RowKind.ALLREDUCE:
-            return "gradient all-reduce"
-        if self.kind[row] >= RowKind.UNSHARD:  # an FSDP post: 1UNSHARD, 1RESHARD
-            return f"{self.stage[row]}{KIND_CODES[self.kind[row]]}"
+        """IR text of a row: ``2F0`` for compute, ``2F0->3`` for a transfer to device 3;
+        end-of-step work by what it is (``gradient all-reduce``, ``optimizer step``)."""
+        kind = self.kind[row]
+        if kind in BESIDE_LABELS:
+            return BESIDE_LABELS[RowKind(kind)]
+        if kind >= RowKind.UNSHARD:  # an FSDP post: 1UNSHARD, 1RESHARD
+            return f"{self.stage[row]}{KIND_CODES[kind]}"
         text = str(self.actions[row])
         return f"{text}->{self.peer[row]}" if self.lane[row] == Lane.COMM else text
+
+    def names(self) -> list[str]:
+        """``name`` of every row, in row order (read column by column, for large traces)."""
+        columns = (self.kind.tolist(), self.stage.tolist(), self.peer.tolist())
+        comm = (self.lane == Lane.COMM).tolist()
+        names = []
+        for action, (kind, stage, peer), sent in zip(
+            self.actions, zip(*columns, strict=True), comm, strict=True
+        ):
+            if kind in BESIDE_LABELS:
+                names.append(BESIDE_LABELS[kind])
+                continue
+            if kind >= RowKind.UNSHARD:
+                names.append(f"{stage}{KIND_CODES[kind]}")
+                continue
+            # str(action), without the enum's own formatting: a million rows add up
+            text = (
+                str(action)
+                if action.sub_actions is not None
+                else f"{action.stage}{_LETTERS[action.kind]}{action.microbatch}"
+            )
+            names.append(f"{text}->{peer}" if sent else text)
+        return names
 
     @cached_property
     def frame(self) -> pd.DataFrame:
@@ -179,7 +222,7 @@ class Trace:
                 "start": self.start,
                 "end": self.end,
                 "peer": self.peer,
-                "name": [self.name(i) for i in range(len(self.start))],
+                "name": self.names(),
                 **self._cause_columns(),
             }
         )

@@ -113,7 +113,7 @@ def test_a_bad_later_output_writes_nothing_and_keeps_what_was_there(tmp_path):
             ["--gantt", "{tmp}/g.gif"],
             "--gantt {tmp}/g.gif: unsupported file type; allowed: .png, .svg, .pdf",
         ),
-        (["--trace", "{tmp}"], "--trace {tmp}: unsupported file type; allowed: .json"),
+        (["--trace", "{tmp}"], "--trace {tmp}: unsupported file type; allowed: .json, .gz"),
         (
             ["--trace", "{tmp}/x.json/"],
             "--trace {tmp}/x.json/: ends with '/', a directory; name a file",

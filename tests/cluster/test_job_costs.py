@@ -71,8 +71,10 @@ def load(name: str):
 def digest_of(scenario) -> dict:
     """What derivation produced, as plain JSON (floats round-trip exactly)."""
     accounting = scenario.accounting
+    costs = dataclasses.asdict(scenario.costs)
+    assert costs.pop("optimizer_ms") is None  # only torch's REDUCE_GRAD posts carry one
     return {
-        "costs": dataclasses.asdict(scenario.costs),
+        "costs": costs,
         "tail_ms": scenario.tail_ms,
         "accounting": None if accounting is None else dataclasses.asdict(accounting),
         "links": [repr(scenario.topology.link(a, b)) for a, b in _hops(scenario.schedule)],

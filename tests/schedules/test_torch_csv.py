@@ -541,12 +541,34 @@ def test_reduce_grad_takes_the_data_parallel_all_reduce_of_its_stage(tmp_path):
     for stage, start in zip(rows.stage, rows.start, strict=True):
         last = trace.frame[(trace.frame.stage == stage) & (trace.frame.kind == "B")].end.max()
         assert start == last
+    # Then the rank's optimizer step, joined to its last reduction.
+    steps = trace.frame[trace.frame.kind == "OPTIMIZER"]
+    assert dict(zip(steps.stage, steps.start, strict=True)) == dict(
+        zip(rows.stage, rows.end, strict=True)
+    )
+    assert set(steps.name) == {"optimizer step"}
     (tmp_path / "torch.csv").write_text(
         raw("torch-gpipe_p2_m3.csv").replace(",0REDUCE_GRAD", "").replace(",1REDUCE_GRAD", "")
     )
     tail = load_scenario(path)
-    assert tail.tail_ms == pytest.approx(scenario.costs.reduce_grad_ms)
+    # the same reduction and optimizer step, at the end of the step instead
+    steps = scenario.costs.optimizer_ms
+    assert tail.optimizer_ms == pytest.approx(steps) and min(steps) > 0
+    assert tail.tail_ms == pytest.approx(
+        [r + o for r, o in zip(scenario.costs.reduce_grad_ms, steps, strict=True)]
+    )
     assert tail.costs.reduce_grad_ms is None
+
+
+def test_reduce_grad_without_data_parallelism_is_the_optimizer_step_alone(tmp_path):
+    path = scenario_file(
+        tmp_path, "torch-gpipe_p2_m3.csv", extra=MODEL.replace("data: 4", "data: 1")
+    )
+    path.write_text(path.read_text().replace("microbatches: 4", "microbatches: 3"))
+    frame = run_scenario(load_scenario(path)).trace.frame
+    beside = frame[frame.microbatch == -1]
+    assert list(beside.kind) == ["OPTIMIZER", "OPTIMIZER"]
+    assert "ALLREDUCE" not in set(frame.kind) and not frame.name.str.contains("all-reduce").any()
 
 
 def test_a_schedule_file_alone_gives_devices_and_microbatches(tmp_path):

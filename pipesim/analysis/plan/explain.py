@@ -4,13 +4,13 @@ Every device's step is its busy time plus its idle time, and the idle time has c
 (``pipesim.analysis.critical``): waiting for an upstream activation or a downstream
 gradient, or blocked in order behind one that waits (the pipeline bubble, except while the
 awaited transfer is on its way: that part is communication); a busy link or a blocking
-send (communication); the end-of-step work (the optimizer step and the gradient
-all-reduce, the "all-reduce tail"). Taking the device
+send (communication); the end-of-step work (the gradient all-reduce where there is data
+parallelism, and the optimizer step: the "end-of-step tail"). Taking the device
 that finishes last (the one that sets the step's end; of those, the busiest) and splitting
 its step that way gives
 
     step = compute + tensor-parallel communication + recompute
-           + bubble + communication + all-reduce tail (+ done early)
+           + bubble + communication + end-of-step tail (+ done early)
 
 where the busy time is split by running the same plan again: with an ideal link inside the
 node, what the tensor-parallel all-reduces cost; on that link without recomputation, what
@@ -57,7 +57,7 @@ TERMS = (
     "recompute",
     "bubble",
     "communication",
-    "all-reduce tail",
+    "end-of-step tail",
     "done early",
 )
 _CAUSE_TERM = {
@@ -67,7 +67,7 @@ _CAUSE_TERM = {
     BUSY_LINK: "communication",
     SENDING: "communication",
     GATHER: "communication",
-    COLLECTIVE: "all-reduce tail",
+    COLLECTIVE: "end-of-step tail",
     DONE: "done early",
 }
 

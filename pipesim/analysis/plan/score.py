@@ -117,7 +117,14 @@ class Scorer:
             return Outcome(reason=capacity_reason(capacity))
         # the timeline's inputs, by value: candidates that differ only in what leaves them
         # alone (the ZeRO stage where the optimizer step does not change) share one
-        shared = (key, derived.costs, derived.tail_ms, where, not c.dp_overlap)
+        shared = (
+            key,
+            derived.costs,
+            derived.tail_ms,
+            derived.optimizer_ms,
+            where,
+            not c.dp_overlap,
+        )
         if shared not in self._timelines:
             scenario = self._scenario(c, schedule, derived, topology)
             step = simulate_step(scenario, cache=self._evaluator_cache)
@@ -143,6 +150,7 @@ class Scorer:
             accounting=derived.accounting,
             tail_ms=derived.tail_ms,
             tail_after_flush=not c.dp_overlap,
+            optimizer_ms=derived.optimizer_ms,
             costs_per_chunk=False,
         )
 

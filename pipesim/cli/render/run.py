@@ -21,7 +21,7 @@ from pipesim.plot.figures import gantt_figure
 from pipesim.schedules.torch_csv import to_torch_csv
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, row_names
-from pipesim.sim.export import to_chrome_trace
+from pipesim.sim.export import chrome_trace_json, gzipped
 from pipesim.sim.export import to_csv as trace_to_csv
 from pipesim.sim.metrics import Report
 
@@ -73,10 +73,32 @@ def _summary_lines(report: Report) -> list[str]:
         f"{analytic.bubble_overhead:.4f}" if analytic else "",
     )
     line("span bubble rate", f"{report.span_bubble_rate:.4f}")
+    lines += _tail_lines(report)
     line("throughput", f"{report.samples_per_second:,.1f} samples/s")
     if report.tokens_per_second:
         line("", f"{report.tokens_per_second:,.0f} tokens/s")
     return lines
+
+
+def _tail_lines(report: Report) -> list[str]:
+    """The longest end-of-step work of a device, by part, and which bubble numbers count it
+    (as idle time): the bubble fraction and overhead do, the span bubble rate does not."""
+    if report.tail_ms <= 0:
+        return []
+    device = max(report.per_device, key=lambda d: d.tail_ms)
+    parts = [
+        f"{label} {ms:.3f} ms"
+        for label, ms in (
+            ("gradient all-reduce", device.allreduce_ms),
+            ("optimizer step", device.optimizer_ms),
+        )
+        if ms > 0
+    ]
+    return [
+        f"  {'end of step':<18}{report.tail_ms:.3f} ms on device {device.device}: "
+        + ", ".join(parts),
+        f"  {'':<18}idle time in the bubble fraction and overhead, not in the span bubble rate",
+    ]
 
 
 def _decode_lines(decode: DecodeMetrics) -> list[str]:
@@ -207,8 +229,8 @@ def run_files(
     if trace:
         label = result.report.scenario or "pipesim"
         names = row_names(result.trace) if result.decode is not None else None  # t3 g1
-        chrome = to_chrome_trace(result.trace, label=label, memory=result.memory, names=names)
-        files.append((trace, json.dumps(chrome)))
+        text = chrome_trace_json(result.trace, label=label, memory=result.memory, names=names)
+        files.append((trace, gzipped(text) if suffix_of(trace) == ".gz" else text))
     if trace_csv:
         files.append((trace_csv, trace_to_csv(result.trace)))
     if schedule_csv:

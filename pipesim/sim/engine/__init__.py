@@ -70,33 +70,50 @@ def simulate(
     link_scale: Callable[[int, int], float] | None = None,
     tail_ms: Sequence[float] | None = None,
     tail_after_flush: bool = True,
+    optimizer_ms: Sequence[float] | None = None,
 ) -> Trace:
     """Simulate ``schedule`` and return its Trace; raise ScheduleError if it is invalid.
 
     ``duration_scale(device, action)`` multiplies an action's duration and
     ``link_scale(src, dst)`` a transfer's channel time and latency (stochastic runs;
-    default 1). ``tail_ms[d]`` is end-of-step work on device d (the data-parallel gradient
-    all-reduce), counted in the makespan: after the pipeline flush (every device done
-    computing), or, with ``tail_after_flush=False``, as soon as the device's own last
-    action ends (overlapped with the other devices' cool-down).
+    default 1). ``tail_ms[d]`` is end-of-step work on device d, counted in the makespan:
+    after the pipeline flush (every device done computing), or, with
+    ``tail_after_flush=False``, as soon as the device's own last action ends (overlapped
+    with the other devices' cool-down). ``optimizer_ms[d]`` is the part of ``tail_ms[d]``
+    that is the device's optimizer step (None: none of it); the rest is its data-parallel
+    gradient all-reduce, which runs first. Each part is a row of its own
+    (``RowKind.ALLREDUCE``, ``RowKind.OPTIMIZER``); a part of zero leaves none.
     """
-    check_arguments(schedule, costs, tail_ms)
+    check_arguments(schedule, costs, tail_ms, optimizer_ms)
     topology = topology or Topology(schedule.devices)
-    run = Run(schedule, costs, topology, duration_scale, link_scale, tail_ms, tail_after_flush)
+    tail = (tail_ms, tail_after_flush, optimizer_ms)
+    run = Run(schedule, costs, topology, duration_scale, link_scale, *tail)
     # torch's runtime posts (a lowered schedule) take their own worker
     worker = Rendezvous(run).device if schedule.posts else partial(common_steps, run)
     return run.execute(worker)
 
 
-def check_arguments(schedule: Schedule, costs: Costs, tail_ms: Sequence[float] | None) -> None:
-    """ValueError where ``costs`` or ``tail_ms`` do not fit ``schedule`` (checked by every
-    evaluator before it runs)."""
+def check_arguments(
+    schedule: Schedule,
+    costs: Costs,
+    tail_ms: Sequence[float] | None,
+    optimizer_ms: Sequence[float] | None = None,
+) -> None:
+    """ValueError where ``costs``, ``tail_ms`` or ``optimizer_ms`` do not fit ``schedule``
+    (checked by every evaluator before it runs)."""
     if costs.stages < schedule.model_stages:
         raise ValueError(
             f"costs cover {costs.stages} stages, the schedule needs {schedule.model_stages}"
         )
     if tail_ms is not None and len(tail_ms) != schedule.devices:
         raise ValueError(f"tail_ms has {len(tail_ms)} entries, expected {schedule.devices}")
+    if optimizer_ms is None:
+        return
+    if tail_ms is None or len(optimizer_ms) != len(tail_ms):
+        raise ValueError("optimizer_ms needs tail_ms, with one entry per device")
+    for device, (step, tail) in enumerate(zip(optimizer_ms, tail_ms, strict=True)):
+        if not 0 <= step <= max(tail, 0.0):
+            raise ValueError(f"optimizer_ms[{device}] = {step} is not within tail_ms, {tail}")
 
 
 __all__ = ["DeadlockError", "DurationScale", "check_arguments", "simulate"]

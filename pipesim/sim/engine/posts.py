@@ -18,17 +18,20 @@ when the action before it ends (time 0 at the head of the list). Then:
 * A schedule without SEND/RECV posts (torch's compute-only form, which may hold
   ``REDUCE_GRAD``) ships every output when its producer ends, as the engine always does.
 * ``REDUCE_GRAD`` of stage s: the data-parallel reduction of that stage's gradients,
-  ``Costs.reduce_grad_ms`` (the scenario's all-reduce for that stage; nothing if none).
-  The device waits for it before its next action (torch's FSDP post-backward syncs the
-  reduction into the compute stream). Its row is an all-reduce row naming the stage.
-  Posts that place the reductions replace the per-device end-of-step tail.
+  ``Costs.reduce_grad_ms`` (the scenario's all-reduce for that stage; nothing if none),
+  then the optimizer step joined to it (``Costs.optimizer_ms``; nothing if none). The
+  device waits for them before its next action (torch's FSDP post-backward syncs the
+  reduction into the compute stream). Each is a row naming the stage, an all-reduce row
+  and an optimizer row. Posts that place the reductions replace the per-device
+  end-of-step tail.
 * ``UNSHARD`` of stage s starts gathering its parameters (``Costs.unshard_ms``) on the
   device's gather stream, one gather after another; the device goes on, and its later
   compute actions on stage s wait for the gather. ``RESHARD`` frees them and holds the
   device for ``Costs.reshard_ms``. Both cost nothing unless given.
 
 Posts that cost nothing leave no row; the others leave one each (``RowKind.ALLREDUCE``
-naming the stage, ``RowKind.UNSHARD``, ``RowKind.RESHARD``), on the communication lane.
+and ``RowKind.OPTIMIZER`` naming the stage, ``RowKind.UNSHARD``, ``RowKind.RESHARD``), on
+the communication lane.
 Which transfer a SEND or RECV belongs to is the dependency rule's answer
 (``pipesim.schedules.dependencies``).
 """
@@ -42,6 +45,7 @@ from pipesim.schedules.posts import (
     RECV_B,
     RECV_F,
     REDUCE_GRAD,
+    RESHARD,
     SEND_B,
     SEND_F,
     UNSHARD,
@@ -147,19 +151,30 @@ class Rendezvous:
                 if sending and not run.topology.comm_overlap:
                     since = yield from self._hold(device, step, key, since)
                 continue
-            cost = run.costs.post_ms(post.kind, run.model_stage[post.stage])
-            if cost <= 0:
-                continue
-            if post.kind == UNSHARD:  # on the gather stream: the device goes on
+            model_stage = run.model_stage[post.stage]
+            cost = run.costs.post_ms(post.kind, model_stage)
+            if post.kind == REDUCE_GRAD:  # the reduction, then the optimizer step joined to it
+                steps = run.costs.optimizer_ms
+                step = 0.0 if steps is None else steps[model_stage]
+                since = yield from self._held(device, post.stage, RowKind.ALLREDUCE, cost, since)
+                since = yield from self._held(device, post.stage, RowKind.OPTIMIZER, step, since)
+            elif post.kind == UNSHARD and cost > 0:  # on the gather stream: the device goes on
                 self._gather(device, post, cost, since)
-                continue
-            free, _, before = since  # REDUCE_GRAD, RESHARD: the device waits for them
-            end = free + cost
-            yield run.env.timeout(max(end - run.env.now, 0.0))
-            code = RowKind.ALLREDUCE if post.kind == REDUCE_GRAD else RowKind.RESHARD
-            row = run.record_beside(device, post.stage, code, free, end, (_DEVICE, before))
-            since = (end, _DEVICE, row)
+            elif post.kind == RESHARD:
+                since = yield from self._held(device, post.stage, RowKind.RESHARD, cost, since)
         return since
+
+    def _held(self, device: int, stage: int, code: RowKind, cost: float, since: tuple):
+        """Work that holds the device (a reduction, an optimizer step, a free): its row,
+        and the device free again at its end; nothing where it costs nothing."""
+        if cost <= 0:
+            return since
+        run = self.run
+        free, _, before = since
+        end = free + cost
+        yield run.env.timeout(max(end - run.env.now, 0.0))
+        row = run.record_beside(device, stage, code, free, end, (_DEVICE, before))
+        return end, _DEVICE, row
 
     def _gather(self, device: int, post: Post, cost: float, since: tuple) -> None:
         free, _, before = since

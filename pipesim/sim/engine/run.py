@@ -40,11 +40,13 @@ class Run:
         link_scale: Callable[[int, int], float] | None = None,
         tail_ms: Sequence[float] | None = None,
         tail_after_flush: bool = True,
+        optimizer_ms: Sequence[float] | None = None,
     ) -> None:
         self.schedule, self.costs, self.topology = schedule, costs, topology
         self.duration_scale, self.link_scale = duration_scale, link_scale
         self.tail_ms = None if tail_ms is None else tuple(tail_ms)
         self.tail_after_flush = tail_after_flush
+        self.optimizer_ms = None if optimizer_ms is None else tuple(optimizer_ms)
         self.env = simpy.Environment()
         self.order = OrderCheck(schedule)
         self.width = self.order.width
@@ -186,8 +188,17 @@ class Run:
                 yield self.flush
             free, cause, cause_row = self.flush_at, _FLUSH, self.flush_row
         end = free + self.tail_ms[device]
-        yield self.env.timeout(max(end - self.env.now, 0.0))
-        self.record_beside(device, -1, RowKind.ALLREDUCE, free, end, (cause, cause_row))
+        step = self.optimizer_ms[device] if self.optimizer_ms is not None else 0.0
+        reduced = free + (self.tail_ms[device] - step)  # the gradients, then the step
+        if reduced > free:
+            yield self.env.timeout(max(reduced - self.env.now, 0.0))
+            row = self.record_beside(
+                device, -1, RowKind.ALLREDUCE, free, reduced, (cause, cause_row)
+            )
+            free, cause, cause_row = reduced, _DEVICE, row
+        if step > 0:
+            yield self.env.timeout(max(end - self.env.now, 0.0))
+            self.record_beside(device, -1, RowKind.OPTIMIZER, free, end, (cause, cause_row))
 
 
 __all__ = ["Run"]

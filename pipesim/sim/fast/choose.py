@@ -73,6 +73,7 @@ def simulate_with(
     evaluator: Evaluator | str = Evaluator.AUTO,
     tail_ms: Sequence[float] | None = None,
     tail_after_flush: bool = True,
+    optimizer_ms: Sequence[float] | None = None,
     duration_scale: DurationScale | None = None,
     link_scale: Callable[[int, int], float] | None = None,
     cache: EvaluatorCache | None = None,
@@ -85,12 +86,13 @@ def simulate_with(
     engine_kwargs = dict(
         tail_ms=tail_ms,
         tail_after_flush=tail_after_flush,
+        optimizer_ms=optimizer_ms,
         duration_scale=duration_scale,
         link_scale=link_scale,
     )
     if evaluator is Evaluator.SIMPY:
         return simulate(schedule, costs, topology, **engine_kwargs), Evaluator.SIMPY
-    check_arguments(schedule, costs, tail_ms)  # the engine's checks, for the sweep too
+    check_arguments(schedule, costs, tail_ms, optimizer_ms)  # the engine's, for the sweep too
     cache = cache or EvaluatorCache()
     reason = fast_unsupported(
         schedule,
@@ -107,6 +109,7 @@ def simulate_with(
             topology,
             tail_ms=tail_ms,
             tail_after_flush=tail_after_flush,
+            optimizer_ms=optimizer_ms,
             cache=cache,
         )
         if trace is not None:

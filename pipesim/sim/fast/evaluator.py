@@ -110,14 +110,16 @@ def fast_simulate(
     *,
     tail_ms: Sequence[float] | None = None,
     tail_after_flush: bool = True,
+    optimizer_ms: Sequence[float] | None = None,
     cache: EvaluatorCache | None = None,
 ) -> Trace | None:
     """The Trace ``simulate`` would return, or None where the sweep stops short (a
     deadlock or an invalid schedule: the engine then says what is wrong).
 
-    The caller checks ``unsupported`` first; ``tail_ms`` and ``tail_after_flush`` mean what
-    they mean to ``simulate``. ``cache``: what earlier calls left to reuse (the schedule's
-    index, the sweep's buffers); None: made for this call alone.
+    The caller checks ``unsupported`` first; ``tail_ms``, ``tail_after_flush`` and
+    ``optimizer_ms`` mean what they mean to ``simulate``. ``cache``: what earlier calls
+    left to reuse (the schedule's index, the sweep's buffers); None: made for this call
+    alone.
     """
     cache = cache or EvaluatorCache()
     topology = topology or cache.ideal(schedule.devices)
@@ -130,7 +132,7 @@ def fast_simulate(
     solved = sweep(index, duration, links, costs.overhead_ms, hold, cache.buffers)
     if solved is None:
         return None
-    trace = build_trace(index, solved, links, tail_ms, tail_after_flush)
+    trace = build_trace(index, solved, links, tail_ms, tail_after_flush, optimizer_ms)
     cache.buffers.keep(index.graph, solved.state)  # the Trace keeps none of them
     return trace
 

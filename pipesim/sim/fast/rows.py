@@ -25,7 +25,7 @@ from, or which row the flush names).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -67,6 +67,7 @@ def build_trace(
     links: LinkTimes,
     tail_ms: Sequence[float] | None,
     tail_after_flush: bool,
+    optimizer_ms: Sequence[float] | None = None,
 ) -> Trace:
     """The Trace of the swept step, rows in the order the module doc describes.
 
@@ -79,6 +80,7 @@ def build_trace(
     node_rank = np.empty(nodes, dtype=np.int64)
     node_rank[node_order] = np.arange(nodes)
     tails = _tails(index, tail_ms, tail_after_flush, sweep, node_rank)
+    tails = _tail_parts(tails, tail_ms, optimizer_ms)
     numbers = _number_rows(index, layout, sweep, tails, node_order)
     ref_row = numbers.ref_row
     rows = [
@@ -95,7 +97,7 @@ def build_trace(
             index.node_action,
         ),
         _transfers(layout, sweep, numbers.node_row, numbers.message_row),
-        _tail_columns(tails, ref_row),
+        _tail_columns(tails, ref_row, numbers.tail_row),
     ]
     places = [numbers.node_row, numbers.message_row[layout.on_channel], numbers.tail_row]
     return _assemble(index, rows, places, numbers.total)
@@ -136,20 +138,22 @@ def _number_rows(index, layout: _Layout, sweep: SweepResult, tails: _Tails, node
     return _RowNumbers(node_row, message_row, tail_row, ref_row, int(unit_size.sum()))
 
 
-def _tail_columns(tails: _Tails, ref_row: np.ndarray) -> _Columns:
-    """One row per device's end-of-step work (an all-reduce row, no stage or peer)."""
+def _tail_columns(tails: _Tails, ref_row: np.ndarray, tail_row: np.ndarray) -> _Columns:
+    """The rows of end-of-step work (all-reduce and optimizer rows, no stage or peer); an
+    optimizer step after an all-reduce names that row as its cause."""
     count = len(tails.device)
     none = np.full(count, -1, dtype=np.int64)
+    after = tails.after >= 0
     return _Columns(
         tails.device,
         none,
         none,
-        np.full(count, RowKind.ALLREDUCE, dtype=np.int64),
+        tails.kind,
         tails.start,
         tails.end,
         none,
         tails.cause,
-        ref_row[tails.ref],
+        np.where(after, tail_row[np.maximum(tails.after, 0)], ref_row[tails.ref]),
         np.full(count, None, dtype=object),
     )
 
@@ -260,6 +264,8 @@ class _Tails:
     cause: np.ndarray
     ref: np.ndarray  # the reference the cause names (-1: none)
     order: np.ndarray  # positions in the order their clocks were set (ties at one end)
+    kind: np.ndarray | None = None  # RowKind codes (None: not cut yet, ``_tail_parts``)
+    after: np.ndarray | None = None  # the tail row whose end releases it (-1: ``ref``)
 
 
 def _tails(index: ScheduleIndex, tail_ms, after_flush: bool, sweep: SweepResult, node_rank):
@@ -300,6 +306,42 @@ def _tails(index: ScheduleIndex, tail_ms, after_flush: bool, sweep: SweepResult,
     order = order[order >= 0]
     return _Tails(
         device, start[device], start[device] + work[device], cause[device], refs[device], order
+    )
+
+
+def _tail_parts(tails: _Tails, tail_ms, optimizer_ms: Sequence[float] | None) -> _Tails:
+    """Each device's end-of-step work cut into its parts, as the engine cuts it: the
+    gradient all-reduce (what is not the optimizer step, where any) from the work's start,
+    then the optimizer step (``optimizer_ms``, where any) to its end, caused by the
+    all-reduce row before it. Among rows that end together, all-reduce rows come first."""
+    if not len(tails.device):
+        return replace(tails, kind=tails.order, after=tails.order)
+    work = np.asarray(tail_ms, dtype=np.float64)[tails.device]
+    step = np.zeros(len(work))
+    if optimizer_ms is not None:
+        step = np.asarray(optimizer_ms, dtype=np.float64)[tails.device]
+    reduced = tails.start + (work - step)
+    reduce, optimize = reduced > tails.start, step > 0
+    count = int(reduce.sum())
+    row_of = np.cumsum(reduce) - 1, count + np.cumsum(optimize) - 1  # per device's tail
+    follows = np.where(reduce, row_of[0], -1)
+    sizes = [count, int(optimize.sum())]
+    return _Tails(
+        device=np.concatenate([tails.device[reduce], tails.device[optimize]]),
+        start=np.concatenate([tails.start[reduce], np.maximum(reduced, tails.start)[optimize]]),
+        end=np.concatenate([reduced[reduce], tails.end[optimize]]),
+        cause=np.concatenate(
+            [tails.cause[reduce], np.where(reduce, Cause.DEVICE, tails.cause)[optimize]]
+        ).astype(np.int8),
+        ref=np.concatenate([tails.ref[reduce], tails.ref[optimize]]),
+        order=np.concatenate(
+            [
+                row_of[0][tails.order[reduce[tails.order]]],
+                row_of[1][tails.order[optimize[tails.order]]],
+            ]
+        ),
+        kind=np.repeat(np.array([RowKind.ALLREDUCE, RowKind.OPTIMIZER], dtype=np.int64), sizes),
+        after=np.concatenate([np.full(count, -1, dtype=np.int64), follows[optimize]]),
     )
 
 
