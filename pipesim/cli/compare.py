@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from pipesim.analysis.compare import CompareError, compare_schedules, default_schedules
+from pipesim.cli.formats import format_option, output_format
 from pipesim.cli.options import (
     evaluator_option,
     no_progress_option,
@@ -21,9 +22,7 @@ from pipesim.cli.output import (
     Output,
     UserError,
     check_outputs,
-    format_option,
     note,
-    output_format,
     scenario_inputs,
     user_errors,
     write_outputs,

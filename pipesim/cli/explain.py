@@ -9,12 +9,11 @@ from __future__ import annotations
 import click
 
 from pipesim.analysis.run import explain_scenario
+from pipesim.cli.formats import format_option, output_format
 from pipesim.cli.options import set_option
 from pipesim.cli.output import (
     Output,
     check_outputs,
-    format_option,
-    output_format,
     scenario_inputs,
     user_errors,
     write_outputs,

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +33,7 @@ import click
 
 from pipesim.analysis.compare import CompareError
 from pipesim.analysis.sweep import SweepError
-from pipesim.cli.signals import held
+from pipesim.cli.signals import Stopped, held
 from pipesim.cli.temporaries import remove_stale, temporary_prefix
 from pipesim.plot.figures import save_figure
 from pipesim.scenario.build import ScenarioError, apply_overrides, read_mapping
@@ -43,7 +45,6 @@ MAX_LINE = 300  # characters of an error line, "pipesim: error: " included
 MAX_PICTURE_LINES = 40  # lines of a step x rank grid under an error line
 ERROR_MARK = "<-- ERROR HERE"
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
-SUFFIX_FORMATS = {".json": "json", ".csv": "csv"}  # the report format an -o suffix implies
 FILE_KEYS = ("trace_file", "profile", "schedule_file")  # scenario keys naming a file beside it
 
 Files = list[tuple[str | None, str | bytes]]  # (path or None: skipped; "-": stdout, content)
@@ -89,6 +90,30 @@ def error(text: str) -> None:
     """An error line on stderr, for the caller to exit on (``user_errors`` does it for user
     mistakes)."""
     click.echo(cap_line(f"pipesim: error: {text}"), err=True)
+
+
+@contextmanager
+def exits_on_signals() -> Iterator[None]:
+    """A signal that stopped the block (``pipesim.cli.signals``) as one line on stderr and
+    exit code 128 + its number."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        _exit_stopped(signal.SIGINT)
+    except Stopped as stopped:
+        _exit_stopped(stopped.signum)
+
+
+def _exit_stopped(signum: int) -> None:
+    if signum == signal.SIGINT:
+        text = "interrupted"
+    else:
+        text = f"terminated by {signal.Signals(signum).name}"
+    try:
+        click.echo(f"pipesim: {text}", err=True)
+    except OSError:
+        pass  # the terminal that would show it is gone (SIGHUP)
+    sys.exit(128 + signum)
 
 
 def note(text: str) -> None:
@@ -200,37 +225,6 @@ def _file_ids(paths: Iterable[str | None]) -> dict[tuple[int, int], str]:
         if info is not None and stat.S_ISREG(info.st_mode):
             ids.setdefault((info.st_dev, info.st_ino), str(path))
     return ids
-
-
-def format_option(choices: Sequence[str]) -> Callable:
-    """``--format``, whose default is the first choice or what the ``-o`` suffix implies
-    (``output_format``)."""
-    implied = [f for f in SUFFIX_FORMATS.values() if f in choices]
-    by_suffix = f", or {' / '.join(implied)} for an -o file of that suffix" if implied else ""
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(list(choices)),
-        default=None,
-        help=f"Report format  [default: {choices[0]}{by_suffix}]",
-    )
-
-
-def output_format(fmt: str | None, output: str | None, choices: Sequence[str]) -> str:
-    """The report format: ``fmt`` when given, else the one the ``-o`` file's suffix names
-    (``.json``, ``.csv`` where the command has it), else the first choice (the table).
-    UserError when the suffix contradicts an explicit ``--format``."""
-    suffix = suffix_of(output) if output and output != "-" else ""
-    implied = SUFFIX_FORMATS.get(suffix)
-    implied = implied if implied in choices else None
-    if fmt is None:
-        return implied or choices[0]
-    if implied is not None and implied != fmt:
-        raise UserError(
-            f"-o {output}: a {suffix} file, but --format {fmt}; "
-            f"drop --format or name a file that suits {fmt}"
-        )
-    return fmt
 
 
 def _check_one(output: Output) -> str:

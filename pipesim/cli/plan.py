@@ -15,6 +15,7 @@ from contextlib import ExitStack
 import click
 
 from pipesim.analysis.plan import Plan, PlanError, PlanMismatch, explain_plan, plan
+from pipesim.cli.formats import format_option, output_format
 from pipesim.cli.options import (
     executor_option,
     jobs_option,
@@ -29,9 +30,7 @@ from pipesim.cli.output import (
     UserError,
     check_outputs,
     error,
-    format_option,
     note,
-    output_format,
     scenario_inputs,
     user_errors,
     write_outputs,

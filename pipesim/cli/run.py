@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from pipesim.analysis.run import run_scenario
+from pipesim.cli.formats import format_option, output_format
 from pipesim.cli.options import (
     evaluator_option,
     no_progress_option,
@@ -21,9 +22,7 @@ from pipesim.cli.output import (
     FIGURE_SUFFIXES,
     Output,
     check_outputs,
-    format_option,
     note,
-    output_format,
     scenario_inputs,
     user_errors,
     write_outputs,

@@ -24,15 +24,14 @@ from pipesim.analysis.max_rate import (
     MaxRateError,
     find_max_rate,
 )
+from pipesim.cli.formats import format_option, output_format
 from pipesim.cli.options import no_progress_option, set_option
 from pipesim.cli.output import (
     FIGURE_SUFFIXES,
     Output,
     UserError,
     check_outputs,
-    format_option,
     note,
-    output_format,
     scenario_inputs,
     user_errors,
     write_outputs,

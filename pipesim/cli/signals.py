@@ -19,12 +19,9 @@ a signal that comes inside it acts when it ends.
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import click
 
 CAUGHT_NAMES = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
 CAUGHT = tuple(getattr(signal, name) for name in CAUGHT_NAMES if hasattr(signal, name))
@@ -112,27 +109,3 @@ def interrupts_pass_click() -> Iterator[None]:
         yield
     except KeyboardInterrupt:
         raise Stopped(signal.SIGINT) from None
-
-
-@contextmanager
-def exits_on_signals() -> Iterator[None]:
-    """A signal that stopped the block as one line on stderr and exit code 128 + its
-    number."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        exit_stopped(signal.SIGINT)
-    except Stopped as stopped:
-        exit_stopped(stopped.signum)
-
-
-def exit_stopped(signum: int) -> None:
-    if signum == signal.SIGINT:
-        text = "interrupted"
-    else:
-        text = f"terminated by {signal.Signals(signum).name}"
-    try:
-        click.echo(f"pipesim: {text}", err=True)
-    except OSError:
-        pass  # the terminal that would show it is gone (SIGHUP)
-    sys.exit(128 + signum)

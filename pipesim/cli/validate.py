@@ -9,8 +9,9 @@ from __future__ import annotations
 import click
 
 from pipesim.analysis.validation import validate_scenario
+from pipesim.cli.formats import format_option, output_format
 from pipesim.cli.options import set_option
-from pipesim.cli.output import format_option, note, output_format, user_errors, write_outputs
+from pipesim.cli.output import note, user_errors, write_outputs
 from pipesim.cli.render.listing import render_validation, validation_notes
 
 FORMATS = ("table", "json")
