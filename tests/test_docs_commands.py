@@ -90,6 +90,13 @@ def test_the_docs_quote_the_commands_this_test_knows():
         *(f"scenarios/{p.name}" for p in (ROOT / "scenarios").glob("*.yaml") if _quotes(p)),
     }
     assert sum(len(r.commands) for r in RECIPES if r.document.startswith("scenarios/")) >= 30
+    # A shell loop is one command per value; prose that begins with "pipesim" is none.
+    tradeoff = [r for r in RECIPES if r.document == "scenarios/microbatch-tradeoff.yaml"]
+    runs = [c.args for c in tradeoff[0].commands if c.args[0] == "run"]
+    assert [args[3] for args in runs] == [
+        f"pipeline.microbatches={m}" for m in (1, 2, 4, 8, 16, 32, 64)
+    ]
+    assert not any("on" in c.args[:2] for r in RECIPES for c in r.commands)
 
 
 def _quotes(path: Path) -> bool:
