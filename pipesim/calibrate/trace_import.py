@@ -193,7 +193,7 @@ def profile_from_spans(spans: list[ActionSpan], provenance: dict | None = None) 
     if not table:
         names = sorted({span.name for span in spans})
         raise TraceImportError(
-            f"{sources(spans)}: no compute actions (PP:<stage><F|B|I|W><microbatch> spans), "
+            f"{_sources(spans)}: no compute actions (PP:<stage><F|B|I|W><microbatch> spans), "
             "only " + ", ".join(names[:4] + ["..."] * (len(names) > 4))
         )
     stages = max(stage for stage, _ in table) + 1
@@ -212,7 +212,7 @@ def profile_from_spans(spans: list[ActionSpan], provenance: dict | None = None) 
     return profile
 
 
-def sources(spans: list[ActionSpan]) -> str:
+def _sources(spans: list[ActionSpan]) -> str:
     """The trace files the spans came from, in order (``the traces`` where none is known)."""
     files = list(dict.fromkeys(span.source for span in spans if span.source))
     return ", ".join(files) if files else "the traces"
@@ -224,11 +224,11 @@ def _no_forward(spans: list[ActionSpan], stage: int, stages: int) -> str:
     own = [s for s, a in compute_actions(spans) if stage in (atom.stage for atom in a.atoms)]
     if own:
         return (
-            f"{sources(own)}: stage {stage} has no forward (no PP:{stage}F<microbatch> span); "
+            f"{_sources(own)}: stage {stage} has no forward (no PP:{stage}F<microbatch> span); "
             "a profile needs every stage's forward"
         )
     return (
-        f"{sources(spans)}: no action of stage {stage}, though stages up to {stages - 1} "
+        f"{_sources(spans)}: no action of stage {stage}, though stages up to {stages - 1} "
         "ran; give the trace of every rank"
     )
 
