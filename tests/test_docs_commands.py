@@ -51,8 +51,13 @@ TORCH_COMMANDS = ("profile", "crosscheck")  # time real torch stages
 
 
 def params() -> list:
-    out = []
+    """A recipe each, but once only where two documents quote the same commands (the
+    README's plan is notebook 05's)."""
+    out, seen = [], set()
     for recipe in RECIPES:
+        if (commands := tuple(c.args for c in recipe.commands)) in seen:
+            continue
+        seen.add(commands)
         marks = [pytest.mark.slow] if any(c.text in SLOW for c in recipe.commands) else []
         if any(c.args[0] in TORCH_COMMANDS for c in recipe.commands):
             marks.append(pytest.mark.torch)
