@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -73,8 +74,29 @@ def parse_grid(items: Sequence[str]) -> tuple[GridAxis, ...]:
             values = tuple(load_yaml(part) for part in raw)  # YAML 1.2, as --set reads
         except (yaml.YAMLError, ScenarioError, RecursionError):
             raise SweepError(f"--grid {item!r}: a value is not valid YAML") from None
+        for part, value in zip(raw, values, strict=True):
+            if _infinities(value) > len(_INFINITY.findall(part)):
+                raise SweepError(
+                    f"--grid {key}: {part}: a number too large to hold (the largest is about "
+                    "1.8e308); write .inf for infinity"
+                )
         axes.append(GridAxis(key, raw, values))
     return tuple(axes)
+
+
+_INFINITY = re.compile(r"[-+]?\.(?:inf|Inf|INF)\b")  # YAML 1.2's spellings of infinity
+
+
+def _infinities(value: Any) -> int:
+    """How many infinite numbers ``value`` holds: one more than its text spells as ``.inf``
+    is a number too large to hold (``1e400``), which YAML reads as infinity."""
+    if isinstance(value, float):
+        return int(math.isinf(value))
+    if isinstance(value, list):
+        return sum(_infinities(item) for item in value)
+    if isinstance(value, dict):
+        return sum(_infinities(item) for item in value.values())
+    return 0
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -218,20 +240,67 @@ def chunks(points: list, parts: int) -> list[list]:
 def sweep_frame(
     axes: Sequence[GridAxis], points: Sequence[tuple[str, ...]], rows: Sequence[dict]
 ) -> pd.DataFrame:
-    """The table: grid keys (parsed values), then report scalars, then ``error``."""
+    """The table: grid keys (``grid_column``), then report scalars, then ``error``."""
     scalar_columns: list[str] = []
     for row in rows:
         for name in row:
             if name != "error" and name not in scalar_columns:
                 scalar_columns.append(name)
-    parsed = {axis.key: dict(zip(axis.raw, axis.values, strict=True)) for axis in axes}
     columns: dict[str, pd.Series] = {}
     for n, axis in enumerate(axes):
-        columns[axis.key] = pd.Series([parsed[axis.key][raw[n]] for raw in points])
+        columns[axis.key] = grid_column(axis, [raw[n] for raw in points])
     for name in scalar_columns:
         columns[name] = _typed([row.get(name) for row in rows])
     columns["error"] = pd.Series([row.get("error", "") for row in rows], dtype=object)
     return pd.DataFrame(columns)
+
+
+INT64 = range(-(2**63), 2**63)
+
+
+def grid_column(axis: GridAxis, column: Sequence[str]) -> pd.Series:
+    """One grid key's column for the points whose raw values are ``column``.
+
+    Where the key's values are all of one kind that every table format holds, the column
+    holds them as read: integers stay integers (``4``, never ``4.0``), numbers mixing
+    integers and fractions keep each as given (``1`` and ``2.5``; parquet, one type to a
+    column, stores both as floats), booleans and strings as they are, ``null`` a hole.
+    Otherwise (lists, mappings, or kinds mixed, as in ``name=a,1``) it holds the text as
+    written after ``--grid``, so every format writes it and reads it back as typed.
+    """
+    value_of = dict(zip(axis.raw, axis.values, strict=True))
+    values = [value_of[raw] for raw in column]
+    holes = any(v is None for v in values)
+    match _kind(axis.values):
+        case "bool":
+            return pd.Series(values, dtype="boolean" if holes else bool)
+        case "int":
+            return pd.Series(values, dtype="Int64" if holes else np.int64)
+        case "float":
+            return pd.Series([np.nan if v is None else v for v in values], dtype=np.float64)
+        case "number":
+            return pd.Series(values, dtype=object)
+        case "str":
+            return pd.Series(values)
+    return pd.Series(list(column), dtype=object)
+
+
+def _kind(values: Sequence[Any]) -> str:
+    """``bool``, ``int``, ``float``, ``number`` (both), ``str``, or ``text`` for the
+    rest; ``None`` (a hole) goes with any kind but is none by itself."""
+    kinds = set()
+    for value in values:
+        if isinstance(value, bool):
+            kinds.add("bool")
+        elif isinstance(value, int) and value in INT64:
+            kinds.add("int")
+        elif isinstance(value, float | str):
+            kinds.add(type(value).__name__)
+        elif value is not None:
+            return "text"
+    if kinds == {"int", "float"}:
+        return "number"
+    return kinds.pop() if len(kinds) == 1 else "text"
 
 
 def _typed(values: list) -> pd.Series:

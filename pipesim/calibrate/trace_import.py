@@ -57,6 +57,7 @@ class ActionSpan:
     name: str
     start_ms: float
     end_ms: float
+    source: str = ""  # the trace file it was read from
 
     @property
     def duration_ms(self) -> float:
@@ -164,9 +165,12 @@ def import_traces(paths: list[str | Path]) -> list[ActionSpan]:
     for position, path in enumerate(paths):
         data = read_profiler_trace(path)
         rank = _rank(data, position, str(path))
-        raw += [(rank, *span) for span in action_spans(data, rank, str(path))]
-    origin = min(start for _, _, start, _ in raw)
-    return [ActionSpan(r, n, (s - origin) / 1000.0, (e - origin) / 1000.0) for r, n, s, e in raw]
+        raw += [(rank, *span, str(path)) for span in action_spans(data, rank, str(path))]
+    origin = min(start for _, _, start, _, _ in raw)
+    return [
+        ActionSpan(r, n, (s - origin) / 1000.0, (e - origin) / 1000.0, path)
+        for r, n, s, e, path in raw
+    ]
 
 
 def compute_actions(spans: list[ActionSpan]) -> list[tuple[ActionSpan, Action]]:
@@ -187,13 +191,17 @@ def profile_from_spans(spans: list[ActionSpan], provenance: dict | None = None) 
         if action.sub_actions is None:
             table.setdefault((action.stage, str(action.kind)), []).append(span.duration_ms)
     if not table:
-        raise TraceImportError("the traces hold no compute actions (F, B, I, W)")
+        names = sorted({span.name for span in spans})
+        raise TraceImportError(
+            f"{_sources(spans)}: no compute actions (PP:<stage><F|B|I|W><microbatch> spans), "
+            "only " + ", ".join(names[:4] + ["..."] * (len(names) > 4))
+        )
     stages = max(stage for stage, _ in table) + 1
     timings = []
     for stage in range(stages):
         kinds = {k: summarize(table[(stage, k)]) for k in KINDS if (stage, k) in table}
         if "F" not in kinds:
-            raise ProfileError(f"the traces hold no forward of stage {stage}")
+            raise ProfileError(_no_forward(spans, stage, stages))
         timings.append(StageTiming(stage, kinds))
     info = {"source": "pipesim import-trace", **(provenance or {})}
     profile = Profile(tuple(timings), (), None, info)
@@ -202,6 +210,27 @@ def profile_from_spans(spans: list[ActionSpan], provenance: dict | None = None) 
     except ProfileError as exc:
         raise TraceImportError(str(exc)) from None
     return profile
+
+
+def _sources(spans: list[ActionSpan]) -> str:
+    """The trace files the spans came from, in order (``the traces`` where none is known)."""
+    files = list(dict.fromkeys(span.source for span in spans if span.source))
+    return ", ".join(files) if files else "the traces"
+
+
+def _no_forward(spans: list[ActionSpan], stage: int, stages: int) -> str:
+    """Why stage ``stage`` has no forward timing, naming the files that hold its other
+    actions, or every file where none does."""
+    own = [s for s, a in compute_actions(spans) if stage in (atom.stage for atom in a.atoms)]
+    if own:
+        return (
+            f"{_sources(own)}: stage {stage} has no forward (no PP:{stage}F<microbatch> span); "
+            "a profile needs every stage's forward"
+        )
+    return (
+        f"{_sources(spans)}: no action of stage {stage}, though stages up to {stages - 1} "
+        "ran; give the trace of every rank"
+    )
 
 
 def trace_from_spans(spans: list[ActionSpan]):

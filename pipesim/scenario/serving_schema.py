@@ -80,6 +80,16 @@ class WorkloadSpec(Strict):
     output_tokens: Length = 128
     seed: Index = 0
 
+    @field_validator("trace_file")
+    @classmethod
+    def _a_path(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError(
+                "an empty path; give the trace CSV's path (arrival_s, prompt_tokens, "
+                "output_tokens), relative to the scenario's folder"
+            )
+        return value
+
     @model_validator(mode="after")
     def _complete(self) -> WorkloadSpec:
         if self.arrival == "trace":

@@ -322,13 +322,13 @@ def from_csv(text: str, name: str = "csv") -> Schedule:
     device_actions: list[tuple[Action, ...]] = []
     for rank, row in enumerate(rows):
         actions = []
-        for cell in row:
+        for column, cell in enumerate(row):
             if cell.strip() in ("", "None"):
                 continue
             try:
                 actions.append(parse_action(cell))
             except ScheduleError as exc:
-                raise ScheduleError(f"row {rank + 1}: {exc}") from None
+                raise ScheduleError(f"row {rank + 1}, column {column + 1}: {exc}") from None
         device_actions.append(tuple(actions))
     return schedule_from_lists(device_actions, name=name)
 

@@ -191,3 +191,75 @@ def test_cli_parquet_without_pyarrow_is_one_line(tmp_path, monkeypatch):
         f"pipesim: error: -o {out}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'\n"
     )
     assert not out.exists()
+
+
+def test_grid_columns_keep_each_value_as_typed_in_csv_json_and_parquet(tmp_path):
+    pytest.importorskip("pyarrow")
+    grid = [
+        "costs.forward_ms=1,[1,2,3,4],2.5",  # a list among numbers: the text as typed
+        "name=a,1",  # a string and a number: the text as typed
+        "pipeline.microbatches=4,null",  # integers with a hole stay integers
+    ]
+    args = ["sweep", GPIPE, *(f"--grid={g}" for g in grid), "--no-progress"]
+    for suffix in (".csv", ".json", ".parquet"):
+        out = tmp_path / f"r{suffix}"
+        result = invoke(*args, "-o", str(out))
+        assert (result.exit_code, result.stderr) == (0, ""), result.output
+    text = (tmp_path / "r.csv").read_text().splitlines()
+    assert [line.split(",", 4)[:3] for line in text[:3]] == [
+        ["costs.forward_ms", "name", "pipeline.microbatches"],
+        ["1", "a", "4"],
+        ["1", "a", ""],
+    ]
+    assert '"[1,2,3,4]",a,4,' in text[5]
+    rows = json.loads((tmp_path / "r.json").read_text())
+    assert [r["costs.forward_ms"] for r in rows[::4]] == ["1", "[1,2,3,4]", "2.5"]
+    assert [r["pipeline.microbatches"] for r in rows[:2]] == [4, None]
+    frame = pd.read_parquet(tmp_path / "r.parquet")
+    assert list(frame["costs.forward_ms"]) == ["1"] * 4 + ["[1,2,3,4]"] * 4 + ["2.5"] * 4
+    assert list(frame["name"][:4]) == ["a", "a", "1", "1"]
+    assert list(frame["pipeline.microbatches"][:2].fillna(-1)) == [4, -1]
+    assert str(frame["pipeline.microbatches"].dtype) == "Int64"
+    assert frame.error[2] == "name: Input should be a valid string (got 1)"
+
+
+def test_integers_and_fractions_in_one_grid_key_are_written_as_given(tmp_path):
+    out = tmp_path / "r.csv"
+    grid = ["--grid", "costs.forward_ms=1,2.5", "--grid", "pipeline.microbatches=4,8"]
+    result = invoke("sweep", GPIPE, *grid, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    cells = [line.split(",")[:2] for line in out.read_text().splitlines()[1:]]
+    assert cells == [["1", "4"], ["1", "8"], ["2.5", "4"], ["2.5", "8"]]
+    frame = sweep(["costs.forward_ms=1,2.5", "pipeline.microbatches=4,8"])
+    assert [type(v) for v in frame["costs.forward_ms"][::2]] == [int, float]
+    assert str(frame["pipeline.microbatches"].dtype) == "int64"
+    assert list(frame.makespan_ms) == [21.0, 33.0, 31.5, 49.5]
+
+
+def test_a_hole_in_a_grid_key_prints_as_null():
+    grid = ["--grid", "pipeline.memory_limit_bytes=null,8589934592"]
+    result = invoke("sweep", GPIPE, *grid, "--grid", "pipeline.schedule=zb-auto")
+    assert result.exit_code == 0, result.output
+    assert [line.split()[0] for line in result.stdout.splitlines()] == [
+        "pipeline.memory_limit_bytes",
+        "null",
+        "8589934592",
+    ]
+
+
+def test_a_number_too_large_to_hold_is_refused_in_one_line(tmp_path):
+    out = tmp_path / "r.csv"
+    for value in ("1e400", "[1,-1e400,1,1]"):
+        result = invoke("sweep", GPIPE, "--grid", f"costs.forward_ms=1,{value}", "-o", str(out))
+        assert result.exit_code == 2 and result.stdout == ""
+        assert result.stderr == (
+            f"pipesim: error: --grid costs.forward_ms: {value}: a number too large to hold "
+            "(the largest is about 1.8e308); write .inf for infinity\n"
+        )
+        assert not out.exists()
+    # Infinity spelled as YAML spells it is a value like any other: the point says why not.
+    frame = sweep(["costs.forward_ms=.inf,[1,.inf,1,1]"])
+    assert list(frame.error) == [
+        "costs.forward_ms: Input should be a finite number (got inf)",
+        "costs.forward_ms[1]: Input should be a finite number (got inf)",
+    ]

@@ -37,7 +37,7 @@ def render_sweep_table(frame: pd.DataFrame) -> str:
     in ``-o table.csv``)."""
     columns = list(frame.columns)
     grid = columns[: columns.index("scenario")] if "scenario" in columns else columns[:-1]
-    shown = {key: [str(v) for v in frame[key]] for key in grid}
+    shown = {key: [grid_cell(v) for v in frame[key]] for key in grid}
     if "makespan_ms" in frame:
         memory = "peak_memory_bytes_max"
         if not (frame[memory].fillna(0) > frame["peak_activation_bytes_max"].fillna(0)).any():
@@ -95,6 +95,11 @@ def sweep_rows(shown: dict[str, list[str]], errors: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def grid_cell(value: object) -> str:
+    """A grid value as typed; a hole (``null`` on the command line) as ``null``."""
+    return "null" if pd.api.types.is_scalar(value) and pd.isna(value) else str(value)
+
+
 def _cell(value: object, fmt: str) -> str:
     return "-" if pd.isna(value) else fmt.format(float(value))
 
@@ -113,7 +118,7 @@ SERVING_COLUMNS = (
 def render_serving_sweep_table(frame: pd.DataFrame) -> str:
     """A serving sweep for a terminal: the grid keys, throughput, goodput and p99
     latencies, and the reason of any point that did not run (every column is in ``-o``)."""
-    shown = {key: [str(v) for v in frame[key]] for key in frame.columns if "." in str(key)}
+    shown = {key: [grid_cell(v) for v in frame[key]] for key in frame.columns if "." in str(key)}
     for label, key, fmt in SERVING_COLUMNS:
         if key in frame:
             shown[label] = ["-" if pd.isna(v) else fmt.format(float(v)) for v in frame[key]]
