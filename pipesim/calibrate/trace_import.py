@@ -181,24 +181,30 @@ def compute_actions(spans: list[ActionSpan]) -> list[tuple[ActionSpan, Action]]:
 
 
 def profile_from_spans(spans: list[ActionSpan], provenance: dict | None = None) -> Profile:
-    """Per stage and kind, the spread of the measured compute spans."""
+    """Per stage and kind, the spread of the measured compute spans. A problem of the
+    traces taken together (no compute at all, a stage without a forward) is one line
+    naming the trace files (``provenance["traces"]``)."""
+    info = {"source": "pipesim import-trace", **(provenance or {})}
+    where = ", ".join(map(str, info.get("traces", ()))) or "the traces"
     table: dict[tuple[int, str], list[float]] = {}
     for span, action in compute_actions(spans):
         if action.sub_actions is None:
             table.setdefault((action.stage, str(action.kind)), []).append(span.duration_ms)
     if not table:
-        raise TraceImportError("the traces hold no compute actions (F, B, I, W)")
+        raise TraceImportError(f"{where}: no compute actions (F, B, I, W) in any trace")
     stages = max(stage for stage, _ in table) + 1
     timings = []
     for stage in range(stages):
         kinds = {k: summarize(table[(stage, k)]) for k in KINDS if (stage, k) in table}
         if "F" not in kinds:
-            raise ProfileError(f"the traces hold no forward of stage {stage}")
+            raise TraceImportError(
+                f"{where}: no forward of stage {stage} in any trace (it has "
+                f"{', '.join(kinds) or 'no actions'}); a profile needs each stage's F"
+            )
         timings.append(StageTiming(stage, kinds))
-    info = {"source": "pipesim import-trace", **(provenance or {})}
     profile = Profile(tuple(timings), (), None, info)
     try:  # what is written must load: the events were checked, this is the last net
-        profile_from_dict(profile_to_dict(profile), "the imported profile")
+        profile_from_dict(profile_to_dict(profile), where)
     except ProfileError as exc:
         raise TraceImportError(str(exc)) from None
     return profile
