@@ -20,6 +20,7 @@ import yaml
 from tests.cli.fuzz.corpus import Corpus
 from tests.cli.fuzz.mutate import (
     DIGITS_5000,
+    RAW_SCENARIOS,
     UNICODE_NUMBERS,
     dump,
     key_paths,
@@ -30,7 +31,9 @@ from tests.cli.fuzz.mutate import (
 
 AS_ROOT = os.geteuid() == 0  # root writes into read-only folders: that fault is skipped
 BAD_NUMBERS = ["0", "-1", "abc", "", "1e3", "2.5", "nan", "inf", DIGITS_5000, *UNICODE_NUMBERS[:3]]
+BAD_NUMBERS += ["4294967296", "9223372036854775808", "9" * 30, "0x10", "+3", " 2"]
 SET_VALUES = ["0", "-1", ".nan", ".inf", "1e999", DIGITS_5000, "²", "[]", "{}", "null", "x", "'3'"]
+SET_VALUES += ["9" * 30, "2", "1e-320", "true", "[1, 2]", "-.inf", "１２", "1:30", "0o17"]
 
 
 @dataclass
@@ -40,6 +43,7 @@ class Case:
     reports: list[Path] = field(default_factory=list)  # JSON outputs: finite numbers on exit 0
     names: set[str] = field(default_factory=set)  # an error line names one of these
     must_fail: bool = False  # a fault no command can succeed under
+    stdout_report: bool = False  # the JSON report goes to standard output
 
 
 class Builder:
@@ -112,6 +116,12 @@ class Builder:
         """A bundled scenario (or ``name``'s text given as a companion ``scenario``), its
         companion files written beside it, then perhaps damaged by ``--set`` overrides."""
         text = companions.pop("scenario", None) or self.corpus.scenarios[name]
+        if self.rng.random() < 0.03:
+            self.damage("raw")
+            return self.write(
+                f"s{self.rng.choice(['.yaml', '.json', '.toml'])}",
+                self.rng.choice(RAW_SCENARIOS).encode(),
+            )
         for file, content in companions.items():
             self.companion = file
             if file.endswith(".csv"):

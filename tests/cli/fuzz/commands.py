@@ -14,6 +14,7 @@ import yaml
 
 from tests.cli.fuzz.cases import BAD_NUMBERS, Builder, Case
 from tests.cli.fuzz.corpus import Corpus
+from tests.cli.fuzz.mutate import SERVING_TRACES
 
 SCHEDULES = ["gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "zbv", "dualpipe", "nope", ""]
 TRAINING = [
@@ -52,17 +53,25 @@ def training_scenario(b: Builder, names: list[str] = TRAINING) -> Path:
 
 def serving_scenario(b: Builder) -> Path:
     if b.rng.random() < 0.6:
-        trace = {"data/bursty-gamma-cv3.csv": b.corpus.serving_trace}
+        text = b.corpus.serving_trace
+        if b.rng.random() < 0.15:
+            text = b.rng.choice(SERVING_TRACES)
+            b.damage("trace-trap")
+        trace = {"data/bursty-gamma-cv3.csv": text}
         return b.scenario("serve-bursty-trace.yaml", **trace)
     b.case.names.add("serving.workload")
     return b.scenario("llama-70b-serve-8xh100.yaml")
 
 
 def report_format(b: Builder, choices: list[str]) -> None:
-    """``-o x.json`` (the report judged), or ``--format`` with or against the suffix."""
+    """``-o x.json`` or ``--format json`` (the report judged), or ``--format`` with or
+    against the suffix."""
     roll = b.rng.random()
-    if roll < 0.85:
+    if roll < 0.8:
         b.output("-o", ".json", report=True)
+    elif roll < 0.87:  # the report on standard output
+        b.case.args += ["--format", "json"]
+        b.case.stdout_report = True
     elif roll < 0.95:  # a contradiction: refused, naming -o
         b.output("-o", b.rng.choice([".csv", ".txt"]), odds=0)
         b.case.args += ["--format", "json"]
@@ -176,6 +185,7 @@ def plan(b: Builder) -> None:
 
 def serve(b: Builder) -> None:
     b.case.args += ["serve", str(serving_scenario(b)), "--set", "serving.workload.requests=30"]
+    b.case.names.add("--set")
     report_format(b, ["table", "json", "csv"])
     if b.rng.random() < 0.15:
         b.output("--requests", ".csv")

@@ -57,20 +57,23 @@ def non_finite(value, where: str = "") -> str | None:
     return None
 
 
-def judge_success(case: Case, before: dict, after: dict) -> str | None:
+def judge_success(case: Case, stdout: str, before: dict, after: dict) -> str | None:
     if case.must_fail:
         return "exit 0 under a fault that must fail"
     changed = [name for name in before if before[name] != after.get(name)]
     if changed:
         return f"exit 0 but existing files changed: {changed}"
-    for report in case.reports:
+    reports = [(r.name, r.read_text) for r in case.reports]
+    if case.stdout_report:
+        reports.append(("standard output", lambda: stdout))
+    for name, read in reports:
         try:
-            data = json.loads(report.read_text(), parse_constant=lambda c: math.nan)
+            data = json.loads(read(), parse_constant=lambda c: math.nan)
         except (OSError, ValueError) as exc:
-            return f"exit 0 but {report.name} is no JSON report: {exc}"[:200]
+            return f"exit 0 but {name} is no JSON report: {exc}"[:200]
         where = non_finite(data)
         if where is not None:
-            return f"exit 0 but {report.name} holds a non-finite number at {where}"
+            return f"exit 0 but {name} holds a non-finite number at {where}"
     return None
 
 
@@ -95,7 +98,7 @@ def judge(case: Case, result, before: dict, after: dict) -> str | None:
     if "Traceback" in result.stderr or not isinstance(result.exception, SystemExit | None):
         return f"exception {type(result.exception).__name__}: {result.exception}"[:300]
     if result.exit_code == 0:
-        return judge_success(case, before, after)
+        return judge_success(case, result.stdout, before, after)
     if result.exit_code == 2:
         return judge_refusal(case, result.stderr, result.stdout, before, after)
     return f"exit {result.exit_code}: {result.stderr[-300:]!r}"

@@ -138,3 +138,38 @@ def mutate_csv(rng: random.Random, text: bytes) -> bytes:
         case 5:
             rows[r][c] = re.sub(r"\d", rng.choice(UNICODE_NUMBERS), rows[r][c], count=1)
     return ("\n".join(",".join(row) for row in rows) + "\n").encode()
+
+
+# Texts no mutator above makes: the parsers' own traps.
+RAW_SCENARIOS = [
+    "a: &a [1,2,3,4,5,6,7,8,9]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+    "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+    "f: [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n",
+    "a: &a [*a]\n",
+    "[" * 5000 + "]" * 5000,
+    "schema_version: 1\nschema_version: 1\n",
+    "schema_version: 1\nname: t\npipeline: !!python/object/apply:os.getcwd []\n",
+    "schema_version: 1\nname: t\npipeline: {schedule: 1f1b, devices: 1:30, microbatches: 2}\n",
+    "schema_version: 1\nname: t\npipeline: {schedule: 1f1b, devices: ², microbatches: 2}\n",
+    f"schema_version: 1\nname: t\npipeline: {{schedule: 1f1b, devices: {DIGITS_5000}}}\n",
+    "\t- a\n",
+    "--- 1\n--- 2\n",
+    "? [a, b]\n: 1\n",
+]
+SERVING_TRACES = [
+    b"",
+    b"arrival_s,prompt_tokens,output_tokens\n",
+    b"arrival_s,prompt_tokens\n0,10\n",
+    b"prompt_tokens,output_tokens,arrival_s\n10,10,0\n",
+    b"arrival_s,prompt_tokens,output_tokens\n1,10,10\n0,10,10\n",
+    b"arrival_s,prompt_tokens,output_tokens\n-1,10,10\n",
+    b"arrival_s,prompt_tokens,output_tokens\nnan,10,10\n",
+    b"arrival_s,prompt_tokens,output_tokens\n0,1e999,10\n",
+    b"arrival_s,prompt_tokens,output_tokens\n0,\xc2\xb2,10\n",
+    b"arrival_s,prompt_tokens,output_tokens\n0,10.5,10\n",
+    b"arrival_s,prompt_tokens,output_tokens\n0,0,0\n",
+    b"arrival_s,prompt_tokens,output_tokens\n1e300,10,10\n",
+    b"arrival_s,prompt_tokens,output_tokens\n0,10,10,10\n",
+    b"arrival_s,prompt_tokens,output_tokens\n" + DIGITS_5000.encode() + b",10,10\n",
+    b"arrival_s,prompt_tokens,output_tokens\n0,99999999999999999999,10\n",
+]

@@ -22,6 +22,7 @@ import pytest
 ROOT = Path(__file__).parents[3]
 SCENARIOS = ROOT / "scenarios"
 PIPESIM = [sys.executable, "-c", "from pipesim.cli import main; main()"]
+END_WITHIN_S = 15
 GRID = ",".join(map(str, range(1, 200)))
 COMMANDS = {
     "sweep": [
@@ -72,6 +73,20 @@ def children(pid: int) -> dict[int, str]:
     return found
 
 
+def in_session(session: int) -> list[int]:
+    """The live processes of ``session``: the command runs in a session of its own, so
+    this finds a worker it started after the process table was taken, too."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
 def alive(pid: int, start: str) -> bool:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -90,23 +105,44 @@ def wait_for(condition, timeout_s: float) -> bool:
 
 
 def start(args: list[str], folder: Path) -> subprocess.Popen:
+    """The command in a session of its own, its output in files beside ``folder`` (a pipe
+    would stay open as long as any orphan holds it)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [*PIPESIM, *args], cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    streams = [open(folder.parent / f"{folder.name}.{n}", "wb") for n in ("out", "err")]
+    with streams[0], streams[1]:
+        return subprocess.Popen(
+            [*PIPESIM, *args],
+            cwd=folder,
+            env=env,
+            stdout=streams[0],
+            stderr=streams[1],
+            start_new_session=True,
+        )
+
+
+def end(process: subprocess.Popen, started: dict[int, str]) -> None:
+    """Make sure the command and every process it started are gone after the test."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    for pid, start_time in started.items():
+        if alive(pid, start_time):
+            os.kill(pid, signal.SIGKILL)
+    for pid in in_session(process.pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 def assert_ended_cleanly(process, signum: int, started: dict[int, str], folder: Path) -> None:
     try:
-        stdout, stderr = process.communicate(timeout=30)
+        process.wait(timeout=END_WITHIN_S)
     except subprocess.TimeoutExpired:
-        process.kill()
-        pytest.fail("the command did not end within 30 s of the signal")
+        pytest.fail(f"the command did not end within {END_WITHIN_S} s of the signal")
+    stderr = (folder.parent / f"{folder.name}.err").read_text()
     assert process.returncode == 128 + signum, (process.returncode, stderr[-500:])
-    lines = stderr.decode().splitlines()
-    errors = [line for line in lines if not line.startswith("pipesim: note: ")]
+    errors = [line for line in stderr.splitlines() if not line.startswith("pipesim: note: ")]
     assert len(errors) == 1 and errors[0].startswith("pipesim: error: "), stderr[-500:]
-    assert wait_for(lambda: not any(alive(p, s) for p, s in started.items()), 10), started
+    left = lambda: [p for p, s in started.items() if alive(p, s)] + in_session(process.pid)  # noqa: E731
+    assert wait_for(lambda: not left(), 5), f"processes left behind: {sorted(set(left()))}"
     assert not list(folder.glob("**/.*.tmp")), list(folder.glob("**/.*.tmp"))
     assert not (folder / "out.json").exists()
 
@@ -117,9 +153,12 @@ def test_a_signal_mid_run_ends_the_workers_and_writes_nothing(tmp_path, command,
     process = start([*COMMANDS[command], "-o", str(tmp_path / "out.json")], tmp_path)
     has_workers = wait_for(lambda: len(children(process.pid)) >= 2, 30)
     started = children(process.pid)
-    process.send_signal(signum)
-    assert has_workers, "the command started no workers"
-    assert_ended_cleanly(process, signum, started, tmp_path)
+    try:
+        process.send_signal(signum)
+        assert has_workers, "the command started no workers"
+        assert_ended_cleanly(process, signum, started, tmp_path)
+    finally:
+        end(process, started)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["term", "int"])
@@ -132,6 +171,9 @@ def test_a_signal_mid_write_removes_the_temporaries(tmp_path, signum):
     process = start([*args, "--trace", str(fifo)], tmp_path)
     staged = wait_for(lambda: bool(list(tmp_path.glob(".out.json.*.tmp"))), 30)
     started = children(process.pid)
-    process.send_signal(signum)
-    assert staged, "the report was never staged"
-    assert_ended_cleanly(process, signum, started, tmp_path)
+    try:
+        process.send_signal(signum)
+        assert staged, "the report was never staged"
+        assert_ended_cleanly(process, signum, started, tmp_path)
+    finally:
+        end(process, started)
