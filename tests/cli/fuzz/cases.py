@@ -20,6 +20,7 @@ import yaml
 from tests.cli.fuzz.corpus import Corpus
 from tests.cli.fuzz.mutate import (
     DIGITS_5000,
+    PLAUSIBLE_SETS,
     RAW_SCENARIOS,
     UNICODE_NUMBERS,
     dump,
@@ -54,6 +55,12 @@ class Builder:
         self.case = Case(command)
         self.inputs: list[Path] = []
         self.companion: str | None = None  # the companion file being written, if any
+        self.sets: list[str] = []  # --set options, for after the command's name
+
+    def command(self, name: str, *paths: Path) -> None:
+        """The command's name, its file arguments and the scenario's ``--set`` options."""
+        self.case.args += [name, *map(str, paths), *self.sets]
+        self.sets = []
 
     def damage(self, label: str) -> None:
         self.case.label += f"/{label}"
@@ -137,11 +144,20 @@ class Builder:
         return path
 
     def overrides(self, data: dict) -> None:
+        """``--set`` options: a key of the scenario set to something wrong, or a plausible
+        key (of a section the scenario has) set to a valid extreme."""
+        plausible = [k for k in PLAUSIBLE_SETS if k.split(".")[0] in data]
+        if plausible and self.rng.random() < 0.5:
+            self.damage("set-plausible")
+            for key in self.rng.sample(plausible, min(len(plausible), self.rng.choice([1, 2, 3]))):
+                self.sets += ["--set", f"{key}={self.rng.choice(PLAUSIBLE_SETS[key])}"]
+                self.case.names.update({key, key.split(".")[-1], "--set"})
+            return
         self.damage("set")
         for _ in range(self.rng.choice([1, 1, 2])):
             path = ".".join(map(str, self.rng.choice(key_paths(data) or [("name",)])))
             value = self.rng.choice(SET_VALUES)
-            self.case.args += ["--set", f"{path}={value}" if self.rng.random() < 0.95 else path]
+            self.sets += ["--set", f"{path}={value}" if self.rng.random() < 0.95 else path]
             self.case.names.update({path, path.split(".")[-1], "--set"})
 
     # -- options --------------------------------------------------------------
@@ -152,7 +168,7 @@ class Builder:
             value = self.rng.choice(bad)
             self.damage(f"{name}-value")
         self.case.args += [name, value]
-        self.case.names.add(name)
+        self.case.names.update({name, f"{name.lstrip('-')}="})  # --hidden, or hidden=...
 
     def output(self, option: str, suffix: str, report: bool = False, odds: float = 0.08) -> str:
         """The path for ``option``: a new file in the folder, or one of the faults."""

@@ -173,3 +173,35 @@ SERVING_TRACES = [
     b"arrival_s,prompt_tokens,output_tokens\n" + DIGITS_5000.encode() + b",10,10\n",
     b"arrival_s,prompt_tokens,output_tokens\n0,99999999999999999999,10\n",
 ]
+
+
+# Overrides a user might really try: valid one by one, extreme together, so that many
+# cases get past validation and their reports are judged.
+PLAUSIBLE_SETS = {
+    "pipeline.microbatches": ["1", "2", "3", "64", "1000"],
+    "pipeline.devices": ["1", "2", "3", "8", "32"],
+    "pipeline.virtual_stages": ["1", "2", "3"],
+    "pipeline.schedule": ["gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved-1f1b", "zbv"],
+    "costs.forward_ms": ["0", "1e-9", "1e9", "[1, 0, 1, 0]"],
+    "costs.backward_ms": ["0", "1e-9", "1e9"],
+    "costs.activation_bytes": ["0", "1e18"],
+    "hardware.link": ["ideal", "{latency_us: 1e12}", "{bandwidth_gbps: 1e-6}"],
+    "model.layers": ["1", "3", "1000"],
+    "model.seq_len": ["1", "1000000"],
+    "model.global_batch": ["1", "7", "100000"],
+    "parallel.tensor": ["1", "3", "64"],
+    "parallel.data": ["1", "1000"],
+    "serving.max_num_seqs": ["1", "100000"],
+    "serving.max_num_batched_tokens": ["1", "16"],
+    "serving.block_size": ["1", "4096"],
+    "serving.kv_blocks": ["1", "2"],
+    "serving.gpu_memory_utilization": ["0.01", "1"],
+    "serving.replicas": ["1", "3", "64"],
+    "serving.chunked_prefill": ["true"],
+    "serving.slo.percentile": ["0.001", "100"],
+    "serving.slo.ttft_ms": ["0.001", "1e9"],
+    "serving.workload.rate": ["1e-6", "1e6"],
+    "serving.workload.duration_s": ["1e-6", "0.5"],
+    "decode.tokens": ["1", "100000"],
+    "decode.prompt_tokens": ["1", "1000000"],
+}
