@@ -53,7 +53,7 @@ class Builder:
     def __init__(self, rng: random.Random, corpus: Corpus, folder: Path, command: str):
         self.rng, self.corpus, self.folder = rng, corpus, folder
         self.case = Case(command)
-        self.inputs: list[Path] = []
+        self.inputs: list[Path] = []  # files on the command line
         self.companion: str | None = None  # the companion file being written, if any
         self.sets: list[str] = []  # --set options, for after the command's name
 
@@ -69,7 +69,8 @@ class Builder:
         path = self.folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
-        self.inputs.append(path)
+        if self.companion is None:  # a companion may no longer be named once damaged
+            self.inputs.append(path)
         self.case.names.add(path.name)
         return path
 
@@ -109,7 +110,8 @@ class Builder:
         kind = self.rng.choice(["fifo", "zero", "folder", "missing"])
         self.damage(f"input-{kind}")
         self.case.must_fail = self.companion is None
-        self.inputs.remove(path)
+        if path in self.inputs:
+            self.inputs.remove(path)
         path.unlink()
         if kind == "fifo":
             os.mkfifo(path)

@@ -74,7 +74,19 @@ def judge_success(case: Case, stdout: str, before: dict, after: dict) -> str | N
         where = non_finite(data)
         if where is not None:
             return f"exit 0 but {name} holds a non-finite number at {where}"
+        if every_row_failed(data):
+            return f"{EVERY_ROW_AN_ERROR}: exit 0 but every row of {name} is an error: {data[0]['error']!r:.200}"
     return None
+
+
+EVERY_ROW_AN_ERROR = "every-row-an-error"
+
+
+def every_row_failed(data) -> bool:
+    """A table (compare's) none of whose rows ran: the scenario itself was refused, which
+    is exit 2 naming the file and field, not a report of nothing."""
+    rows = data if isinstance(data, list) else []
+    return bool(rows) and all(isinstance(r, dict) and r.get("error") for r in rows)
 
 
 def judge_refusal(case: Case, stderr: str, stdout: str, before: dict, after: dict) -> str | None:

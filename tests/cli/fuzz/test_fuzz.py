@@ -24,14 +24,20 @@ from click.testing import CliRunner
 from pipesim.cli import main
 from tests.cli.fuzz.commands import make_case
 from tests.cli.fuzz.corpus import Corpus, build_corpus
-from tests.cli.fuzz.judge import judge, snapshot
+from tests.cli.fuzz.judge import EVERY_ROW_AN_ERROR, judge, snapshot
 
 SEED = 18_2026
 CASE_DEADLINE_S = 20
 
-# Cases whose contract breaks in code another change owns (see the report of issue 18);
-# each is still generated and run, and its outcome is checked again once it is fixed.
-KNOWN_OPEN: set[str] = set()
+# Classes of broken contract whose fix lies in code another change of issue 18 owns: a
+# case of such a class is run and judged, counted and printed, but does not fail the test
+# until its entry goes. Case ids (``seed:index``) may be listed the same way.
+KNOWN_OPEN: set[str] = {
+    # compare and sweep exit 0 with a table whose every row is the same error when the
+    # scenario itself is refused (a missing key, a bad --set, an unreadable profile,
+    # a --grid key the schema does not know): run and validate exit 2 on the same file.
+    EVERY_ROW_AN_ERROR,
+}
 
 
 class Hang(BaseException):
@@ -98,7 +104,9 @@ def fuzz(corpus: Corpus, cases: int, seed: int, tmp: Path) -> tuple[list[str], C
             label, code, problem = run_case(corpus, rng, tmp / str(index))
             outcomes[(label.split("/")[0], code)] += 1
             case_id = f"{seed}:{index}"
-            if problem is not None and case_id not in KNOWN_OPEN:
+            if problem is not None and {case_id, problem.split(":")[0]} & KNOWN_OPEN:
+                outcomes[("known open", problem.split(":")[0])] += 1
+            elif problem is not None:
                 failures.append(f"case {case_id} {label}: {problem}")
             unlock(tmp / str(index))
     finally:
