@@ -55,8 +55,8 @@ def run_file(schedule) -> bytes:
     rank's first action."""
     ranks = []
     for rank, actions in enumerate(schedule.device_actions):
-        spans, t = [{"category": "wait", "name": "", "start_ms": 0.0, "end_ms": rank * 1.0}], 0.0
         t = rank * 1.0
+        spans = [{"category": "wait", "name": "", "start_ms": 0.0, "end_ms": t}]
         for action in actions:
             end = t + (2.0 if "B" in str(action) else 1.0)
             spans.append({"category": "compute", "name": str(action), "start_ms": t, "end_ms": end})
