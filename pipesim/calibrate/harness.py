@@ -140,17 +140,40 @@ def profile_stages(
     count = len(specs)
     timings = []
     for stage, spec in enumerate(specs):
-        kinds = time_stage(
-            spec,
-            stage,
-            first=stage == 0,
-            last=stage == count - 1 and count > 1,
-            repeats=repeats,
-            warmup=warmup,
-            device=device,
-        )
+        try:
+            kinds = time_stage(
+                spec,
+                stage,
+                first=stage == 0,
+                last=stage == count - 1 and count > 1,
+                repeats=repeats,
+                warmup=warmup,
+                device=device,
+            )
+        except (MemoryError, RuntimeError) as exc:
+            if not _out_of_memory(exc):
+                raise
+            shape = ", ".join(f"{k}={v}" for k, v in spec.shapes().items())
+            raise HarnessError(
+                f"stage {stage} ({shape}) does not fit in {device} memory: {_first_line(exc)}"
+            ) from None
         timings.append(StageTiming(stage, kinds, float(spec.activation_bytes)))
     return Profile(tuple(timings), (), None, provenance(specs, device))
+
+
+class HarnessError(ValueError):
+    """Stages that cannot be timed here (they do not fit in the device's memory)."""
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Python's MemoryError, or torch's (CUDA's OutOfMemoryError, the CPU allocator's)."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or "out of memory" in text or "allocate" in text
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else type(exc).__name__
 
 
 def provenance(specs: list[StageSpec], device: str) -> dict:

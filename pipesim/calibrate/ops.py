@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 OPS = ("synthetic", "mlp", "transformer")
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+MAX_STAGE_BYTES = 1 << 40  # 1 TiB: more than any one device holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,25 @@ class StageSpec:
             raise ValueError(f"hidden, layers, batch, seq and heads must be >= 1, got {self}")
         if self.ops == "transformer" and self.hidden % self.heads:
             raise ValueError(f"hidden={self.hidden} must be a multiple of heads={self.heads}")
+        if self.memory_bytes > MAX_STAGE_BYTES:  # refused before torch sizes a tensor of it
+            raise ValueError(
+                f"hidden={self.hidden}, layers={self.layers}, batch={self.batch}, "
+                f"seq={self.seq}, heads={self.heads}: a stage of {self.memory_bytes:.3g} bytes "
+                f"of weights and activations; at most {MAX_STAGE_BYTES:.3g} (1 TiB)"
+            )
+
+    @property
+    def memory_bytes(self) -> int:
+        """About what the stage holds: its weights, one microbatch's input and, for GPT
+        blocks, the hidden activations and attention scores of one layer."""
+        h, size = self.hidden, _DTYPE_BYTES[self.dtype]
+        if self.ops == "synthetic":
+            return self.activation_bytes
+        if self.ops == "mlp":
+            return self.layers * h * (h + 1) * size + self.activation_bytes
+        tokens = self.batch * self.seq
+        weights = self.layers * (12 * h * h + 13 * h)
+        return (weights + tokens * 4 * h + self.batch * self.heads * self.seq**2) * size
 
     @property
     def input_shape(self) -> tuple[int, ...]:

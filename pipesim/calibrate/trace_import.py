@@ -185,16 +185,21 @@ def compute_actions(spans: list[ActionSpan]) -> list[tuple[ActionSpan, Action]]:
 
 
 def profile_from_spans(spans: list[ActionSpan], provenance: dict | None = None) -> Profile:
-    """Per stage and kind, the spread of the measured compute spans."""
+    """Per stage and kind, the spread of the measured compute spans. A problem of the
+    traces taken together (no compute at all, a stage without a forward) is one line
+    naming the trace files (``provenance["traces"]``)."""
+    info = {"source": "pipesim import-trace", **(provenance or {})}
+    where = ", ".join(map(str, info.get("traces", ()))) or "the traces"
     table: dict[tuple[int, str], list[float]] = {}
     for span, action in compute_actions(spans):
         if action.sub_actions is None:
             table.setdefault((action.stage, str(action.kind)), []).append(span.duration_ms)
     if not table:
         names = sorted({span.name for span in spans})
+        only = ", only " + ", ".join(names[:4] + ["..."] * (len(names) > 4)) if names else ""
         raise TraceImportError(
-            f"{_sources(spans)}: no compute actions (PP:<stage><F|B|I|W><microbatch> spans), "
-            "only " + ", ".join(names[:4] + ["..."] * (len(names) > 4))
+            f"{_sources(spans, where)}: no compute actions "
+            f"(PP:<stage><F|B|I|W><microbatch> spans){only}"
         )
     stages = max(stage for stage, _ in table) + 1
     timings = []
@@ -203,19 +208,18 @@ def profile_from_spans(spans: list[ActionSpan], provenance: dict | None = None) 
         if "F" not in kinds:
             raise ProfileError(_no_forward(spans, stage, stages))
         timings.append(StageTiming(stage, kinds))
-    info = {"source": "pipesim import-trace", **(provenance or {})}
     profile = Profile(tuple(timings), (), None, info)
     try:  # what is written must load: the events were checked, this is the last net
-        profile_from_dict(profile_to_dict(profile), "the imported profile")
+        profile_from_dict(profile_to_dict(profile), where)
     except ProfileError as exc:
         raise TraceImportError(str(exc)) from None
     return profile
 
 
-def _sources(spans: list[ActionSpan]) -> str:
-    """The trace files the spans came from, in order (``the traces`` where none is known)."""
+def _sources(spans: list[ActionSpan], unknown: str = "the traces") -> str:
+    """The trace files the spans came from, in order (``unknown`` where none is known)."""
     files = list(dict.fromkeys(span.source for span in spans if span.source))
-    return ", ".join(files) if files else "the traces"
+    return ", ".join(files) if files else unknown
 
 
 def _no_forward(spans: list[ActionSpan], stage: int, stages: int) -> str:

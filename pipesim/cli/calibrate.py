@@ -15,7 +15,7 @@ import click
 
 from pipesim.calibrate.crosscheck import measured_costs
 from pipesim.calibrate.fit import fit_host, timeline
-from pipesim.calibrate.harness import cuda_links, gloo_link, profile_stages
+from pipesim.calibrate.harness import HarnessError, cuda_links, gloo_link, profile_stages
 from pipesim.calibrate.ops import StageSpec
 from pipesim.calibrate.realrun import MeasuredRun, RealRunError
 from pipesim.calibrate.suite import check_schedules, other_schedules
@@ -64,7 +64,8 @@ def _user_errors(command: Callable) -> Callable:
     """pipesim's one-line error contract, plus the calibration modules' own errors."""
 
     return user_errors(
-        command, also=(CalibrationError, ProfileError, TraceImportError, RealRunError)
+        command,
+        also=(CalibrationError, ProfileError, TraceImportError, RealRunError, HarnessError),
     )
 
 

@@ -116,7 +116,11 @@ def _trace_rows(path, reader, where, requests, duration_s) -> list[Request]:
 
 
 def _number(path: Path, row: int, column: str, cell: str) -> float:
+    # float() also reads '٣' (3.0), '１２' (12.0) and '1_0' (10.0): a CSV number is ASCII
+    # and has no digit separators, as every other CSV reader sees it.
     try:
+        if not cell.isascii() or "_" in cell:
+            raise ValueError(cell)
         value = float(cell)
     except ValueError:
         raise ScenarioError(

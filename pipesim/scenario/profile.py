@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipesim.scenario.load import read_text_file
+from pipesim.scenario.load import check_depth, read_text_file
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Link, Topology
 
@@ -189,10 +189,30 @@ def profile_from_dict(data: dict, where: str = "profile") -> Profile:
     provenance = data.get("provenance", {})
     if not isinstance(provenance, dict):
         raise ProfileError(f"{where}: provenance must be a mapping")
+    _check_provenance(provenance, f"{where}: provenance")
     return Profile(stages, links, host_fit, dict(provenance))
 
 
+def _check_provenance(value: object, where: str) -> None:
+    """Provenance is free-form, but it is written again into every profile made from this
+    one: text, booleans, nulls, lists and mappings, at most ``MAX_DEPTH`` levels deep, and
+    numbers a float holds (no NaN, no infinity, no 400-digit integer)."""
+    check_depth(value, where, ProfileError)
+    stack = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, dict):
+            stack += [(v, f"{at}.{k}") for k, v in item.items()]
+        elif isinstance(item, list):
+            stack += [(v, f"{at}[{i}]") for i, v in enumerate(item)]
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ProfileError(f"{at}: {item!r} is not a finite number")
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > _FLOAT_MAX:
+            raise ProfileError(f"{at}: an integer of {len(str(abs(item)))} digits; at most 308")
+
+
 _MS, _BYTES, _COUNT, _SCALE = (0.0, 1e12), (0.0, 1e18), (0.0, 2.0**53), (1e-6, 1e6)
+_FLOAT_MAX = 10**308
 
 
 def _number(value: object, where: str, bounds: tuple[float, float]) -> float:

@@ -104,8 +104,8 @@ def group(*atoms: Action) -> Action:
     return Action(-1, OVERLAP_F_B, -1, tuple(atoms))
 
 
-_SIMPLE = re.compile(
-    r"^\s*(\d+)\s*(F|B|I|W|BW|FULL_BACKWARD|BACKWARD_INPUT|BACKWARD_WEIGHT)\s*(\d+)\s*$"
+_SIMPLE = re.compile(  # ASCII digits (\d takes '٣'), 1000 at most (int() refuses 5000)
+    r"^\s*([0-9]{1,1000})\s*(F|B|I|W|BW|FULL_BACKWARD|BACKWARD_INPUT|BACKWARD_WEIGHT)\s*([0-9]{1,1000})\s*$"
 )
 _COMPOUND = re.compile(r"^\s*\((.*)\)\s*OVERLAP_F_B\s*$")
 _ALIASES = {"FULL_BACKWARD": B, "BW": B, "BACKWARD_INPUT": I, "BACKWARD_WEIGHT": W}
@@ -124,7 +124,7 @@ def parse_action(text: str) -> Action:
     simple = _SIMPLE.match(text)
     if not simple:
         raise ScheduleError(
-            f"cannot parse action {text!r}: expected <stage><F|B|I|W><microbatch> such as 2F0, "
+            f"cannot parse action {text[:60]!r}: expected <stage><F|B|I|W><microbatch> such as 2F0, "
             "or (aFb;cBd)OVERLAP_F_B"
         )
     kind_text = simple.group(2)
