@@ -23,6 +23,7 @@ from pipesim.cli.output import (
     UserError,
     check_outputs,
     note,
+    nothing_ran,
     scenario_inputs,
     user_errors,
     write_outputs,
@@ -97,6 +98,9 @@ def compare_command(
             )
         except CompareError as exc:
             raise UserError(f"--schedules: {exc}") from None
+    refused = nothing_ran([(row.schedule, row.error) for row in comparison.rows], "schedules")
+    if refused is not None:  # no schedule ran: a refusal, not a report of nothing
+        raise UserError(f"{scenario}: {refused}")
     for text in compare_notes(comparison, gantt):
         note(text)
     files = compare_files(comparison, gantt)

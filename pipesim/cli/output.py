@@ -86,6 +86,19 @@ def user_errors(command: Callable, also: tuple[type[BaseException], ...] = ()) -
     return wrapper
 
 
+def nothing_ran(rows: Iterable[tuple[str, object]], noun: str) -> str | None:
+    """Where no row of a table ran (each ``(label, error)`` holds an error), what to refuse
+    with: the one reason they share, or the first row's; None where some row ran."""
+    rows = [(label, error if isinstance(error, str) else "") for label, error in rows]
+    if not rows or any(not error for _, error in rows):
+        return None
+    reasons = {error for _, error in rows}
+    if len(reasons) == 1:
+        return reasons.pop()
+    label, error = rows[0]
+    return f"none of the {len(rows)} {noun} ran; the first, {label}: {error}"
+
+
 def error(text: str) -> None:
     """An error line on stderr, for the caller to exit on (``user_errors`` does it for user
     mistakes)."""

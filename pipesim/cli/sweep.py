@@ -28,6 +28,7 @@ from pipesim.cli.output import (
     UserError,
     check_outputs,
     note,
+    nothing_ran,
     scenario_inputs,
     suffix_of,
     user_errors,
@@ -98,8 +99,6 @@ def sweep_command(
     serving = is_serving(base)
     runner = run_serving_sweep if serving else partial(run_sweep, max_points=max_points)
     workers, capped = worker_count(jobs)
-    if capped is not None:
-        note(capped)
     with progress_bar(total, "point", "sweep", disabled=no_progress) as progress:
         frame = runner(
             base,
@@ -110,8 +109,21 @@ def sweep_command(
             scheduler=scheduler,
             progress=progress,
         )
+    refused = nothing_ran(
+        zip(point_labels(frame, axes), frame.get("error", ()), strict=True), "points"
+    )
+    if refused is not None:  # no point ran: a refusal, not a report of nothing
+        raise UserError(f"{scenario}: {refused}")
     write_outputs(sweep_files(frame, serving, output, plot_path))
+    if capped is not None:  # notes come after the outputs, so none precedes an error line
+        note(capped)
 
 
 def _has_parquet() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
+
+
+def point_labels(frame, axes) -> list[str]:
+    """Each row's point, as ``key=value`` of its grid keys."""
+    keys = [axis.key for axis in axes if axis.key in frame]
+    return [", ".join(f"{k}={row[k]}" for k in keys) for _, row in frame[keys].iterrows()]

@@ -130,3 +130,75 @@ def test_an_unreachable_scheduler_is_one_line_within_seconds():
     assert line == (
         f"pipesim: error: --scheduler tcp://127.0.0.1:{port}: no Dask scheduler answered within 3 s"
     )
+
+
+def test_a_scenario_no_point_or_schedule_can_run_is_one_error_line(tmp_path):
+    """Where every row would fail for one reason, that reason is the scenario's: exit 2 and
+    one line naming the file and the field, as run says, and no table written."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "schema_version: 1\nname: t\npipeline: {schedule: 1f1b, devices: 2}\n"
+        "costs: {forward_ms: 1, backward_ms: 2}\n"
+    )
+    out = tmp_path / "out.json"
+    runner = CliRunner()
+    run = runner.invoke(main, ["run", str(scenario)])
+    compare = runner.invoke(
+        main, ["compare", str(scenario), "--schedules", "gpipe,1f1b", "-o", str(out)]
+    )
+    assert compare.exit_code == run.exit_code == 2
+    assert compare.stderr == run.stderr
+    assert compare.stderr.startswith(f"pipesim: error: {scenario}: pipeline.microbatches: ")
+    sweep = runner.invoke(
+        main,
+        [
+            "sweep",
+            "scenarios/gpipe-vs-1f1b.yaml",
+            "--grid",
+            "nokey=1,2",
+            "--jobs",
+            "1",
+            "-o",
+            str(out),
+        ],
+    )
+    assert sweep.exit_code == 2
+    assert sweep.stderr.count("\n") == 1
+    assert sweep.stderr.startswith(
+        "pipesim: error: scenarios/gpipe-vs-1f1b.yaml: nokey: unknown key"
+    )
+    assert not out.exists()
+    # points that fail for their own values are rows of a report
+    mixed = runner.invoke(
+        main,
+        [
+            "sweep",
+            "scenarios/gpipe-vs-1f1b.yaml",
+            "--grid",
+            "pipeline.microbatches=0,4",
+            "--jobs",
+            "1",
+        ],
+    )
+    assert mixed.exit_code == 0
+    assert "greater than or equal to 1" in mixed.stdout
+
+
+def test_a_sweep_none_of_whose_points_ran_is_refused_with_the_first_reason():
+    result = CliRunner().invoke(
+        main,
+        [
+            "sweep",
+            "scenarios/gpipe-vs-1f1b.yaml",
+            "--grid",
+            "pipeline.microbatches=0,-1",
+            "--jobs",
+            "1",
+        ],
+    )
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "pipesim: error: scenarios/gpipe-vs-1f1b.yaml: none of the 2 points ran; the first, "
+        "pipeline.microbatches=0: pipeline.microbatches: Input should be greater than or "
+        "equal to 1 (got 0)\n"
+    )
