@@ -87,7 +87,8 @@ def one_line(exc: click.UsageError) -> OptionError:
     """``exc`` (a bad option value, a missing or unknown option or argument, an unknown
     command) as an ``OptionError``: its words on one line, then the help to read."""
     text = " ".join(_what_was_wrong(exc).split()).rstrip(".")
-    text = text[:1].lower() + text[1:]
+    if not text[1:2].isupper():  # "Invalid value" reads "invalid value"; "TRACES" stays
+        text = text[:1].lower() + text[1:]
     where = exc.ctx.command_path if exc.ctx is not None else "pipesim"
     return OptionError(f"{text} (see '{where} --help')", ctx=exc.ctx)
 

@@ -18,12 +18,19 @@ def _zero_or_at_least_smallest(value: float) -> float:
     return value
 
 
+def _a_path(value: str) -> str:
+    if not value.strip():
+        raise ValueError("an empty path; name a file, relative to the scenario's folder")
+    return value
+
+
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 Index = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 Milliseconds = Annotated[float, Field(ge=0, le=1e12), AfterValidator(_zero_or_at_least_smallest)]
 Microseconds = Annotated[float, Field(ge=0, le=1e15), AfterValidator(_zero_or_at_least_smallest)]
 Bytes = Annotated[float, Field(ge=0, le=1e18), AfterValidator(_zero_or_at_least_smallest)]
 Factor = Annotated[float, Field(ge=1e-6, le=1e6)]
+FilePath = Annotated[str, AfterValidator(_a_path)]  # a file the scenario names
 PerStage = Milliseconds | list[Milliseconds]
 PerStageBytes = Bytes | list[Bytes]
 DEFAULT_MAX_ACTIONS = 10_000_000

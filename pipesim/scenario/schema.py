@@ -28,6 +28,7 @@ from pipesim.scenario.fields import (
     Bytes,
     Count,
     Factor,
+    FilePath,
     Index,
     Microseconds,
     Milliseconds,
@@ -98,7 +99,7 @@ class Mode(StrEnum):
 
 class PipelineSpec(_Strict):
     schedule: str | None = None  # required except in decode mode and for `pipesim serve`
-    schedule_file: str | None = None
+    schedule_file: FilePath | None = None
     devices: Count | None = None  # a csv schedule's rows give it if omitted
     microbatches: Count | None = None  # from model.global_batch if omitted
     virtual_stages: Count = 1
@@ -135,7 +136,7 @@ class CostsSpec(_Strict):
     overhead_ms: Milliseconds = 0.0
     unshard_ms: PerStage | None = None  # FSDP posts of a lowered csv schedule (else free)
     reshard_ms: PerStage | None = None
-    profile: str | None = None  # measured costs: a profile file from `pipesim profile`
+    profile: FilePath | None = None  # measured costs: a profile file from `pipesim profile`
     # Inference, hand-typed: a whole prompt of decode.prompt_tokens through one stage, and
     # one token step of one group through one stage.
     prefill_ms: PerStage | None = None
@@ -235,7 +236,7 @@ class NoiseSpec(_Strict):
     distribution: Literal["lognormal", "normal", "empirical"] = "lognormal"
     cv: float = Field(default=0.0, ge=0, le=100)
     samples: list[Factor] | None = None
-    profile: str | None = None
+    profile: FilePath | None = None
 
     @model_validator(mode="after")
     def _samples_for_empirical(self) -> NoiseSpec:

@@ -92,3 +92,21 @@ def test_an_empty_trace_file_is_refused_naming_the_scenario_and_the_field(comman
         "trace CSV's path (arrival_s, prompt_tokens, output_tokens), relative to the "
         f"scenario's folder (got {shown})\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("costs.profile", "''"), ("pipeline.schedule_file", "' '")]
+)
+def test_an_empty_file_path_is_refused_naming_the_field(key, value):
+    result = invoke("run", "scenarios/seed-pipelined.yaml", "--set", f"{key}={value}")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"pipesim: error: scenarios/seed-pipelined.yaml: {key}: an empty path; name a file, "
+        f"relative to the scenario's folder (got {value})\n"
+    )
+
+
+def test_a_bad_argument_keeps_the_case_of_its_name(tmp_path):
+    result = invoke("import-trace", str(tmp_path), "-o", str(tmp_path / "p.json"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"pipesim: error: TRACES: File '{tmp_path}' is a directory")
