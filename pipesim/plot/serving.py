@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from pipesim.plot.style import CRITICAL, FONT, TITLE_FONT, pyplot
+from pipesim.plot.sweep import draw_metric, grid_keys, layout
 from pipesim.serving.results import ServeResult
 
 MEDIAN = 50
@@ -143,37 +144,39 @@ def serving_figure(
 
 SWEEP_PANELS = (
     ("throughput_rps", "completed requests/s"),
-    ("ttft_ms_p99", "p99 TTFT (ms)"),
-    ("tpot_ms_p99", "p99 TPOT (ms)"),
+    ("goodput_rps", "goodput (requests/s within the SLO)"),
+    ("ttft_ms_p90", "p90 TTFT (ms)"),
+    ("tpot_ms_p90", "p90 TPOT (ms)"),
 )
 
 
 def serving_sweep_figure(frame: pd.DataFrame):
-    """Throughput, p99 TTFT and p99 TPOT against the first grid key, one line per
-    combination of the other grid keys; error rows are left out."""
+    """Throughput, goodput and p90 TTFT and TPOT against the swept key in its unit (the
+    first grid key whose numbers vary), one line per combination of the other keys that
+    vary, as ``sweep_figure`` draws a training sweep; error rows are left out."""
     plt = pyplot()
     ok = frame[frame["error"].fillna("") == ""] if "error" in frame else frame
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), layout="constrained")
-    keys = [c for c in frame.columns if "." in str(c)]
-    if ok.empty or not keys:
+    fig, axes = plt.subplots(1, len(SWEEP_PANELS), figsize=(17, 4.6))
+    if ok.empty or not grid_keys(ok):
         fig.suptitle("no point of the sweep ran (see the error column)")
         return fig
-    x, others = keys[0], keys[1:]
-    groups = ok.groupby(others, sort=True, dropna=False) if others else [((), ok)]
-    for values, group in groups:
-        values = values if isinstance(values, tuple) else (values,)
-        label = ", ".join(
-            f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(others, values, strict=True)
+    where = layout(ok.reset_index(drop=True))
+    for ax, (column, title) in zip(axes, SWEEP_PANELS, strict=True):
+        draw_metric(ax, ok.reset_index(drop=True), where, column, title)
+    if len(set(where.labels)) > 1:
+        fig.legend(
+            *axes[0].get_legend_handles_labels(),
+            loc="lower center",
+            fontsize=FONT - 1,
+            ncol=min(4, len(set(where.labels))),
+            frameon=False,
         )
-        group = group.sort_values(x, kind="stable")
-        for ax, (column, _) in zip(axes, SWEEP_PANELS, strict=True):
-            ax.plot(
-                group[x], group[column], marker="o", markerfacecolor="none", label=label or None
-            )
-    for ax, (_, title) in zip(axes, SWEEP_PANELS, strict=True):
-        ax.set_xlabel(x, fontsize=FONT)
-        ax.set_ylabel(title, fontsize=FONT)
-        ax.tick_params(labelsize=FONT)
-    if others:
-        axes[0].legend(fontsize=FONT - 1)
+    failed = len(frame) - len(ok)
+    fig.suptitle(
+        f"{len(frame)} points"
+        + (f", {failed} did not run (see the error column)" if failed else ""),
+        fontsize=TITLE_FONT,
+    )
+    # the tight layout is plain arithmetic: the same figure gives the same bytes every run
+    fig.tight_layout(rect=(0, 0.12 if len(set(where.labels)) > 1 else 0, 1, 1))
     return fig

@@ -35,7 +35,14 @@ from pipesim.schedules import closed_form_of
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 REFERENCE_STYLES = ("--", ":", "-.", (0, (5, 1)), (0, (1, 3)))
 BYTE_UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
-SUFFIX_UNITS = {"_ms": "ms", "_us": "µs", "_s": "s", "_gbps": "GB/s", "_gb": "GB"}
+SUFFIX_UNITS = {
+    "_ms": "ms",
+    "_us": "µs",
+    "_s": "s",
+    "_gbps": "GB/s",
+    "_gb": "GB",
+    ".rate": "requests/s",  # serving.workload.rate
+}
 MAX_TICKS = 12  # up to this many swept values, each gets its own tick
 TRAINING_PANELS = (("step time (ms)", "step_time_ms"), ("bubble fraction", "bubble_fraction"))
 DECODE_PANELS = (

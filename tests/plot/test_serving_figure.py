@@ -6,11 +6,12 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from pipesim.plot.save import save_figure
-from pipesim.plot.serving import serving_figure
+from pipesim.plot.serving import serving_figure, serving_sweep_figure
 from pipesim.scenario.serving import load_serving, run_serving
 
 
@@ -82,3 +83,26 @@ def test_the_figure_is_the_same_bytes_every_time(served):
         save_figure(fig, out, fmt="svg")
         drawn.add(out.getvalue())
     assert len(drawn) == 1
+
+
+def test_a_serving_sweep_draws_its_metrics_against_the_swept_key_in_its_unit():
+    frame = pd.DataFrame(
+        {
+            "serving.workload.rate": [4, 2, 4, 2],
+            "serving.replicas": [1, 1, 2, 2],
+            "throughput_rps": [3.9, 2.0, 4.0, 2.0],
+            "goodput_rps": [1.0, 1.9, 3.9, 2.0],
+            "ttft_ms_p90": [900.0, 300.0, 200.0, 150.0],
+            "tpot_ms_p90": [80.0, 40.0, 30.0, 25.0],
+            "error": ["", "", "", ""],
+        }
+    )
+    fig = serving_sweep_figure(frame)
+    goodput = fig.axes[1]
+    assert goodput.get_xlabel() == "serving.workload.rate (requests/s)"
+    assert goodput.get_ylabel() == "goodput (requests/s within the SLO)"
+    drawn = {
+        line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in goodput.lines
+    }
+    assert drawn == {"replicas=1": ([2.0, 4.0], [1.9, 1.0]), "replicas=2": ([2.0, 4.0], [2.0, 3.9])}
+    assert [ax.get_ylabel() for ax in fig.axes[2:]] == ["p90 TTFT (ms)", "p90 TPOT (ms)"]
