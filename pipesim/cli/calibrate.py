@@ -25,7 +25,7 @@ from pipesim.calibrate.trace_import import (
     profile_from_spans,
     trace_from_spans,
 )
-from pipesim.cli.options import set_option
+from pipesim.cli.options import WholeNumber, set_option
 from pipesim.cli.output import (
     FIGURE_SUFFIXES,
     Output,
@@ -81,7 +81,7 @@ def _require_torch() -> None:
 
 def _count_option(name: str, default: int, help_text: str):
     return click.option(
-        name, type=click.IntRange(min=1), default=default, show_default=True, help=help_text
+        name, type=WholeNumber(min=1), default=default, show_default=True, help=help_text
     )
 
 
@@ -149,7 +149,7 @@ def stage_specs(scenario, ops: str, shapes: dict) -> list[StageSpec]:
 @_shape_options
 @click.option(
     "--repeats",
-    type=click.IntRange(min=20),
+    type=WholeNumber(min=20),
     default=20,
     show_default=True,
     help="Timed repetitions of each action (at least 20, for stable percentiles).",
@@ -227,7 +227,7 @@ def import_trace_command(traces, output, timeline, timeline_csv) -> None:
 @set_option
 @click.option(
     "--runs",
-    type=click.IntRange(min=1),
+    type=WholeNumber(min=1),
     default=5,
     show_default=True,
     help="Timed runs per schedule.",

@@ -10,7 +10,7 @@ import click
 
 from pipesim.analysis.run import explain_scenario
 from pipesim.cli.formats import format_option, output_format
-from pipesim.cli.options import set_option
+from pipesim.cli.options import WholeNumber, set_option
 from pipesim.cli.output import (
     Output,
     check_outputs,
@@ -30,7 +30,7 @@ FORMATS = ("text", "json")
 @format_option(FORMATS)
 @click.option(
     "--max-gaps",
-    type=click.IntRange(min=0),
+    type=WholeNumber(min=0),
     default=40,
     show_default=True,
     help="Sentences to print per device at most (text format).",

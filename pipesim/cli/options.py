@@ -18,6 +18,26 @@ _HELP_ERRORS = tuple(
     kind for kind in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if kind is not None
 )
 
+
+class WholeNumber(click.IntRange):
+    """click's IntRange over ASCII digits only: Python's int() also reads '٣', '１２' and
+    '1_000' as numbers, which a user who typed them did not mean."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not (value.isascii() and "_" not in value):
+            self.fail(f"{value!r} is not a whole number in ASCII digits", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class RealNumber(click.FloatRange):
+    """click's FloatRange over ASCII text only, for the same reason as ``WholeNumber``."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not (value.isascii() and "_" not in value):
+            self.fail(f"{value!r} is not a number in ASCII digits", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 set_option = click.option(
     "--set",
     "overrides",
@@ -38,20 +58,20 @@ evaluator_option = click.option(
 )
 runs_option = click.option(
     "--runs",
-    type=click.IntRange(min=1),
+    type=WholeNumber(min=1),
     default=None,
     help="Monte Carlo: simulate this many random steps under the scenario's variability.",
 )
 seed_option = click.option(
     "--seed",
-    type=click.IntRange(min=0),
+    type=WholeNumber(min=0),
     default=0,
     show_default=True,
     help="Seed of the Monte Carlo study (a whole number >= 0).",
 )
 jobs_option = click.option(
     "--jobs",
-    type=click.IntRange(min=1),
+    type=WholeNumber(min=1),
     default=None,
     help="Local worker processes (default: one per CPU; never more than the CPUs).",
 )

@@ -17,6 +17,7 @@ import click
 from pipesim.analysis.plan import Plan, PlanError, PlanMismatch, explain_plan, plan
 from pipesim.cli.formats import format_option, output_format
 from pipesim.cli.options import (
+    WholeNumber,
     executor_option,
     jobs_option,
     no_progress_option,
@@ -59,14 +60,14 @@ FORMATS = ("table", "json", "csv")
 )
 @click.option(
     "--confirm",
-    type=click.IntRange(min=0),
+    type=WholeNumber(min=0),
     default=10,
     show_default=True,
     help="Simulate the top K again from their emitted scenarios on the SimPy engine.",
 )
 @click.option(
     "--top",
-    type=click.IntRange(min=1),
+    type=WholeNumber(min=1),
     default=20,
     show_default=True,
     help="Ranked results to show and keep (the Pareto front is over all).",

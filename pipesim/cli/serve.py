@@ -25,7 +25,7 @@ from pipesim.analysis.max_rate import (
     find_max_rate,
 )
 from pipesim.cli.formats import format_option, output_format
-from pipesim.cli.options import no_progress_option, set_option
+from pipesim.cli.options import RealNumber, WholeNumber, no_progress_option, set_option
 from pipesim.cli.output import (
     FIGURE_SUFFIXES,
     Output,
@@ -44,26 +44,26 @@ FORMATS = ("table", "json", "csv")
 SEARCH_OPTIONS = (
     click.option(
         "--seeds",
-        type=click.IntRange(1, 1000),
+        type=WholeNumber(1, 1000),
         metavar="K",
         help="--max-rate: a rate meets the SLO only if it does under each of K seeds, the "
         f"workload's and the next ones (default {SEEDS}).",
     ),
     click.option(
         "--max-probes",
-        type=click.IntRange(min=1),
+        type=WholeNumber(min=1),
         metavar="N",
         help=f"--max-rate: try at most N rates (default {MAX_PROBES}).",
     ),
     click.option(
         "--max-search-s",
-        type=click.FloatRange(min=0, min_open=True),
+        type=RealNumber(min=0, min_open=True),
         metavar="S",
         help=f"--max-rate: start no new rate after S seconds (default {MAX_SEARCH_S:g}).",
     ),
     click.option(
         "--max-requests",
-        type=click.IntRange(min=1),
+        type=WholeNumber(min=1),
         metavar="N",
         help="--max-rate: cut every run to its first N requests (default "
         f"{MAX_REQUESTS:,}); a workload ending at duration_s grows with the rate.",

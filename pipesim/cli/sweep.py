@@ -15,6 +15,7 @@ import click
 from pipesim.analysis.serving_sweep import is_serving, run_serving_sweep
 from pipesim.analysis.sweep import MAX_POINTS, check_size, parse_grid, run_sweep
 from pipesim.cli.options import (
+    WholeNumber,
     executor_option,
     jobs_option,
     no_progress_option,
@@ -52,7 +53,7 @@ from pipesim.scenario.build import apply_overrides, read_mapping
 )
 @click.option(
     "--max-points",
-    type=click.IntRange(min=1),
+    type=WholeNumber(min=1),
     default=MAX_POINTS,
     show_default=True,
     metavar="N",

@@ -110,3 +110,22 @@ def test_jobs_are_capped_by_the_cpus_with_a_note(monkeypatch):
     ]
     assert invoke("sweep", GPIPE, *grid, "--jobs", "2").stderr == ""
     assert asked == [2, 2]
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["explain", "scenarios/seed-pipelined.yaml", "--max-gaps", "٣"], "--max-gaps"),
+        (["run", "scenarios/seed-pipelined.yaml", "--runs", "１２"], "--runs"),
+        (["sweep", "scenarios/gpipe-vs-1f1b.yaml", "--max-points", "1_000"], "--max-points"),
+        (
+            ["serve", "scenarios/serve-bursty-trace.yaml", "--max-rate", "--max-search-s", "١"],
+            "--max-search-s",
+        ),
+    ],
+)
+def test_a_number_in_other_digits_is_refused_not_read(args, option):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"pipesim: error: {option}: ")
+    assert "in ASCII digits" in result.stderr and result.stderr.count("\n") == 1
