@@ -168,10 +168,12 @@ def _device_lines(report: Report) -> list[str]:
         f"  {'device':>6} {'busy ms':>10} {'idle ms':>10} {'span ms':>10} {'bubble':>8} "
         f"{'peak in-flight':>15} {'peak activations':>18} {'at ms':>9}"
     )
-    lines = [header + (f" {'static':>12} {'peak total':>12}" if with_static else "")]
+    memory = f" {'static':>12} {'runtime':>12} {'peak total':>12}"
+    lines = [header + (memory if with_static else "")]
     for d in report.per_device:
         static = (
-            f" {format_bytes(d.static_memory_bytes):>12} {format_bytes(d.peak_memory_bytes):>12}"
+            f" {format_bytes(d.static_memory_bytes):>12} {format_bytes(d.runtime_memory_bytes):>12}"
+            f" {format_bytes(d.peak_memory_bytes):>12}"
             if with_static
             else ""
         )
