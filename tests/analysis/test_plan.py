@@ -106,7 +106,11 @@ def test_the_planner_agrees_with_brute_force_on_the_simpy_engine():
     fitting = [(i, c, r) for i, c, r in truth if r is not None and not r.oom]
     # every scored candidate equals its own engine run; every other one cannot run or fit
     assert result.scored == len(fitting) > 50
-    memory = sum(n for reason, n in result.pruned.items() if "38.0 GiB usable (40 GiB less 5% headroom) on some device" in reason)
+    memory = sum(
+        n
+        for reason, n in result.pruned.items()
+        if "38.0 GiB usable (40 GiB less 5% headroom) on some device" in reason
+    )
     too_big = [r for _, _, r in truth if r is not None and r.oom]
     assert memory == len(too_big) > 50  # pruned for memory exactly where the engine says OOM
     by_candidate = {c: r for _, c, r in fitting}
@@ -131,7 +135,11 @@ def test_counts_add_up_and_memory_pruning_is_counted():
     space = ("pipeline.schedule=1f1b,zbv", "parallel.tensor=1,2", "pipeline.microbatch_size=1,4")
     result = plan(base, SOURCE, 8, space, top=1000, confirm=2)
     assert result.space_size == sum(result.pruned.values()) + result.scored
-    memory = [n for reason, n in result.pruned.items() if "38.0 GiB usable (40 GiB less 5% headroom) on some device" in reason]
+    memory = [
+        n
+        for reason, n in result.pruned.items()
+        if "38.0 GiB usable (40 GiB less 5% headroom) on some device" in reason
+    ]
     assert memory and memory[0] > 0
     assert result.confirmed == 2
     assert all(row.peak_memory_bytes <= USABLE_BYTES for row in result.results)
