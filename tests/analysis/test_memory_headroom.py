@@ -177,3 +177,16 @@ def test_a_bad_memory_headroom_option_is_one_line(tmp_path):
         "pipesim: error: --memory-headroom: 1.0 is not in the range 0<=x<1 "
         "(see 'pipesim plan --help')"
     )
+
+
+def test_run_table_shows_the_runtime_column_and_the_usable_memory():
+    lines = invoke("run", LLAMA).stdout.splitlines()
+    assert (
+        "  peak memory       50.08 GiB on device 0 (fits; 76.00 GiB usable of 80.00 GiB, "
+        "5% kept free)"
+    ) in lines
+    (header,) = [line for line in lines if line.split()[:1] == ["device"]]
+    assert header.split()[-4:] == ["static", "runtime", "peak", "total"]
+    (device_0,) = [line for line in lines if line.split()[:1] == ["0"]]
+    # 32.37 static + 15.29 activations = 47.66 GiB; 3% of it and 1 GiB: 2.43 GiB runtime
+    assert device_0.split()[-6:] == ["32.37", "GiB", "2.43", "GiB", "50.08", "GiB"]

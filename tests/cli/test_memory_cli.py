@@ -2,7 +2,7 @@
 peak activations) and the OOM flag, under the names and values ``pipesim run`` gives.
 
 Llama-2-70B on 4 x 8 H100 (TP 8, PP 4), 32 microbatches: GPipe holds all 32 activations
-at once (123.57 GiB on device 3 of an 80 GiB GPU: out of memory), 1F1B at most 4 (fits).
+at once (128.28 GiB on device 3 of an 80 GiB GPU: out of memory), 1F1B at most 4 (fits).
 """
 
 import csv
