@@ -124,6 +124,7 @@ class CompareRow:
             # as pipesim run reports them: weights, gradients and optimizer states; those
             # plus the peak activations; whether that passes the GPU's memory anywhere
             "static_memory_bytes": [d.static_memory_bytes for d in report.per_device],
+            "runtime_memory_bytes": [d.runtime_memory_bytes for d in report.per_device],
             "peak_memory_bytes": [d.peak_memory_bytes for d in report.per_device],
             "oom": report.oom,
             "memory_capacity_bytes": memory_capacity_bytes(self.result.scenario),

@@ -70,9 +70,11 @@ class Result:
 
     def scalars(self) -> dict[str, float | int | str | None]:
         """The report's flat fields and the Monte Carlo percentiles (one table row); memory
-        as the most any device holds: static, activations, both, and the OOM flag."""
+        as the most any device holds: static, activations, runtime, all, and the OOM flag."""
         data = self.report.scalars()
-        data["static_memory_bytes_max"] = max(d.static_memory_bytes for d in self.report.per_device)
+        per_device = self.report.per_device
+        data["static_memory_bytes_max"] = max(d.static_memory_bytes for d in per_device)
+        data["runtime_memory_bytes_max"] = max(d.runtime_memory_bytes for d in per_device)
         data["memory_capacity_bytes"] = memory_capacity_bytes(self.scenario)
         if self.monte_carlo is not None:
             data.update(self.monte_carlo.to_dict())

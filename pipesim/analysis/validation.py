@@ -7,8 +7,9 @@ an inter-node link is given, the requests), with the same functions, so it refus
 they refuse in the same words.
 
 Then it weighs memory as ``pipesim run`` flags it: a device is out of memory where its
-static memory (weights, gradients, optimizer states; KV cache in decode mode) plus the
-peak activations it holds pass one GPU's memory. The peak comes without a timeline: a
+static memory (weights, gradients, optimizer states; KV cache in decode mode), the
+peak activations it holds and the runtime's share (CUDA context, communication buffers,
+allocator fragmentation) pass one GPU's memory less ``hardware.memory_headroom``. The peak comes without a timeline: a
 device runs its actions in order, so walking its list and adding what each takes and
 gives back gives the peak (``pipesim.analysis.plan.prune``, the walk the planner prunes
 with). It equals the simulated peak except where an action ends at the very instant the
@@ -39,6 +40,7 @@ from pipesim.scenario.schema import ScenarioError
 from pipesim.scenario.serving import ServingScenario, build_serving
 from pipesim.schedules.ir import Kind, Schedule
 from pipesim.sim.costs import Costs
+from pipesim.sim.metrics import Accounting
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +50,9 @@ class DeviceMemory:
     device: int
     static_memory_bytes: float
     peak_activation_bytes: float
-    peak_memory_bytes: float  # static + peak activations
+    peak_memory_bytes: float  # static + peak activations + runtime
     oom: bool
+    runtime_memory_bytes: float = 0.0  # CUDA context, NCCL buffers, fragmentation
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,12 @@ class Validation:
         return any(d.oom for d in self.memory)
 
     @property
+    def memory_headroom(self) -> float:
+        """The share of the GPU's memory the OOM check keeps free."""
+        accounting = None if self.scenario is None else self.scenario.accounting
+        return 0.0 if accounting is None else accounting.memory_headroom
+
+    @property
     def has_static_memory(self) -> bool:
         return any(d.static_memory_bytes for d in self.memory)
 
@@ -85,6 +94,7 @@ class Validation:
                 actions=s.num_actions,
                 oom=self.oom,
                 memory_capacity_bytes=self.memory_capacity_bytes,
+                memory_headroom=self.memory_headroom,
                 per_device=[_device_dict(d) for d in self.memory],
             )
         else:
@@ -99,6 +109,7 @@ def _device_dict(memory: DeviceMemory) -> dict:
         "device": memory.device,
         "static_memory_bytes": memory.static_memory_bytes,
         "peak_activation_bytes": memory.peak_activation_bytes,
+        "runtime_memory_bytes": memory.runtime_memory_bytes,
         "peak_memory_bytes": memory.peak_memory_bytes,
         "oom": memory.oom,
     }
@@ -140,14 +151,13 @@ def device_memory(scenario: Scenario) -> tuple[DeviceMemory, ...]:
     and their sum, flagged OOM past the GPU's memory as ``pipesim run`` flags it."""
     schedule = scenario.schedule
     peaks = ordered_peaks(schedule, scenario.costs)
-    accounting = scenario.accounting
-    static = (0.0,) * schedule.devices if accounting is None else accounting.static_memory_bytes
-    capacity = memory_capacity_bytes(scenario)
+    accounting = scenario.accounting or Accounting((0.0,) * schedule.devices)
     memory = []
     for d in range(schedule.devices):
-        total = float(static[d]) + float(peaks[d])
-        oom = bool(capacity) and total > capacity
-        memory.append(DeviceMemory(d, float(static[d]), float(peaks[d]), total, oom))
+        runtime, total = accounting.device_memory(d, float(peaks[d]))
+        static = float(accounting.static_memory_bytes[d])
+        oom = accounting.over_capacity(total)
+        memory.append(DeviceMemory(d, static, float(peaks[d]), total, oom, runtime))
     return tuple(memory)
 
 

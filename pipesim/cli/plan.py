@@ -88,6 +88,13 @@ FORMATS = ("table", "json", "csv")
     help="Say where the winner's lead over the runner-up comes from.",
 )
 @click.option(
+    "--memory-headroom",
+    type=click.FloatRange(min=0, max=1, max_open=True),
+    metavar="FRACTION",
+    help="Share of each GPU's memory kept free: a layout fits when its peak stays under "
+    "capacity x (1 - FRACTION) [default: the scenario's hardware.memory_headroom, 0.05].",
+)
+@click.option(
     "--no-timing",
     is_flag=True,
     help="Leave out how long the plan took (wall_s in the JSON, the seconds in the table), "
@@ -124,6 +131,7 @@ def _plan_body(
     emit,
     pareto_path,
     explain,
+    memory_headroom,
     no_timing,
     jobs,
     executor,
@@ -138,7 +146,7 @@ def _plan_body(
     )
     fmt = output_format(fmt, output, FORMATS)
     count = _gpus(gpus)
-    base = apply_overrides(read_mapping(scenario), list(overrides))
+    base = _base(scenario, overrides, memory_headroom)
     workers, capped = worker_count(jobs)
     result = _run_planner(
         base,
@@ -169,6 +177,13 @@ def _plan_body(
 
 
 _plan = user_errors(_plan_body, also=(PlanError,))
+
+
+def _base(scenario: str, overrides, memory_headroom: float | None) -> dict:
+    """The scenario under ``--set``, ``--memory-headroom`` as its hardware.memory_headroom
+    (so the emitted winner flags OOM as the plan pruned)."""
+    extra = [] if memory_headroom is None else [f"hardware.memory_headroom={memory_headroom!r}"]
+    return apply_overrides(read_mapping(scenario), [*overrides, *extra])
 
 
 def _run_planner(

@@ -26,8 +26,9 @@ def validate_command(scenario, overrides, fmt) -> None:
     """Check SCENARIO without simulating: everything pipesim run checks (schema, schedule
     constraints, costs) and, with a serving section, everything pipesim serve checks (the
     KV cache the weights leave room for, replicas on one node). Memory is flagged as run
-    flags it: OOM where a device's static memory plus its peak activations (from the order
-    it runs its actions) pass the GPU's memory; that is a flag, not an error (exit 0)."""
+    flags it: OOM where a device's static memory, its peak activations (from the order it
+    runs its actions) and the runtime's share (hardware.runtime_bytes, fragmentation) pass
+    the GPU's memory less hardware.memory_headroom; that is a flag, not an error (exit 0)."""
     validation = validate_scenario(scenario, overrides)
     for text in validation_notes(validation):
         note(text)

@@ -104,6 +104,26 @@ def link_profile(name: str, variant: str = "achievable") -> Link:
     return Link(latency_us=latency_us, bandwidth_gbps=bandwidth_gbps, name=f"{name}/{variant}")
 
 
+# -- Runtime memory ------------------------------------------------------------------------
+#
+# What a training or serving process holds on each GPU besides its tensors, and what the
+# memory check keeps free (docs/validation.md, "Memory"):
+#
+# * ``DEFAULT_RUNTIME_BYTES``, fixed per GPU: the CUDA context (its kernels' code and the
+#   driver's state; PyTorch's first CUDA call takes about 0.5-0.7 GiB on recent GPUs, as
+#   reported on discuss.pytorch.org, "What is the reason for pytorch's GPU memory floor")
+#   plus NCCL's communication buffers (NCCL_BUFFSIZE, 4 MiB by default, per channel and
+#   peer: a few hundred MiB for a few communicators). 1 GiB in all.
+# * ``DEFAULT_FRAGMENTATION``: the share of the allocated bytes the caching allocator holds
+#   on top of them (reserved but not allocated, blocks split by size); a few percent in
+#   PyTorch's memory snapshots of steady training steps. 3 %.
+# * ``DEFAULT_MEMORY_HEADROOM``: the share of the GPU the OOM check keeps free for what no
+#   model counts (cuBLAS workspaces, a peak between two of pipesim's instants). 5 %.
+DEFAULT_RUNTIME_BYTES = float(2**30)
+DEFAULT_FRAGMENTATION = 0.03
+DEFAULT_MEMORY_HEADROOM = 0.05
+
+
 # -- GPU profiles --------------------------------------------------------------------------
 
 

@@ -18,7 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipesim.cluster.efficiency import Efficiency
-from pipesim.cluster.hardware import GpuProfile, build_topology
+from pipesim.cluster.hardware import (
+    DEFAULT_FRAGMENTATION,
+    DEFAULT_MEMORY_HEADROOM,
+    DEFAULT_RUNTIME_BYTES,
+    GpuProfile,
+    build_topology,
+)
 from pipesim.cluster.transformer import TransformerModel
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.links import IDEAL, Link, Topology
@@ -54,7 +60,9 @@ class Hardware:
     a node) or ``inter_node_link`` (between nodes) is given. Nodes hold ``gpus_per_node``
     GPUs, or devices sit on the nodes ``placement`` names; ``pcie_switch_share`` GPUs share
     one PCIe switch's upstream link. ``comm_overlap: False`` keeps a sender busy until its
-    message has arrived."""
+    message has arrived. ``runtime_bytes``, ``fragmentation`` and ``memory_headroom``: the
+    memory a process holds besides its tensors and what the OOM check keeps free
+    (``pipesim.cluster.hardware``, "Runtime memory")."""
 
     gpu: GpuProfile | None = None
     link: Link = IDEAL
@@ -64,6 +72,9 @@ class Hardware:
     placement: tuple[int, ...] | None = None
     pcie_switch_share: int | None = None
     comm_overlap: bool = True
+    runtime_bytes: float = DEFAULT_RUNTIME_BYTES
+    fragmentation: float = DEFAULT_FRAGMENTATION
+    memory_headroom: float = DEFAULT_MEMORY_HEADROOM
 
     def node_links(self) -> tuple[Link, Link]:
         """The links inside a node and between nodes; ``link`` stands in for either when

@@ -110,6 +110,9 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
     accounting = Accounting(
         static_memory_bytes=tuple(sum(static[k].total_bytes for k in s) for s in stages_on),
         memory_capacity_bytes=gpu.memory_bytes,
+        runtime_memory_bytes=job.hardware.runtime_bytes,
+        fragmentation=job.hardware.fragmentation,
+        memory_headroom=job.hardware.memory_headroom,
         replicas=par.data,
         flops_per_step=model_flops_per_step(model, global_batch, forward_only=not job.training),
         peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * par.data,

@@ -90,6 +90,9 @@ def token_step_costs(
     accounting = Accounting(
         static_memory_bytes=static,
         memory_capacity_bytes=gpu.memory_bytes,
+        runtime_memory_bytes=job.hardware.runtime_bytes,
+        fragmentation=job.hardware.fragmentation,
+        memory_headroom=job.hardware.memory_headroom,
         # MFU counts what the costs run: every step's layers, its attention over the
         # context so far, and the LM head where a token is sampled
         flops_per_step=group_flops * groups,

@@ -130,6 +130,9 @@ def hardware_of(spec: ScenarioSpec, source: str) -> Hardware:
         placement=None if hw.placement is None else tuple(hw.placement),
         pcie_switch_share=hw.pcie_switch_share,
         comm_overlap=hw.comm_overlap,
+        runtime_bytes=hw.runtime_bytes,
+        fragmentation=hw.fragmentation,
+        memory_headroom=hw.memory_headroom,
     )
 
 

@@ -20,7 +20,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from pipesim.cluster.hardware import GPU_PROFILES, LINK_PROFILES
+from pipesim.cluster.hardware import (
+    DEFAULT_FRAGMENTATION,
+    DEFAULT_MEMORY_HEADROOM,
+    DEFAULT_RUNTIME_BYTES,
+    GPU_PROFILES,
+    LINK_PROFILES,
+)
 from pipesim.cluster.model import Efficiency
 from pipesim.scenario.fields import (
     DEFAULT_MAX_ACTIONS,
@@ -175,6 +181,10 @@ class HardwareSpec(_Strict):
     placement: list[Index] | None = None
     pcie_switch_share: Count | None = None
     comm_overlap: bool = True
+    # per GPU, besides the model's tensors (pipesim.cluster.hardware, "Runtime memory")
+    runtime_bytes: Bytes = DEFAULT_RUNTIME_BYTES
+    fragmentation: float = Field(default=DEFAULT_FRAGMENTATION, ge=0, lt=1)
+    memory_headroom: float = Field(default=DEFAULT_MEMORY_HEADROOM, ge=0, lt=1)
 
     _links = field_validator("link", "intra_node_link", "inter_node_link")(_check_link_name)
 

@@ -46,10 +46,11 @@ class DeviceReport:
     peak_activation_bytes: float
     peak_activation_time_ms: float
     static_memory_bytes: float = 0.0
-    peak_memory_bytes: float = 0.0  # static + peak activations
+    peak_memory_bytes: float = 0.0  # static + peak activations + runtime
     oom: bool = False
     allreduce_ms: float = 0.0  # end-of-step work, inside idle_ms: the gradient all-reduce
     optimizer_ms: float = 0.0  # and the optimizer step
+    runtime_memory_bytes: float = 0.0  # CUDA context, NCCL buffers, fragmentation at the peak
 
     @property
     def tail_ms(self) -> float:
@@ -62,6 +63,10 @@ class Accounting:
 
     ``static_memory_bytes[d]``: weights, gradients and optimizer states on device d;
     ``memory_capacity_bytes``: one GPU's memory (0: unknown, no OOM check);
+    ``runtime_memory_bytes``: what each device's process holds besides its tensors (CUDA
+    context, communication buffers); ``fragmentation``: the share of the allocated bytes
+    (static plus activations) the caching allocator holds on top; ``memory_headroom``: the
+    share of the capacity the OOM check keeps free (``device_memory``, ``over_capacity``);
     ``replicas``: data-parallel copies of the pipeline (samples/s counts all of them);
     ``flops_per_step`` and ``peak_flops`` (all GPUs of the job, FLOP/s) give MFU.
     """
@@ -71,6 +76,26 @@ class Accounting:
     replicas: int = 1
     flops_per_step: float = 0.0
     peak_flops: float = 0.0
+    runtime_memory_bytes: float = 0.0
+    fragmentation: float = 0.0
+    memory_headroom: float = 0.0
+
+    @property
+    def usable_bytes(self) -> float:
+        """What the OOM check allows a device: the capacity less the headroom."""
+        return self.memory_capacity_bytes * (1.0 - self.memory_headroom)
+
+    def device_memory(self, device: int, activation_bytes: float) -> tuple[float, float]:
+        """``(runtime bytes, peak bytes)`` of ``device`` holding ``activation_bytes`` at its
+        peak: runtime = the fixed runtime + fragmentation x (static + activations), peak =
+        static + activations + runtime."""
+        allocated = float(self.static_memory_bytes[device]) + activation_bytes
+        runtime = self.runtime_memory_bytes + self.fragmentation * allocated
+        return runtime, allocated + runtime
+
+    def over_capacity(self, peak_bytes: float) -> bool:
+        """Whether a device's peak passes the usable memory (unknown capacity: never)."""
+        return bool(self.memory_capacity_bytes) and peak_bytes > self.usable_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +225,7 @@ def device_report(
     rows = (trace.lane == Lane.COMPUTE) & (trace.device == device)
     span = float(trace.end[rows].max() - trace.start[rows].min()) if rows.any() else 0.0
     peak_bytes, peak_time, peak_inflight = _memory_peaks(timeline)
-    static = float(accounting.static_memory_bytes[device])
-    capacity = accounting.memory_capacity_bytes
+    runtime, peak = accounting.device_memory(device, peak_bytes)
     return DeviceReport(
         device=device,
         busy_ms=busy_ms,
@@ -211,9 +235,10 @@ def device_report(
         peak_inflight=peak_inflight,
         peak_activation_bytes=peak_bytes,
         peak_activation_time_ms=peak_time,
-        static_memory_bytes=static,
-        peak_memory_bytes=static + peak_bytes,
-        oom=bool(capacity) and static + peak_bytes > capacity,
+        static_memory_bytes=float(accounting.static_memory_bytes[device]),
+        peak_memory_bytes=peak,
+        oom=accounting.over_capacity(peak),
+        runtime_memory_bytes=runtime,
     )
 
 

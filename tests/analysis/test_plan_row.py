@@ -41,10 +41,10 @@ PRINTED = {
     "step_time_ms": 3620.8832557896394,
     "tokens_per_second": 36198.90251651207,
     "mfu": 0.45587538978185455,
-    "peak_memory_bytes": 18752471040.0,
+    "peak_memory_bytes": 20388786995.2,
     "bubble_fraction": 0.09914869295748174,
     "evaluator": "fast",
-    "peak_memory_bytes_per_device": [18752471040.0, 15617228800.0],
+    "peak_memory_bytes_per_device": [20388786995.2, 17159487488.0],
 }
 
 

@@ -38,8 +38,8 @@ def test_an_oom_training_layout_is_flagged_not_refused():
     assert result.exit_code == 0 and result.stderr == ""
     assert result.stdout.splitlines() == [
         f"{LLAMA}: ok - gpipe, 4 devices, 4 stages, 32 microbatches, 256 actions",
-        "  memory: OOM: device 3 needs 123.57 GiB of 80.00 GiB (32.37 GiB static + 91.20 GiB "
-        "activations); 4 of 4 devices over",
+        "  memory: OOM: device 3 needs 128.28 GiB (32.37 GiB static + 91.20 GiB activations + "
+        "4.71 GiB runtime) of 76.00 GiB usable (80.00 GiB less 5% headroom); 4 of 4 devices over",
     ]
 
 
@@ -47,8 +47,8 @@ def test_a_layout_that_fits_says_its_peak():
     result = invoke("validate", LLAMA)
     assert result.exit_code == 0 and result.stderr == ""
     assert result.stdout.splitlines()[1] == (
-        "  memory: fits, peak 47.65 GiB of 80.00 GiB on device 0 (32.37 GiB static + "
-        "15.29 GiB activations)"
+        "  memory: fits, peak 50.08 GiB of 76.00 GiB usable (80.00 GiB less 5% headroom) on "
+        "device 0 (32.37 GiB static + 15.29 GiB activations + 2.43 GiB runtime)"
     )
 
 
@@ -58,10 +58,12 @@ def test_json_holds_the_oom_flag_and_each_device_as_run_names_it():
     assert data["memory_capacity_bytes"] == 80 * 2**30
     assert [d["oom"] for d in data["per_device"]] == [True] * 4
     worst = data["per_device"][3]
-    assert (
-        worst["peak_memory_bytes"] == worst["static_memory_bytes"] + worst["peak_activation_bytes"]
-    )
-    assert round(worst["peak_memory_bytes"] / 2**30, 2) == 123.57
+    assert data["memory_headroom"] == 0.05
+    allocated = worst["static_memory_bytes"] + worst["peak_activation_bytes"]
+    # 1 GiB of CUDA context and communication buffers, 3% of the allocated bytes lost
+    assert worst["runtime_memory_bytes"] == pytest.approx(2**30 + 0.03 * allocated, rel=1e-12)
+    assert worst["peak_memory_bytes"] == pytest.approx(allocated * 1.03 + 2**30, rel=1e-12)
+    assert round(worst["peak_memory_bytes"] / 2**30, 2) == 128.28
 
 
 def test_the_oom_flag_matches_what_run_reports(monkeypatch):
@@ -69,7 +71,14 @@ def test_the_oom_flag_matches_what_run_reports(monkeypatch):
     checked = json.loads(invoke("validate", LLAMA, *GPIPE, "--format", "json").stdout)
     ran = json.loads(invoke("run", LLAMA, *GPIPE, "--format", "json").stdout)
     assert checked["oom"] is ran["oom"] is True
-    keys = ("device", "static_memory_bytes", "peak_activation_bytes", "peak_memory_bytes", "oom")
+    keys = (
+        "device",
+        "static_memory_bytes",
+        "peak_activation_bytes",
+        "runtime_memory_bytes",
+        "peak_memory_bytes",
+        "oom",
+    )
     assert checked["per_device"] == [{k: d[k] for k in keys} for d in ran["per_device"]]
     assert checked["memory_capacity_bytes"] == ran["memory_capacity_bytes"]
 
@@ -97,8 +106,8 @@ def test_a_serving_scenario_shows_what_serve_would_run():
     result = invoke("validate", SERVE)
     assert result.exit_code == 0 and result.stderr == ""
     assert result.stdout.splitlines()[1:] == [
-        "  memory: fits, peak 16.45 GiB of 80.00 GiB on device 0 (16.45 GiB static + 0 B "
-        "activations)",
+        "  memory: fits, peak 17.95 GiB of 76.00 GiB usable (80.00 GiB less 5% headroom) on "
+        "device 0 (16.45 GiB static + 0 B activations + 1.49 GiB runtime)",
         "  serve: 1 replicas x (1 pipeline stages x 8 tensor GPUs), 91,649 KV blocks of 16 "
         "tokens, 1,000 requests, costs model",
     ]

@@ -113,7 +113,9 @@ def test_static_memory_and_oom():
     fits = run(SCENARIOS / "llama-70b-4x8-h100.yaml").report
     assert not fits.oom
     for d in fits.per_device:
-        assert d.peak_memory_bytes == d.static_memory_bytes + d.peak_activation_bytes
+        allocated = d.static_memory_bytes + d.peak_activation_bytes
+        assert d.runtime_memory_bytes == pytest.approx(2**30 + 0.03 * allocated, rel=1e-12)
+        assert d.peak_memory_bytes == allocated + d.runtime_memory_bytes
     # One node of 8 GPUs with tensor parallelism 2 cannot hold a 70B model with Adam.
     tight = run(
         SCENARIOS / "llama-70b-4x8-h100.yaml",

@@ -42,13 +42,14 @@ from pipesim.analysis.critical import (
     UPSTREAM,
 )
 from pipesim.analysis.plan.planner import run_emitted
-from pipesim.analysis.plan.prune import capacity_reason
+from pipesim.analysis.plan.prune import capacity_reason, usable_text
 from pipesim.analysis.plan.rank import describe, emit_mapping
 from pipesim.analysis.plan.row import PlanRow
 from pipesim.analysis.plan.score import Scorer
 from pipesim.analysis.plan.space import Candidate
 from pipesim.analysis.run import Result
 from pipesim.scenario.vary import vary
+from pipesim.sim.metrics import Accounting
 from pipesim.sim.trace import Lane
 
 TERMS = (
@@ -81,6 +82,7 @@ class Breakdown:
     device: int
     terms_ms: dict[str, float]
     forced: tuple[str, ...]  # memory-forced choices, as sentences
+    memory: str = ""  # "memory: 71.2 of 76.0 GiB usable (80 GiB less 5% headroom)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,7 @@ class PlanExplanation:
                 "device": b.device,
                 "terms_ms": b.terms_ms,
                 "memory_forced": list(b.forced),
+                "memory": b.memory,
             }
 
         return {"winner": one(self.winner), "runner_up": one(self.runner_up)}
@@ -120,7 +123,7 @@ class PlanExplanation:
 
 def _describe(rank: int, b: Breakdown) -> str:
     terms = ", ".join(f"{t} {b.terms_ms[t]:.3f}" for t in TERMS if b.terms_ms[t] > 1e-9)
-    forced = "".join(f"; {f}" for f in b.forced)
+    forced = "".join(f"; {f}" for f in (b.memory, *b.forced) if f)
     return f"#{rank} {b.label}: {b.step_time_ms:.3f} ms on device {b.device}: {terms}{forced}"
 
 
@@ -152,7 +155,15 @@ def _breakdown(base: dict[str, Any], source: str, row: PlanRow) -> Breakdown:
     busy = report.per_device[device].busy_ms
     terms |= _busy_terms(base, source, row.candidate, device, busy)
     forced = _memory_forced(base, source, row.candidate)
-    return Breakdown(describe(row), report.step_time_ms, device, terms, forced)
+    memory = _memory_words(result.scenario.accounting, row.peak_memory_bytes)
+    return Breakdown(describe(row), report.step_time_ms, device, terms, forced, memory)
+
+
+def _memory_words(accounting: Accounting | None, peak_bytes: float) -> str:
+    """The fullest device's peak against the usable memory, the headroom named."""
+    if accounting is None or not accounting.memory_capacity_bytes:
+        return ""
+    return f"memory: {peak_bytes / 2**30:.1f} of {usable_text(accounting)}"
 
 
 def _busy_terms(
@@ -224,7 +235,7 @@ def _memory_forced(base: dict[str, Any], source: str, candidate: Candidate) -> t
             )
         )
     scorer = Scorer(base, source)
-    too_big = capacity_reason(scorer.capacity)  # the reason memory pruning gives
+    too_big = capacity_reason(scorer.accounting)  # the reason memory pruning gives
     forced = []
     for choice, how, other in flips:
         outcome = scorer.score(other)

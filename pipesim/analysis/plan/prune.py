@@ -25,6 +25,7 @@ import numpy as np
 
 from pipesim.schedules.ir import Action, Kind, Schedule
 from pipesim.sim.costs import Costs
+from pipesim.sim.metrics import Accounting
 
 # (coefficient of the activation, coefficient of its weight-gradient part) per change
 _TAKE = (1.0, 0.0)
@@ -93,14 +94,26 @@ def peak_activation_bytes(program: MemoryProgram, costs: Costs) -> np.ndarray:
     return peaks
 
 
-def exceeds(peak_bytes: np.ndarray, static_bytes: tuple[float, ...], capacity: float) -> bool:
-    """Whether static plus peak activation memory passes ``capacity`` on some device
-    (0: unknown capacity, never)."""
-    if not capacity:
-        return False
-    return bool((np.asarray(static_bytes) + peak_bytes > capacity).any())
+def exceeds(peak_bytes: np.ndarray, accounting: Accounting) -> bool:
+    """Whether static plus peak activation memory, with the runtime's share, passes the
+    usable memory (capacity less headroom) on some device (unknown capacity: never)."""
+    return any(
+        accounting.over_capacity(accounting.device_memory(d, float(peak))[1])
+        for d, peak in enumerate(peak_bytes)
+    )
 
 
-def capacity_reason(capacity_bytes: float) -> str:
+def capacity_reason(accounting: Accounting) -> str:
     """The pruning reason for memory, as the user reads it."""
-    return f"exceed {capacity_bytes / 2**30:.0f} GiB on some device"
+    return f"exceed {usable_text(accounting)} on some device"
+
+
+def usable_text(accounting: Accounting) -> str:
+    """The usable memory in words: "76.0 GiB usable (80 GiB less 5% headroom)"."""
+    capacity = accounting.memory_capacity_bytes / 2**30
+    if not accounting.memory_headroom:
+        return f"{capacity:.0f} GiB"
+    return (
+        f"{accounting.usable_bytes / 2**30:.1f} GiB usable ({capacity:.0f} GiB less "
+        f"{accounting.memory_headroom * 100:.3g}% headroom)"
+    )

@@ -74,7 +74,16 @@ class Scorer:
         self.base = spec_data
         self.spec = parse_spec(dict(spec_data), source)
         self.source = source
-        self.capacity = float(gpu_profile(self.spec.hardware.gpu).memory_bytes)
+        hw = self.spec.hardware
+        self.capacity = float(gpu_profile(hw.gpu).memory_bytes)
+        # the memory terms every candidate shares: the OOM check's words
+        self.accounting = Accounting(
+            (),
+            memory_capacity_bytes=self.capacity,
+            runtime_memory_bytes=hw.runtime_bytes,
+            fragmentation=hw.fragmentation,
+            memory_headroom=hw.memory_headroom,
+        )
         self._schedules: dict[tuple, Schedule | str] = {}
         self._programs: dict[tuple, MemoryProgram] = {}
         self._derived: dict[tuple, ModelCosts] = {}
@@ -112,9 +121,8 @@ class Scorer:
         except ScenarioError as exc:
             return Outcome(reason=self._refused(exc))
         peaks = peak_activation_bytes(self._programs[key], derived.costs)
-        capacity = derived.accounting.memory_capacity_bytes  # what the Report checks
-        if exceeds(peaks, derived.accounting.static_memory_bytes, capacity):
-            return Outcome(reason=capacity_reason(capacity))
+        if exceeds(peaks, derived.accounting):  # what the Report checks
+            return Outcome(reason=capacity_reason(derived.accounting))
         # the timeline's inputs, by value: candidates that differ only in what leaves them
         # alone (the ZeRO stage where the optimizer step does not change) share one
         shared = (
@@ -200,15 +208,14 @@ class Scorer:
         except (ScenarioError, ScheduleError) as exc:
             text = str(exc).splitlines()[0].removeprefix(f"{self.source}: ")
             return Outcome(reason=f"{c.schedule}: {text}")
-        capacity = scenario.accounting.memory_capacity_bytes
-        if _exceeds_before(scenario, capacity):
-            return Outcome(reason=capacity_reason(capacity))
+        if _exceeds_before(scenario):
+            return Outcome(reason=capacity_reason(scenario.accounting))
         report = simulate_step(scenario, cache=self._evaluator_cache).report
         return self._outcome(c, report, f"search:{c}")
 
     def _outcome(self, c: Candidate, report: Report, timeline: str) -> Outcome:
         if report.oom:  # the walk is a lower bound: a tie the other way round found it
-            return Outcome(reason=capacity_reason(self.capacity) + " (found by simulation)")
+            return Outcome(reason=capacity_reason(self.accounting) + " (found by simulation)")
         peaks = tuple(d.peak_memory_bytes for d in report.per_device)
         row = PlanRow(
             c,
@@ -230,26 +237,25 @@ def _digest(inputs: tuple) -> str:
 def restated(report: Report, accounting: Accounting) -> Report:
     """The Report of the same timeline under another static memory (another ZeRO stage):
     each device's static and peak memory and its OOM flag, as ``build_report`` sets them."""
-    capacity = accounting.memory_capacity_bytes
     per_device = []
     for d in report.per_device:
-        static = float(accounting.static_memory_bytes[d.device])
-        total = static + d.peak_activation_bytes
+        runtime, total = accounting.device_memory(d.device, d.peak_activation_bytes)
         per_device.append(
             replace(
                 d,
-                static_memory_bytes=static,
+                static_memory_bytes=float(accounting.static_memory_bytes[d.device]),
                 peak_memory_bytes=total,
-                oom=bool(capacity) and total > capacity,
+                oom=accounting.over_capacity(total),
+                runtime_memory_bytes=runtime,
             )
         )
     return replace(report, per_device=tuple(per_device), oom=any(d.oom for d in per_device))
 
 
-def _exceeds_before(scenario: Scenario, capacity: float) -> bool:
+def _exceeds_before(scenario: Scenario) -> bool:
     accounting: Accounting = scenario.accounting
     peaks = peak_activation_bytes(memory_program(scenario.schedule), scenario.costs)
-    return exceeds(peaks, accounting.static_memory_bytes, capacity)
+    return exceeds(peaks, accounting)
 
 
 # ---------------------------------------------------------------------------

@@ -29,13 +29,19 @@ COMPARE_FIELDS = (
     "samples_per_second",
     "peak_activation_bytes",
     "static_memory_bytes",
+    "runtime_memory_bytes",
     "peak_memory_bytes",
     "oom",
     "memory_capacity_bytes",
     "note",
     "error",
 )
-PER_DEVICE_FIELDS = ("peak_activation_bytes", "static_memory_bytes", "peak_memory_bytes")
+PER_DEVICE_FIELDS = (
+    "peak_activation_bytes",
+    "static_memory_bytes",
+    "runtime_memory_bytes",
+    "peak_memory_bytes",
+)
 SEARCH_FIELDS = ("memory_limit_bytes", "search_candidates", "search_seconds")
 STUDY_FIELDS = (
     "rank",
@@ -52,7 +58,7 @@ STUDY_FIELDS = (
 
 def render_compare(comparison: Comparison, fmt: str) -> str:
     """The comparison as ``fmt``. The table shows, where a model gives static memory, the
-    peak memory of the device that needs the most (static plus activations, as ``pipesim
+    peak memory of the device that needs the most (static, activations and runtime, as ``pipesim
     run``'s "peak memory" line), that device's static memory and whether every device fits
     the GPU (``OOM`` where one does not); then the peak activations of every device."""
     if fmt == "json":

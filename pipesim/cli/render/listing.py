@@ -38,29 +38,39 @@ def validation_notes(validation: Validation) -> list[str]:
 
 
 def _memory_line(validation: Validation) -> str:
-    """``OOM: device k needs X of Y (static + activations); n of D devices over``, or the
+    """``OOM: device k needs X (static + activations + runtime) of Y; n of D devices over``, or the
     peak that fits, or the peak where the GPU's memory is unknown."""
     worst = max(validation.memory, key=lambda d: d.peak_memory_bytes)
     parts = (
         f"{format_bytes(worst.static_memory_bytes)} static + "
-        f"{format_bytes(worst.peak_activation_bytes)} activations"
+        f"{format_bytes(worst.peak_activation_bytes)} activations + "
+        f"{format_bytes(worst.runtime_memory_bytes)} runtime"
     )
-    capacity = validation.memory_capacity_bytes
-    if capacity is None:
+    if validation.memory_capacity_bytes is None:
         return (
             f"peak {format_bytes(worst.peak_memory_bytes)} on device {worst.device} ({parts}); "
             "the GPU's memory is unknown, not checked"
         )
     if not validation.oom:
         return (
-            f"fits, peak {format_bytes(worst.peak_memory_bytes)} of {format_bytes(capacity)} "
+            f"fits, peak {format_bytes(worst.peak_memory_bytes)} of {_usable(validation)} "
             f"on device {worst.device} ({parts})"
         )
     over = sum(d.oom for d in validation.memory)
     return (
-        f"OOM: device {worst.device} needs {format_bytes(worst.peak_memory_bytes)} of "
-        f"{format_bytes(capacity)} ({parts}); {over} of {len(validation.memory)} devices over"
+        f"OOM: device {worst.device} needs {format_bytes(worst.peak_memory_bytes)} ({parts}) "
+        f"of {_usable(validation)}; {over} of {len(validation.memory)} devices over"
     )
+
+
+def _usable(validation: Validation) -> str:
+    """The memory the OOM check allows: "76.00 GiB usable (80.00 GiB less 5% headroom)"."""
+    capacity = validation.memory_capacity_bytes or 0.0
+    headroom = validation.memory_headroom
+    if not headroom:
+        return format_bytes(capacity)
+    usable = format_bytes(capacity * (1 - headroom))
+    return f"{usable} usable ({format_bytes(capacity)} less {headroom * 100:.3g}% headroom)"
 
 
 def _serving_line(validation: Validation) -> str:

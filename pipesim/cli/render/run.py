@@ -23,7 +23,7 @@ from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, row_names
 from pipesim.sim.export import chrome_trace_json, gzipped
 from pipesim.sim.export import to_csv as trace_to_csv
-from pipesim.sim.metrics import Report
+from pipesim.sim.metrics import Accounting, Report
 
 TABLE_PATH_STEPS = 40  # critical path steps shown in the run table (all in JSON and explain)
 
@@ -38,7 +38,7 @@ def render_table(result: Result) -> str:
         lines += _search_lines(result.search)
     if result.monte_carlo is not None:
         lines += [""] + _monte_carlo_lines(result.monte_carlo)
-    lines += _memory_lines(report)
+    lines += _memory_lines(report, result.scenario.accounting)
     lines += [""] + _device_lines(report)
     if result.explanation is not None:
         path = path_lines(result.explanation, report.makespan_ms, TABLE_PATH_STEPS)
@@ -150,13 +150,19 @@ def _monte_carlo_lines(summary: MonteCarloSummary) -> list[str]:
     return lines
 
 
-def _memory_lines(report: Report) -> list[str]:
+def _memory_lines(report: Report, accounting: Accounting | None) -> list[str]:
     lines = []
     if report.mfu is not None:
         lines.append(f"  {'MFU':<18}{report.mfu:.1%}")
     if any(d.static_memory_bytes for d in report.per_device):
         worst = max(report.per_device, key=lambda d: d.peak_memory_bytes)
         verdict = "OUT OF MEMORY" if report.oom else "fits"
+        if accounting is not None and accounting.memory_headroom:
+            verdict += (
+                f"; {format_bytes(accounting.usable_bytes)} usable of "
+                f"{format_bytes(accounting.memory_capacity_bytes)}, "
+                f"{accounting.memory_headroom * 100:.3g}% kept free"
+            )
         peak = f"{format_bytes(worst.peak_memory_bytes)} on device {worst.device} ({verdict})"
         lines.append(f"  {'peak memory':<18}{peak}")
     return lines
@@ -168,10 +174,12 @@ def _device_lines(report: Report) -> list[str]:
         f"  {'device':>6} {'busy ms':>10} {'idle ms':>10} {'span ms':>10} {'bubble':>8} "
         f"{'peak in-flight':>15} {'peak activations':>18} {'at ms':>9}"
     )
-    lines = [header + (f" {'static':>12} {'peak total':>12}" if with_static else "")]
+    memory = f" {'static':>12} {'runtime':>12} {'peak total':>12}"
+    lines = [header + (memory if with_static else "")]
     for d in report.per_device:
         static = (
-            f" {format_bytes(d.static_memory_bytes):>12} {format_bytes(d.peak_memory_bytes):>12}"
+            f" {format_bytes(d.static_memory_bytes):>12} {format_bytes(d.runtime_memory_bytes):>12}"
+            f" {format_bytes(d.peak_memory_bytes):>12}"
             if with_static
             else ""
         )
