@@ -30,7 +30,7 @@ from pipesim.plot.decode import (
     is_decode,
     prefill_decode_view,
 )
-from pipesim.plot.memory import draw_memory, has_memory
+from pipesim.plot.memory import Runtime, draw_memory, has_memory
 from pipesim.plot.style import (
     MAX_BOX_DEVICES,
     chunk_handles,
@@ -117,6 +117,7 @@ def gantt_figure(
     critical_path=None,
     *,
     capacity_bytes: float = 0.0,
+    runtime: Runtime | None = None,
 ):
     """The Gantt chart of one run, with the memory panel under it when ``memory``
     timelines are given and anything is held (static memory from ``report``, activations
@@ -124,7 +125,8 @@ def gantt_figure(
 
     ``critical_path`` (elements with ``name``, ``device``, ``start_ms``, ``end_ms``, as
     ``pipesim.analysis.critical`` gives them) is outlined in red; ``capacity_bytes`` (one
-    GPU's memory, 0: unknown) is drawn as a dashed line on the memory panel.
+    GPU's memory, 0: unknown) is drawn as a dashed line on the memory panel; ``runtime``
+    adds what each process holds besides its tensors and draws the usable line.
     """
     static = [d.static_memory_bytes for d in report.per_device]
     with_memory = has_memory(memory, static)
@@ -139,7 +141,7 @@ def gantt_figure(
     if critical_path:
         draw_critical_path(axes[0], critical_path)
     if with_memory:
-        draw_memory(axes[1], trace, memory, static, capacity_bytes)
+        draw_memory(axes[1], trace, memory, static, capacity_bytes, runtime)
     if decode:
         decode_legend(fig, kinds_shown(trace), critical=bool(critical_path))
         label_after_layout(fig, [(axes[0], trace)], draw_decode_labels)

@@ -11,6 +11,7 @@ highest, median and lowest in each time bin) keeps the panel readable.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,14 +30,31 @@ def has_memory(memory: Sequence[MemoryTimeline], static_bytes: Sequence[float] =
     return bool(memory) and (held or any(b > 0 for b in static_bytes))
 
 
-def settled(timeline: MemoryTimeline, static: float, makespan: float):
+def settled(
+    timeline: MemoryTimeline, static: float, makespan: float, runtime: Runtime | None = None
+):
     """(times, GiB) of one device as a step function from 0 to the makespan, one value per
-    instant (where an action ends and the next starts at once, the value after both)."""
+    instant (where an action ends and the next starts at once, the value after both); with
+    ``runtime``, what the process holds besides its tensors is added at every instant."""
     time, held = timeline.time, timeline.activation_bytes
     last = np.append(time[1:] != time[:-1], True) if len(time) else np.array([], dtype=bool)
     times = np.concatenate([[0.0], time[last], [makespan]])
     values = np.concatenate([[0.0], held[last], [held[last][-1] if last.any() else 0.0]])
-    return times, (values + static) / GIB
+    held = values + static
+    if runtime is not None:
+        held = held * (1.0 + runtime.fragmentation) + runtime.fixed_bytes
+    return times, held / GIB
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What a GPU process holds besides its tensors (``pipesim.sim.metrics.Accounting``):
+    ``fixed_bytes`` (CUDA context, communication buffers) plus ``fragmentation`` times the
+    tensors; and the memory the OOM check allows, ``usable_bytes`` (0: the whole GPU)."""
+
+    fixed_bytes: float = 0.0
+    fragmentation: float = 0.0
+    usable_bytes: float = 0.0
 
 
 def binned_peaks(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -53,11 +71,13 @@ def draw_memory(
     memory: Sequence[MemoryTimeline],
     static_bytes: Sequence[float] = (),
     capacity_bytes: float = 0.0,
+    runtime: Runtime | None = None,
 ) -> None:
-    """Static plus activation memory per device over time (GiB), with the capacity line."""
+    """Static plus activation memory per device over time (GiB), plus the runtime's where
+    it is given, with the capacity line and the usable line under it."""
     makespan = max(trace.makespan_ms, 1e-9)
     static = list(static_bytes) + [0.0] * (len(memory) - len(static_bytes))
-    curves = [settled(t, s, makespan) for t, s in zip(memory, static, strict=False)]
+    curves = [settled(t, s, makespan, runtime) for t, s in zip(memory, static, strict=False)]
     if len(curves) <= MAX_MEMORY_LINES:
         for d, (times, gib) in enumerate(curves):
             ax.step(times, gib, where="post", label=f"device {d}", linewidth=1.2)
@@ -71,10 +91,21 @@ def draw_memory(
             linewidth=1.2,
             label=f"GPU memory {capacity_bytes / GIB:.4g} GiB",
         )
+    usable = runtime.usable_bytes if runtime is not None else 0.0
+    if 0 < usable < capacity_bytes:
+        ax.axhline(
+            usable / GIB,
+            color=CAPACITY,
+            linestyle=":",
+            linewidth=1.2,
+            label=f"usable {usable / GIB:.4g} GiB (the OOM check's limit)",
+        )
     ax.set_ylim(bottom=0)
     ax.set_xlim(0, makespan)
     ax.set_xlabel("time (ms)")
     what = "static + activations" if any(s > 0 for s in static) else "activations"
+    if runtime is not None and (runtime.fixed_bytes > 0 or runtime.fragmentation > 0):
+        what += " + runtime"
     ax.set_ylabel(f"{what}\nper device (GiB)", fontsize=FONT)
     ax.legend(fontsize=FONT, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
 

@@ -235,3 +235,34 @@ def test_a_strip_cell_is_a_bar_of_pure_kind_colours_never_a_blend(interleaved):
     assert {tuple(c) for c in np.unique(image, axis=0)} <= allowed
     assert "white: idle" in fig.legends[0].get_title().get_text()
     assert "each cell a bar" in fig.axes[0].get_title()
+
+
+def test_the_memory_panel_draws_what_the_oom_check_weighs_against_the_usable_line():
+    """With runtime memory, each device's highest point on the panel is its reported peak
+    (static + activations + runtime), and the usable line sits at capacity x (1 - headroom)."""
+    from pipesim.analysis.run import run_scenario
+    from pipesim.plot.memory import Runtime
+    from pipesim.scenario.build import load_scenario
+
+    scenario = load_scenario(
+        "scenarios/llama-70b-4x8-h100.yaml",
+        ["pipeline.schedule=gpipe", "pipeline.virtual_stages=1"],
+    )
+    result = run_scenario(scenario)
+    books = scenario.accounting
+    runtime = Runtime(books.runtime_memory_bytes, books.fragmentation, books.usable_bytes)
+    fig = gantt_figure(
+        result.trace,
+        result.report,
+        result.memory,
+        capacity_bytes=books.memory_capacity_bytes,
+        runtime=runtime,
+    )
+    panel = fig.axes[1]
+    curves = {line.get_label(): max(line.get_ydata()) for line in panel.lines}
+    for d, device in enumerate(result.report.per_device):
+        assert curves[f"device {d}"] == pytest.approx(device.peak_memory_bytes / 2**30, rel=1e-12)
+    usable = [line for line in panel.lines if line.get_label().startswith("usable")]
+    assert len(usable) == 1
+    assert usable[0].get_ydata()[0] == pytest.approx(80 * 0.95)
+    assert "runtime" in panel.get_ylabel()

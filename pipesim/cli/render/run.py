@@ -18,6 +18,7 @@ from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.cli.render.explain import path_lines
 from pipesim.cli.render.units import format_bytes
 from pipesim.plot.figures import gantt_figure
+from pipesim.plot.memory import Runtime
 from pipesim.schedules.torch_csv import to_torch_csv
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, row_names
@@ -230,8 +231,20 @@ def run_files(
         path = result.explanation.critical_path if result.explanation is not None else None
         accounting = result.scenario.accounting
         capacity = accounting.memory_capacity_bytes if accounting is not None else 0.0
+        runtime = None
+        if accounting is not None:
+            runtime = Runtime(
+                accounting.runtime_memory_bytes,
+                accounting.fragmentation,
+                accounting.usable_bytes,
+            )
         figure = gantt_figure(
-            result.trace, result.report, result.memory, path, capacity_bytes=capacity
+            result.trace,
+            result.report,
+            result.memory,
+            path,
+            capacity_bytes=capacity,
+            runtime=runtime,
         )
         files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
     if trace:
