@@ -81,6 +81,14 @@ def pareto_figure(plan: Plan, capacity_bytes: float | None = None, title: str = 
             linewidth=1,
             label=f"GPU memory ({capacity_bytes / GIB:.0f} GiB)",
         )
+    if capacity_bytes and 0 < plan.usable_bytes < capacity_bytes:
+        ax.axvline(
+            plan.usable_bytes / GIB,
+            color="0.3",
+            linestyle=":",
+            linewidth=1,
+            label=f"usable ({plan.usable_bytes / GIB:.1f} GiB, what the plan pruned against)",
+        )
     ax.set_xlabel("peak memory per device (GiB)", fontsize=FONT)
     ax.set_ylabel("step time (ms)", fontsize=FONT)
     ax.tick_params(labelsize=FONT)

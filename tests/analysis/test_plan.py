@@ -441,6 +441,9 @@ def test_pareto_figure_draws_the_front_in_gib_and_marks_the_winner():
         result.results[0].step_time_ms,
     )
     assert "GPU memory (40 GiB)" in lines
+    assert result.usable_bytes == USABLE_BYTES  # what every row was pruned against
+    usable = [line for label, line in lines.items() if label.startswith("usable (")]
+    assert [line.get_xdata()[0] for line in usable] == [USABLE_BYTES / 2**30]
     assert len(ax.collections[0].get_offsets()) == result.scored
     assert result.capacity_bytes == CAPACITY_BYTES  # the line's default: the plan's GPU
     default = pareto_figure(result).axes[0]

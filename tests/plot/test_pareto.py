@@ -33,6 +33,7 @@ def crowded_plan():
         pareto=front,
         results=[front[-1]],
         capacity_bytes=80 * GIB,
+        usable_bytes=76 * GIB,
         scored=len(front),
     )
 

@@ -50,7 +50,8 @@ class Plan:
     # (step_time_ms, peak_memory_bytes) of every scored candidate, in space order
     points: tuple[tuple[float, float], ...] = field(repr=False, default=())
     axes: dict[str, list[Any]] = field(default_factory=dict)  # the values each axis took
-    capacity_bytes: float = 0.0  # one GPU's memory, what the candidates were pruned against
+    capacity_bytes: float = 0.0  # one GPU's memory
+    usable_bytes: float = 0.0  # what the candidates were pruned against: less the headroom
 
     def to_dict(self) -> dict[str, Any]:
         """What ``--format json`` prints."""
@@ -123,6 +124,7 @@ def plan(
         tuple((row.step_time_ms, row.peak_memory_bytes) for _, row in rows),
         axes_tried(searched),
         float(gpu_profile(spec.hardware.gpu).memory_bytes),
+        float(gpu_profile(spec.hardware.gpu).memory_bytes) * (1 - spec.hardware.memory_headroom),
     )
     confirmed = confirm_top(result, confirm, shown)
     return replace(result, confirmed=confirmed, wall_s=time.perf_counter() - started)
