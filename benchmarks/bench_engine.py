@@ -25,15 +25,9 @@ import time
 SIZES = [10**3, 10**4, 10**5, 10**6]
 
 
-def one_run(schedule: str, actions: int) -> dict:
-    from pipesim import run_scenario
-    from pipesim.cli.gc_pause import no_cyclic_gc
-    from pipesim.scenario.build import build_scenario, parse_spec
-
-    devices, chunks = 8, (1 if schedule == "1f1b" else 4)
-    per_microbatch = 2 * devices * chunks  # one F and one B per stage
-    microbatches = max(devices, actions // per_microbatch // devices * devices)
-    spec = {
+def uniform_scenario(schedule: str, devices: int, microbatches: int, chunks: int = 1) -> dict:
+    """A scenario of equal stages (F 1 ms, B 2 ms, 1 MB activations) on a 100 GB/s link."""
+    return {
         "schema_version": 1,
         "name": f"bench-{schedule}",
         "pipeline": {
@@ -50,6 +44,17 @@ def one_run(schedule: str, actions: int) -> dict:
         },
         "hardware": {"link": {"latency_us": 5, "bandwidth_gbps": 100}},
     }
+
+
+def one_run(schedule: str, actions: int) -> dict:
+    from pipesim import run_scenario
+    from pipesim.cli.gc_pause import no_cyclic_gc
+    from pipesim.scenario.build import build_scenario, parse_spec
+
+    devices, chunks = 8, (1 if schedule == "1f1b" else 4)
+    per_microbatch = 2 * devices * chunks  # one F and one B per stage
+    microbatches = max(devices, actions // per_microbatch // devices * devices)
+    spec = uniform_scenario(schedule, devices, microbatches, chunks)
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     with no_cyclic_gc():  # as ``pipesim run`` runs it

@@ -17,20 +17,7 @@ import argparse
 import json
 import time
 
-
-def scenario(devices: int, microbatches: int) -> dict:
-    return {
-        "schema_version": 1,
-        "name": "bench-trace",
-        "pipeline": {"schedule": "1f1b", "devices": devices, "microbatches": microbatches},
-        "costs": {
-            "forward_ms": 1.0,
-            "backward_ms": 2.0,
-            "activation_bytes": 1e6,
-            "activation_memory_bytes": 1e6,
-        },
-        "hardware": {"link": {"latency_us": 5, "bandwidth_gbps": 100}},
-    }
+from bench_engine import uniform_scenario  # the same equal-stage scenario
 
 
 def timed(label: str, make) -> dict:
@@ -49,7 +36,7 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=400)
     parser.add_argument("--microbatches", type=int, default=400)
     args = parser.parse_args()
-    spec = parse_spec(scenario(args.devices, args.microbatches), "bench")
+    spec = parse_spec(uniform_scenario("1f1b", args.devices, args.microbatches), "bench")
     with no_cyclic_gc():  # as ``pipesim run`` runs it
         result = run_scenario(build_scenario(spec, "bench"))
         trace, memory = result.trace, result.memory

@@ -83,23 +83,19 @@ def draw_memory(
             ax.step(times, gib, where="post", label=f"device {d}", linewidth=1.2)
     else:
         draw_spread(ax, curves, makespan)
-    if capacity_bytes > 0:
-        ax.axhline(
-            capacity_bytes / GIB,
-            color=CAPACITY,
-            linestyle="--",
-            linewidth=1.2,
-            label=f"GPU memory {capacity_bytes / GIB:.4g} GiB",
-        )
     usable = runtime.usable_bytes if runtime is not None else 0.0
+    limits = [(capacity_bytes, "--", "GPU memory {:.4g} GiB")]
     if 0 < usable < capacity_bytes:
-        ax.axhline(
-            usable / GIB,
-            color=CAPACITY,
-            linestyle=":",
-            linewidth=1.2,
-            label=f"usable {usable / GIB:.4g} GiB (the OOM check's limit)",
-        )
+        limits.append((usable, ":", "usable {:.4g} GiB (the OOM check's limit)"))
+    for limit, style, label in limits:
+        if limit > 0:
+            ax.axhline(
+                limit / GIB,
+                color=CAPACITY,
+                linestyle=style,
+                linewidth=1.2,
+                label=label.format(limit / GIB),
+            )
     ax.set_ylim(bottom=0)
     ax.set_xlim(0, makespan)
     ax.set_xlabel("time (ms)")
