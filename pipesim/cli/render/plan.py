@@ -13,6 +13,7 @@ import json
 
 import yaml
 
+from pipesim.analysis.accuracy import PlanAccuracy, plan_accuracy
 from pipesim.analysis.plan import (
     AXIS_ATTRIBUTES,
     METRICS,
@@ -57,11 +58,14 @@ def render_plan(
             del data["wall_s"]
         if explanation is not None:
             data["explain"] = explanation.to_dict()
+        accuracy = plan_accuracy(result)
+        data["accuracy"] = None if accuracy is None else accuracy.to_dict()
         return json.dumps(data, indent=2) + "\n"
     if fmt == "csv":
         return _csv(result.results)
     lines = _summary(result, timing)
     lines += _table(distinct(result.results))  # one row per outcome; JSON keeps them all
+    lines += _accuracy_lines(plan_accuracy(result))
     if explanation is not None:
         lines += ["", "why the winner wins:", *explanation.sentences()]
     return "\n".join(lines) + "\n"
@@ -78,6 +82,13 @@ def _summary(result: Plan, timing: bool) -> list[str]:
     lines += [f"  pruned: {n:,} {reason}" for reason, n in result.pruned.items()]
     lines.append(f"Pareto front (step time against peak memory): {len(result.pareto)} candidates")
     return lines + [""]
+
+
+def _accuracy_lines(accuracy: PlanAccuracy | None) -> list[str]:
+    """The winner's expected error, and whether the ranking's lead lies inside it."""
+    if accuracy is None:
+        return []
+    return ["", f"expected error: {accuracy.band.text}", f"  {accuracy.ranking}"]
 
 
 COLUMNS = ("rank", "layout", "step ms", "tokens/s", "MFU", "peak GiB", "bubble")

@@ -12,6 +12,7 @@ import io
 import json
 from dataclasses import asdict
 
+from pipesim.analysis.accuracy import AccuracyBand, scenario_bands
 from pipesim.analysis.monte_carlo import MonteCarloSummary
 from pipesim.analysis.run import Result
 from pipesim.cli.output import Files, figure_bytes, suffix_of
@@ -32,22 +33,32 @@ TABLE_PATH_STEPS = 40  # critical path steps shown in the run table (all in JSON
 def render_table(result: Result) -> str:
     """The report as a table; Monte Carlo percentiles and the critical path when present."""
     report = result.report
-    lines = [f"pipesim - {report.scenario}", ""] + _summary_lines(report)
+    bands = scenario_bands(result.scenario)
+    step = band_lines(bands, ("step_time",)) if result.decode is None else []
+    lines = [f"pipesim - {report.scenario}", ""] + _summary_lines(report, step)
     if result.decode is not None:
-        lines += _decode_lines(result.decode)
+        lines += _decode_lines(result.decode) + band_lines(bands, ("step_time", "ttft", "tpot"))
     if result.search is not None:
         lines += _search_lines(result.search)
     if result.monte_carlo is not None:
         lines += [""] + _monte_carlo_lines(result.monte_carlo)
-    lines += _memory_lines(report, result.scenario.accounting)
-    lines += [""] + _device_lines(report)
+    memory = _memory_lines(report, result.scenario.accounting)
+    if memory and memory[-1].lstrip().startswith("peak memory"):
+        memory += band_lines(bands, ("peak_memory",))
+    lines += memory + [""] + _device_lines(report)
     if result.explanation is not None:
         path = path_lines(result.explanation, report.makespan_ms, TABLE_PATH_STEPS)
         lines += [""] + [f"  {line}" if line else line for line in path]
     return "\n".join(lines) + "\n"
 
 
-def _summary_lines(report: Report) -> list[str]:
+def band_lines(bands: dict[str, AccuracyBand], keys: tuple[str, ...]) -> list[str]:
+    """The error to expect on the quantities ``keys`` (``pipesim.analysis.accuracy``)."""
+    shown = [bands[key] for key in keys if key in bands]
+    return [f"  {'expected error' if n == 0 else '':<18}{b.text}" for n, b in enumerate(shown)]
+
+
+def _summary_lines(report: Report, after_makespan: list[str]) -> list[str]:
     analytic = report.analytic
     lines: list[str] = []
 
@@ -63,6 +74,7 @@ def _summary_lines(report: Report) -> list[str]:
         f"{report.makespan_ms:.3f} ms",
         f"{analytic.makespan_ms:.3f} ms" if analytic else "",
     )
+    lines += after_makespan
     line(
         "bubble fraction",
         f"{report.bubble_fraction:.4f}",
@@ -195,7 +207,10 @@ def _device_lines(report: Report) -> list[str]:
 
 
 def render_json(result: Result) -> str:
-    return json.dumps(result.to_dict(), indent=2) + "\n"
+    """``Result.to_dict()`` and, under ``accuracy``, the error to expect on each quantity."""
+    data = result.to_dict()
+    data["accuracy"] = {k: b.to_dict() for k, b in scenario_bands(result.scenario).items()}
+    return json.dumps(data, indent=2) + "\n"
 
 
 def render_csv(result: Result) -> str:

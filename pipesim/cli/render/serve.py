@@ -10,6 +10,7 @@ import csv
 import io
 import json
 
+from pipesim.analysis.accuracy import AccuracyBand, serving_bands
 from pipesim.analysis.max_rate import MaxRate, rate_text
 from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.plot.serving import serving_figure
@@ -48,6 +49,7 @@ def render_serve(run: ServeRun, search: MaxRate | None, fmt: str) -> str:
         data = run.report.to_dict()
         if search is not None:
             data["max_rate"] = search.to_dict()
+        data["accuracy"] = {k: b.to_dict() for k, b in bands(run.scenario).items()}
         return json.dumps(data, indent=2) + "\n"
     if fmt == "csv":
         row = report_scalars(run.report)
@@ -110,6 +112,10 @@ def render_serve_table(run: ServeRun, search: MaxRate | None = None) -> str:
         ("queueing", report.queue_ms),
     ):
         lines.append(f"  {label:<20}" + _stats(stats))
+    shown = bands(scenario).values()
+    lines += [""] + [
+        f"  {'expected error' if n == 0 else '':<20}{b.text}" for n, b in enumerate(shown)
+    ]
     lines += ["", f"  {'replica':<10}{'stage':<8}{'busy (ms)':>14}{'bubble':>10}"]
     for device in report.devices:
         lines.append(
@@ -117,6 +123,11 @@ def render_serve_table(run: ServeRun, search: MaxRate | None = None) -> str:
             f"{device.bubble_fraction:>10.4f}"
         )
     return "\n".join(lines) + "\n"
+
+
+def bands(scenario: ServingScenario) -> dict[str, AccuracyBand]:
+    """The error to expect on TTFT and TPOT (``pipesim.analysis.accuracy``)."""
+    return serving_bands(scenario.spec, scenario.costs_from, scenario.source)
 
 
 def _stats(stats: LatencyStats) -> str:

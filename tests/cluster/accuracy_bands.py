@@ -1,0 +1,259 @@
+"""The ledger of published runs, summarised per regime into ``pipesim/data/accuracy.json``.
+
+pipesim reads no file under ``tests/``, so what ``pipesim run``, ``serve`` and ``plan``
+say about their own accuracy ships inside the package, made here from the ledgers:
+
+    python -m tests.cluster.accuracy_bands           # each regime's band, as computed
+    python -m tests.cluster.accuracy_bands --write   # write them into the package
+
+``tests/cluster/test_accuracy_bands.py`` fails when the packaged file is not what this
+computes, so a ledger row whose error changed cannot go unnoticed.
+
+Each ledger below is read where it exists. Per row: ``id``; ``role`` (``calibrate`` or
+``calibration``, ``holdout`` or ``held_out``; any other role, e.g. ``excluded``, is left
+out); ``source``; ``gpu``; the GPUs (``gpus``, else ``tensor`` x ``pipeline`` x ``data``,
+a missing factor 1); the parameters (``parameters``, else the model's shape: ``layers``,
+``hidden``, ``heads``, ``kv_heads``, ``ffn_hidden``, ``mlp``, ``vocab``); the quantity
+(the ledger's own, else the ``metric`` column's: ``ttft``, ``tpot``, ``memory``,
+``ratio`` in its name); and ``recorded_error``, relative (+0.05: pipesim 5 % above the
+measurement; ``3.1%`` reads as 0.031), or ``recorded_ttft_error`` and
+``recorded_tpot_error`` for a row that records both. A row of ``published_runs.csv``
+without a recorded error gets its error from the harness (``published_runs.errors``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipesim.analysis.accuracy import FORMAT, GIVEN, PROFILE, VERSION, regime_key, size_class
+from pipesim.analysis.accuracy import family as gpu_family
+from pipesim.cluster.transformer import TransformerModel, stage_parameters
+from tests.cluster import published_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGED = ROOT / "pipesim" / "data" / "accuracy.json"
+LEDGERS = (  # (path from the repository root, the quantity of its rows unless a metric says)
+    ("tests/cluster/data/published_runs.csv", "step_time"),
+    ("tests/cluster/data/published_schedules.csv", "schedule_ratio"),
+    ("tests/cluster/data/published_memory.csv", "peak_memory"),
+    ("tests/serving/data/published_serving.csv", None),
+)
+CALIBRATION, HELD_OUT = {"calibrate", "calibration"}, {"holdout", "held_out", "held-out"}
+GIVEN_TEXT = (
+    "costs given by hand: exact for the costs given (nothing modelled); the error is theirs"
+)
+PROFILE_TEXT = (
+    "measured costs (costs.profile): the timeline is exact for the costs measured; how far "
+    "a real step lands from it is not in pipesim's ledger (pipesim's own cross-check, 1F1B "
+    "on 2 CPU processes with synthetic 1 ms ops, replays a run within 5% and predicts one "
+    "within 25%); pipesim crosscheck measures yours"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """One published measurement and pipesim's relative error on it."""
+
+    id: str
+    quantity: str
+    held_out: bool
+    gpu: str
+    gpus: int
+    parameters: float | None
+    source: str
+    error: float
+    ledger: str
+
+
+def read_ledgers(root: Path = ROOT) -> list[LedgerRow]:
+    """Every calibration and held-out row of every ledger present under ``root``."""
+    rows: list[LedgerRow] = []
+    for path, quantity in LEDGERS:
+        if (root / path).exists():
+            rows += ledger_rows(root / path, path, quantity)
+    return rows
+
+
+def ledger_rows(path: Path, name: str, quantity: str | None) -> list[LedgerRow]:
+    with path.open(newline="") as handle:
+        raws = [r for r in csv.DictReader(handle) if r.get("role") in CALIBRATION | HELD_OUT]
+    computed = {}
+    if name.endswith("published_runs.csv") and any(not r.get("recorded_error") for r in raws):
+        runs = published_runs.load_runs()
+        computed = dict(zip((r.id for r in runs), published_runs.errors(runs), strict=True))
+    rows = []
+    for raw in raws:
+        for what, error in recorded_errors(raw, quantity, computed):
+            rows.append(
+                LedgerRow(
+                    raw["id"],
+                    what,
+                    raw["role"] in HELD_OUT,
+                    raw.get("gpu") or "unknown",
+                    gpu_count(raw),
+                    parameter_count(raw),
+                    raw.get("source", ""),
+                    round(error, 6),
+                    name,
+                )
+            )
+    return rows
+
+
+def recorded_errors(
+    raw: dict[str, str], quantity: str | None, computed: dict[str, float]
+) -> list[tuple[str, float]]:
+    """(quantity, error) of a row: its ``recorded_error`` (or the harness's), or one per
+    ``recorded_<quantity>_error`` column."""
+    found = [
+        (column.removeprefix("recorded_").removesuffix("_error"), relative(value))
+        for column, value in raw.items()
+        if column.startswith("recorded_") and column != "recorded_error" and value
+    ]
+    if found:
+        return found
+    what = metric_quantity(raw.get("metric", ""), quantity)
+    if raw.get("recorded_error"):
+        return [(what, relative(raw["recorded_error"]))]
+    if raw["id"] in computed:
+        return [(what, float(computed[raw["id"]]))]
+    raise ValueError(f"{raw['id']}: no recorded_error")
+
+
+def metric_quantity(metric: str, default: str | None) -> str:
+    for word, quantity in (("ttft", "ttft"), ("tpot", "tpot"), ("memory", "peak_memory")):
+        if word in metric.lower():
+            return quantity
+    if "ratio" in metric.lower():
+        return "schedule_ratio"
+    if default is None:
+        raise ValueError(f"metric {metric!r}: not a known quantity")
+    return default
+
+
+def relative(text: str) -> float:
+    text = text.strip()
+    return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+
+
+def gpu_count(raw: dict[str, str]) -> int:
+    if raw.get("gpus"):
+        return int(raw["gpus"])
+    return int(np.prod([int(raw.get(k) or 1) for k in ("tensor", "pipeline", "data")]))
+
+
+def parameter_count(raw: dict[str, str]) -> float | None:
+    if raw.get("parameters"):
+        return float(raw["parameters"])
+    if not all(raw.get(k) for k in ("layers", "hidden", "heads", "vocab")):
+        return None
+    model = TransformerModel(
+        layers=int(raw["layers"]),
+        hidden=int(raw["hidden"]),
+        heads=int(raw["heads"]),
+        seq_len=int(raw.get("seq_len") or 1),
+        vocab=int(raw["vocab"]),
+        ffn_hidden=int(raw["ffn_hidden"]) if raw.get("ffn_hidden") else None,
+        kv_heads=int(raw["kv_heads"]) if raw.get("kv_heads") else None,
+        mlp=raw.get("mlp") or "plain",
+    )
+    return float(sum(stage_parameters(model, (model.layers,))))
+
+
+# ---------------------------------------------------------------------------
+# The summary
+
+
+def pct(values: Iterable[float], how) -> float | None:
+    values = [abs(v) * 100 for v in values]
+    return round(float(how(values)), 2) if values else None
+
+
+def summary(rows: list[LedgerRow]) -> dict:
+    """The packaged file's content: per regime (``regime_key``) its row counts, the median
+    and largest |error| in percent over held-out and over all rows, the GPU types, GPUs and
+    parameters it spans and its sources; then every row; then the given-costs regimes."""
+    groups: dict[str, list[LedgerRow]] = {}
+    for row in rows:
+        groups.setdefault(regime_key(row.quantity, row.gpu, row.gpus), []).append(row)
+    regimes = [regime(key, group) for key, group in sorted(groups.items())]
+    regimes += [
+        {"key": GIVEN, "quantity": None, "rows": 0, "text": GIVEN_TEXT},
+        {"key": PROFILE, "quantity": None, "rows": 0, "text": PROFILE_TEXT},
+    ]
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "generated_by": "python -m tests.cluster.accuracy_bands --write",
+        "ledgers": sorted({r.ledger for r in rows}),
+        "regimes": regimes,
+        "rows": [
+            {
+                "id": r.id,
+                "quantity": r.quantity,
+                "role": "held_out" if r.held_out else "calibration",
+                "gpu": r.gpu,
+                "gpus": r.gpus,
+                "parameters": r.parameters,
+                "error_pct": round(r.error * 100, 4),
+                "source": r.source,
+            }
+            for r in rows
+        ],
+    }
+
+
+def regime(key: str, group: list[LedgerRow]) -> dict:
+    held = [r.error for r in group if r.held_out]
+    errors = [r.error for r in group]
+    params = [r.parameters for r in group if r.parameters is not None]
+    first = group[0]
+    return {
+        "key": key,
+        "quantity": first.quantity,
+        "family": gpu_family(first.gpu),
+        "size": size_class(first.gpus) if first.quantity == "step_time" else None,
+        "rows": len(group),
+        "held_out": len(held),
+        "median_pct": pct(errors, np.median),
+        "max_pct": pct(errors, np.max),
+        "held_out_median_pct": pct(held, np.median),
+        "held_out_max_pct": pct(held, np.max),
+        "gpu_types": sorted({r.gpu for r in group}),
+        "gpus": [min(r.gpus for r in group), max(r.gpus for r in group)],
+        "parameters": [min(params), max(params)] if params else None,
+        "sources": sorted({r.source for r in group}),
+        "ids": [r.id for r in group],
+    }
+
+
+def render(data: dict) -> str:
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str]) -> None:
+    data = summary(read_ledgers())
+    if "--write" in argv:
+        PACKAGED.parent.mkdir(exist_ok=True)
+        PACKAGED.write_text(render(data), encoding="utf-8")
+        print(f"wrote {PACKAGED.relative_to(ROOT)}")
+    for r in data["regimes"]:
+        if not r["rows"]:
+            print(f"{r['key']:28s} {r['text']}")
+            continue
+        print(
+            f"{r['key']:28s} {r['rows']:3d} rows, {r['held_out']:3d} held out: "
+            f"held-out median {r['held_out_median_pct']}% max {r['held_out_max_pct']}%; "
+            f"all median {r['median_pct']}% max {r['max_pct']}%"
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
