@@ -311,5 +311,5 @@ def ranking_text(typical: float | None, gap: float | None) -> str:
     if gap is None:
         return text
     if gap < typical:
-        return f"{text}: the runner-up, {gap:.1f}% slower, is not told apart from the winner"
-    return f"{text}; the runner-up is {gap:.1f}% slower, outside it"
+        return f"{text}: the runner-up, {gap:.2f}% slower, is not told apart from the winner"
+    return f"{text}; the runner-up is {gap:.2f}% slower, outside it"

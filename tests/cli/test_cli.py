@@ -32,6 +32,8 @@ def test_run_prints_the_table():
         "  devices           4   stages 4",
         "  microbatches      4 x 1 samples",
         "  makespan          7.000 ms   (analytic 7.000 ms)",
+        "  expected error    costs given by hand: exact for the costs given (nothing modelled); "
+        "the error is theirs",
         "  bubble fraction   0.4286   (analytic 0.4286)",
         "  bubble overhead   0.7500   (analytic 0.7500)",
         "  span bubble rate  0.0000",
