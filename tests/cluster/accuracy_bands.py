@@ -4,7 +4,8 @@ pipesim reads no file under ``tests/``, so what ``pipesim run``, ``serve`` and `
 say about their own accuracy ships inside the package, made here from the ledgers:
 
     python -m tests.cluster.accuracy_bands           # each regime's band, as computed
-    python -m tests.cluster.accuracy_bands --write   # write them into the package
+    python -m tests.cluster.accuracy_bands --write   # write them into the package (and
+                                                     # the table in docs/validation.md)
 
 ``tests/cluster/test_accuracy_bands.py`` fails when the packaged file is not what this
 computes, so a ledger row whose error changed cannot go unnoticed.
@@ -39,6 +40,8 @@ from tests.cluster import published_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGED = ROOT / "pipesim" / "data" / "accuracy.json"
+DOCS = ROOT / "docs" / "validation.md"
+TABLE = ("<!-- accuracy bands: python -m tests.cluster.accuracy_bands --write -->", "<!-- end -->")
 LEDGERS = (  # (path from the repository root, the quantity of its rows unless a metric says)
     ("tests/cluster/data/published_runs.csv", "step_time"),
     ("tests/cluster/data/published_schedules.csv", "schedule_ratio"),
@@ -238,12 +241,40 @@ def render(data: dict) -> str:
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
 
 
+def markdown_table(data: dict) -> str:
+    """The regimes as docs/validation.md shows them, between its two ``TABLE`` markers."""
+    lines = [
+        "| regime | rows | held out | held-out median / max \\|error\\| | all rows "
+        "median / max | GPUs | parameters |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in data["regimes"]:
+        if not r["rows"]:
+            continue
+        held = "-" if not r["held_out"] else f"{r['held_out_median_pct']:.1f} % / "
+        held += f"{r['held_out_max_pct']:.1f} %" if r["held_out"] else ""
+        span = r["parameters"]
+        params = "-" if not span else f"{span[0] / 1e9:.1f}B-{span[1] / 1e9:.1f}B"
+        lines.append(
+            f"| `{r['key']}` | {r['rows']} | {r['held_out']} | {held} | "
+            f"{r['median_pct']:.1f} % / {r['max_pct']:.1f} % | "
+            f"{r['gpus'][0]:,}-{r['gpus'][1]:,} | {params} |"
+        )
+    return "\n".join([TABLE[0], *lines, TABLE[1]])
+
+
+def docs_with_table(text: str, data: dict) -> str:
+    start, end = text.index(TABLE[0]), text.index(TABLE[1]) + len(TABLE[1])
+    return text[:start] + markdown_table(data) + text[end:]
+
+
 def main(argv: list[str]) -> None:
     data = summary(read_ledgers())
     if "--write" in argv:
         PACKAGED.parent.mkdir(exist_ok=True)
         PACKAGED.write_text(render(data), encoding="utf-8")
-        print(f"wrote {PACKAGED.relative_to(ROOT)}")
+        DOCS.write_text(docs_with_table(DOCS.read_text("utf-8"), data), encoding="utf-8")
+        print(f"wrote {PACKAGED.relative_to(ROOT)} and the table in {DOCS.relative_to(ROOT)}")
     for r in data["regimes"]:
         if not r["rows"]:
             print(f"{r['key']:28s} {r['text']}")

@@ -16,10 +16,12 @@ import pytest
 
 from pipesim.analysis.accuracy import ledger
 from tests.cluster.accuracy_bands import (
+    DOCS,
     LEDGERS,
     PACKAGED,
     ROOT,
     LedgerRow,
+    docs_with_table,
     read_ledgers,
     render,
     summary,
@@ -33,6 +35,8 @@ def test_the_packaged_file_is_what_the_ledgers_give():
     assert summary(read_ledgers()) == PACKAGED_DATA, STALE
     assert render(PACKAGED_DATA) == PACKAGED.read_text(encoding="utf-8")
     assert ledger() == PACKAGED_DATA  # what pipesim reads is that file
+    docs = DOCS.read_text(encoding="utf-8")
+    assert docs_with_table(docs, PACKAGED_DATA) == docs, STALE  # the table in the docs too
 
 
 def recorded_copy(folder: Path) -> Path:
