@@ -12,13 +12,13 @@ computes, so a ledger row whose error changed cannot go unnoticed.
 
 Each ledger below is read where it exists. Per row: ``id``; ``role`` (``calibrate`` or
 ``calibration``, ``holdout`` or ``held_out``; any other role, e.g. ``excluded``, is left
-out); ``source``; ``gpu``; the GPUs (``gpus``, else ``tensor`` x ``pipeline`` x ``data``,
-a missing factor 1); the parameters (``parameters``, else the model's shape: ``layers``,
-``hidden``, ``heads``, ``kv_heads``, ``ffn_hidden``, ``mlp``, ``vocab``); the quantity
-(the ledger's own, else the ``metric`` column's: ``ttft``, ``tpot``, ``memory``,
-``ratio`` in its name); and ``recorded_error``, relative (+0.05: pipesim 5 % above the
-measurement; ``3.1%`` reads as 0.031), or ``recorded_ttft_error`` and
-``recorded_tpot_error`` for a row that records both. A row of ``published_runs.csv``
+out); ``source``; ``gpu``; the GPUs (``gpus``, else ``tensor`` x ``pipeline`` x ``data``
+x ``context``, a missing factor 1); the parameters (``parameters``, else the model's
+shape: ``layers``, ``hidden``, ``heads``, ``kv_heads``, ``ffn_hidden``, ``mlp``,
+``vocab``); the quantity (the ledger's own, else the ``metric`` column's: ``ttft``,
+``tpot``, ``memory``, ``ratio`` in its name); and ``recorded_error``, relative (+0.05:
+pipesim 5 % above the measurement; ``3.1%`` reads as 0.031), or ``recorded_ttft_error``
+and ``recorded_tpot_error`` for a row that records both. A row of ``published_runs.csv``
 without a recorded error gets its error from the harness (``published_runs.errors``).
 """
 
@@ -44,7 +44,7 @@ DOCS = ROOT / "docs" / "validation.md"
 TABLE = ("<!-- accuracy bands: python -m tests.cluster.accuracy_bands --write -->", "<!-- end -->")
 LEDGERS = (  # (path from the repository root, the quantity of its rows unless a metric says)
     ("tests/cluster/data/published_runs.csv", "step_time"),
-    ("tests/cluster/data/published_schedules.csv", "schedule_ratio"),
+    ("tests/cluster/data/schedule_ratios.csv", "schedule_ratio"),
     ("tests/cluster/data/published_memory.csv", "peak_memory"),
     ("tests/serving/data/published_serving.csv", None),
 )
@@ -149,7 +149,8 @@ def relative(text: str) -> float:
 def gpu_count(raw: dict[str, str]) -> int:
     if raw.get("gpus"):
         return int(raw["gpus"])
-    return int(np.prod([int(raw.get(k) or 1) for k in ("tensor", "pipeline", "data")]))
+    factors = ("tensor", "pipeline", "data", "context")
+    return int(np.prod([int(raw.get(k) or 1) for k in factors]))
 
 
 def parameter_count(raw: dict[str, str]) -> float | None:
