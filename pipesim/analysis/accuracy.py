@@ -228,7 +228,8 @@ def scenario_bands(scenario: Scenario) -> dict[str, AccuracyBand]:
     kind = costs_kind(spec)
     if kind is not None:
         return {"step_time": given_band(kind)}
-    gpus = scenario.schedule.devices * spec.parallel.tensor * spec.parallel.data
+    par = spec.parallel
+    gpus = scenario.schedule.devices * par.tensor * par.data * getattr(par, "context", 1)
     params = parameter_count(spec, scenario.name)
     gpu = spec.hardware.gpu
     if scenario.mode == Mode.DECODE:

@@ -13,6 +13,8 @@ import pytest
 from pipesim.analysis.accuracy import (
     AccuracyBand,
     band,
+    costs_kind,
+    given_band,
     ledger,
     parameter_count,
     ranking_text,
@@ -181,3 +183,14 @@ def test_serving_bands_follow_where_the_costs_came_from():
 )
 def test_ranking_text(typical, gap, text):
     assert ranking_text(typical, gap) == text
+
+
+def test_a_profile_is_measured_costs_and_a_model_derives_them():
+    spec = load_scenario(SCENARIOS / "gpipe-vs-1f1b.yaml").spec
+    assert costs_kind(spec) == "given_costs"
+    measured = spec.model_copy(
+        update={"costs": spec.costs.model_copy(update={"profile": Path("p.json")})}
+    )
+    assert costs_kind(measured) == "profile"
+    assert "not in pipesim's ledger" in given_band("profile").text
+    assert costs_kind(load_scenario(SCENARIOS / "llama-70b-4x8-h100.yaml").spec) is None
