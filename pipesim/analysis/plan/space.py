@@ -185,8 +185,9 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
         else:
             axes[key] = values
     node, par = spec.hardware.gpus_per_node or gpus, spec.parallel
-    try:
-        check_context_parallel(spec, source)
+    try:  # tensor is an axis here: each size the heads cannot take is pruned by _layout
+        one = spec.model_copy(update={"parallel": par.model_copy(update={"tensor": 1})})
+        check_context_parallel(one, source)
     except ScenarioError as exc:
         raise PlanError(str(exc)) from None
     space = Space(
