@@ -47,7 +47,10 @@ FORMATS = ("table", "json", "csv")
 @click.command("plan")
 @click.argument("scenario")
 @click.option(
-    "--gpus", required=True, metavar="N", help="GPUs of the job (tensor x pipeline x data)."
+    "--gpus",
+    required=True,
+    metavar="N",
+    help="GPUs of the job (tensor x context x pipeline x data).",
 )
 @set_option
 @click.option(
@@ -107,9 +110,10 @@ FORMATS = ("table", "json", "csv")
 def plan_command(**options) -> None:
     """Find the fastest way to run SCENARIO's model on N GPUs that fits in memory.
 
-    Every layout (tensor x pipeline x data), schedule, microbatch size, virtual stages,
-    recompute, ZeRO stage and partition is a candidate; those that cannot fit are pruned
-    by memory before any simulation, the rest are scored with exact timelines. Exit code 1
+    Every layout (tensor x pipeline x data; parallel.context as the scenario sets it),
+    schedule, microbatch size, virtual stages, recompute, ZeRO stage and partition is a
+    candidate; those that cannot fit are pruned by memory before any simulation, the rest
+    are scored with exact timelines. Exit code 1
     means a confirmed candidate disagreed with the SimPy engine (a pipesim bug).
     """
     try:

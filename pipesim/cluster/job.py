@@ -44,7 +44,9 @@ class ParallelLayout:
     per stage (Megatron-LM's tensor parallelism, optionally with sequence parallelism and
     its communication overlapped, ``tp_overlap``), ``data`` replicas with ZeRO stage
     ``zero_stage`` and their gradient reduction overlapped with the backward
-    (``dp_overlap``)."""
+    (``dp_overlap``), and ``context`` GPUs sharing every sequence (context parallelism,
+    ``context_mode`` ``ring`` or ``all-to-all``: ``pipesim.cluster.context_parallel``).
+    Ranks are ordered as Megatron-LM orders them: tensor, context, data, pipeline."""
 
     tensor: int = 1
     data: int = 1
@@ -52,6 +54,8 @@ class ParallelLayout:
     sequence_parallel: bool = False
     tp_overlap: bool = False
     dp_overlap: bool = False
+    context: int = 1
+    context_mode: str = "ring"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +112,7 @@ class Job:
         """``hardware.gpus_per_node``, or every GPU of the job when no node size is given
         (all ``devices`` then sit on one node, with their tensor and data ranks)."""
         par = self.parallel
-        return self.hardware.gpus_per_node or devices * par.tensor * par.data
+        return self.hardware.gpus_per_node or devices * par.tensor * par.context * par.data
 
 
 def communicating_pairs(schedule: Schedule) -> set[tuple[int, int]]:
@@ -128,9 +132,9 @@ def topology(job: Job, schedule: Schedule) -> Topology:
 
     With ``gpus_per_node`` (or a ``placement``) devices sit on nodes; without, every device
     sits on one node, and ``intra_node_link``, when given, joins them. With tensor
-    parallelism t and data parallelism n laid out as Megatron-LM does (tensor ranks
-    innermost, then data, then pipeline), pipeline device d's first GPU is ``d * t * n``, so
-    it sits on node ``d * t * n // gpus_per_node``.
+    parallelism t, context parallelism c and data parallelism n laid out as Megatron-LM
+    does (tensor ranks innermost, then context, then data, then pipeline), pipeline device
+    d's first GPU is ``d * t * c * n``, so it sits on node ``d * t * c * n // gpus_per_node``.
     """
     hw, par, devices = job.hardware, job.parallel, schedule.devices
     intra, inter = hw.node_links()
@@ -143,14 +147,14 @@ def topology(job: Job, schedule: Schedule) -> Topology:
             )
         if hw.pcie_switch_share is None:
             return Topology(devices, default=intra, comm_overlap=hw.comm_overlap)
-    per_node = job.gpus_per_node(devices)
+    per_node, replica = job.gpus_per_node(devices), par.tensor * par.context * par.data
     nodes = hw.placement
     if nodes is None:
-        nodes = tuple(d * par.tensor * par.data // per_node for d in range(devices))
+        nodes = tuple(d * replica // per_node for d in range(devices))
     try:
         return build_topology(
             devices,
-            max(per_node // (par.tensor * par.data), 1),
+            max(per_node // replica, 1),
             intra,
             inter,
             placement=nodes,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from pipesim.cluster.context_parallel import context_link, local_model
 from pipesim.cluster.job import Job, JobError
 from pipesim.cluster.model import (
     TransformerModel,
@@ -57,7 +58,8 @@ def split_layers(job: Job, stages: int, by_time: bool = False) -> tuple[int, ...
                 job.efficiency.tensor_overlap_fraction,
             )
             size = job.batch.microbatch_size
-            loads = time_loads(model, size, job.hardware.gpu, job.efficiency, tp)
+            local = local_model(model, par.context)  # what one context rank runs
+            loads = time_loads(local, size, job.hardware.gpu, job.efficiency, tp)
         return partition_layers(model, stages, job.partition, loads=loads)
     except ValueError as exc:
         raise JobError("model", str(exc)) from None
@@ -77,9 +79,10 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
     gpu = hw.gpu
     if gpu is None:
         raise JobError("hardware.gpu", "required with a model section")
-    intra, _ = hw.node_links()
+    intra, inter = hw.node_links()
     partition = split_layers(job, schedule.model_stages, by_time=True)
     model = _model(job)
+    per_node = job.gpus_per_node(schedule.devices)
     costs = stage_costs(
         model,
         partition,
@@ -90,6 +93,9 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         tensor_link=intra if par.tensor > 1 else None,
         sequence_parallel=par.sequence_parallel,
         tensor_overlap=par.tp_overlap,
+        context=par.context,
+        context_mode=par.context_mode,
+        context_link=context_link(par.tensor, par.context, per_node, intra, inter),
     )
     stages_on: list[list[int]] = [[] for _ in range(schedule.devices)]
     for stage, device in enumerate(schedule.placement):
@@ -97,7 +103,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
     static = static_memory(
         model,
         partition,
-        par.data,
+        _gradient_group(job),
         par.zero_stage,
         par.tensor,
         job.training,
@@ -115,7 +121,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         memory_headroom=job.hardware.memory_headroom,
         replicas=par.data,
         flops_per_step=model_flops_per_step(model, global_batch, forward_only=not job.training),
-        peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * par.data,
+        peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * _gradient_group(job),
     )
     return ModelCosts(costs, accounting, tail, optimizer)
 
@@ -124,6 +130,12 @@ def _model(job: Job) -> TransformerModel:
     if job.model is None:
         raise ValueError("the job has no model")
     return job.model
+
+
+def _gradient_group(job: Job) -> int:
+    """The ranks that hold one stage's same weights and reduce (and ZeRO-shard) its
+    gradients: data x context (Megatron-LM's data-parallel group with context parallelism)."""
+    return job.parallel.data * job.parallel.context
 
 
 def _step_tail(
@@ -144,11 +156,12 @@ def _step_tail(
     reduction is the reduce-scatter alone; without a pipeline every backward
     reduce-scatters its own gradients, and nothing is left for the end of the step."""
     par, model = job.parallel, _model(job)
+    group = _gradient_group(job)
     optimizer = optimizer_step_ms(
-        model, partition, job.hardware.gpu, job.efficiency, par.data, par.zero_stage, par.tensor
+        model, partition, job.hardware.gpu, job.efficiency, group, par.zero_stage, par.tensor
     )
     reduction, compute = (0.0,) * len(partition), costs  # compute: before any gathers
-    if par.data > 1:
+    if group > 1:
         reduction = _gradient_reduction_ms(job, schedule, partition)
         if par.zero_stage == 3:
             # An all-gather (or a reduce-scatter) is half a ring all-reduce: n - 1 of its
@@ -184,17 +197,18 @@ def _step_tail(
 def _gradient_reduction_ms(
     job: Job, schedule: Schedule, partition: tuple[int, ...]
 ) -> tuple[float, ...]:
-    """Each stage's data-parallel gradient all-reduce over the link its ring runs on."""
-    par = job.parallel
+    """Each stage's data-parallel gradient all-reduce (over data x context ranks) over the
+    link its ring runs on."""
+    par, group = job.parallel, _gradient_group(job)
     (intra, inter), per_node = job.hardware.node_links(), job.gpus_per_node(schedule.devices)
-    link = data_parallel_link(par.tensor, par.data, per_node, intra, inter)
+    link = data_parallel_link(par.tensor, group, per_node, intra, inter)
     # Replicas tensor-innermost: a node holds per_node / tensor of them, or all of them
-    inside = par.tensor * par.data <= per_node  # data_parallel_link's test
-    sharing = 1 if inside else math.gcd(par.data, per_node // par.tensor)
+    inside = par.tensor * group <= per_node  # data_parallel_link's test
+    sharing = 1 if inside else math.gcd(group, per_node // par.tensor)
     return data_parallel_allreduce_ms(
         _model(job),
         partition,
-        par.data,
+        group,
         link,
         par.tensor,
         ranks_per_node=sharing,

@@ -17,6 +17,7 @@ import heapq
 from collections import Counter
 from collections.abc import Sequence
 
+from pipesim.cluster.context_parallel import RING, ContextParallel, local_model, stage_passes
 from pipesim.cluster.efficiency import FLOPS_ONLY, Efficiency, compute_ms
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
 from pipesim.cluster.parallel import (
@@ -234,6 +235,9 @@ def stage_costs(
     sequence_parallel: bool = False,
     *,
     tensor_overlap: bool = False,
+    context: int = 1,
+    context_mode: str = RING,
+    context_link: Link | None = None,
 ) -> Costs:
     """Per-stage durations and sizes of ``model`` split as ``partition``, one microbatch of
     ``microbatch_size`` sequences, on ``gpu``.
@@ -250,23 +254,21 @@ def stage_costs(
     matrix multiplications alone. Between stages each GPU sends its share of the activation:
     all ``b s h`` elements, or with ``sequence_parallel`` its ``1/tensor`` of the sequence
     (Megatron-LM's ``get_tensor_shapes``), each tensor-parallel rank over its own link.
+    ``context`` GPUs share each sequence (``context_mode`` over ``context_link``): each
+    runs ``s / context`` tokens, plus ``pipesim.cluster.context_parallel``'s attention.
     """
     gpu = gpu_profile(gpu) if isinstance(gpu, str) else gpu
     efficiency = Efficiency() if efficiency is None else efficiency
     partition = partition_layers(model, len(partition), partition)
-    message = activation_message_bytes(model, microbatch_size)
+    local = local_model(model, context)
+    message = activation_message_bytes(local, microbatch_size)
     tp = _tensor_parallel(
         message, microbatch_size, tensor, tensor_link, sequence_parallel, tensor_overlap, efficiency
     )
-    last = len(partition) - 1
-    passes = [
-        stage_pass_times(
-            model, layers, microbatch_size, gpu, efficiency, tp, first=k == 0, last=k == last
-        )
-        for k, layers in enumerate(partition)
-    ]
+    cp = ContextParallel(context, context_mode, context_link)
+    passes = stage_passes(model, partition, microbatch_size, gpu, efficiency, tp, cp)
     act, wgrad = stage_activation_memory_bytes(
-        model, partition, microbatch_size, tensor, sequence_parallel
+        model, partition, microbatch_size, tensor, sequence_parallel, context=context
     )
     return Costs(
         forward_ms=tuple(p.forward_ms for p in passes),
@@ -310,12 +312,14 @@ def stage_activation_memory_bytes(
     microbatch_size: int,
     tensor: int = 1,
     sequence_parallel: bool = False,
+    *,
+    context: int = 1,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Activation memory each stage keeps per microbatch, and the part of it W still needs:
     its layers' (``layer_activation_memory_bytes``) plus the embedding's or the LM head's
-    (``stage_extra_activation_bytes``)."""
+    (``stage_extra_activation_bytes``), on one of ``context`` context-parallel GPUs."""
     layer_mem, layer_w = layer_activation_memory_bytes(
-        model, microbatch_size, tensor, sequence_parallel
+        model, microbatch_size, tensor, sequence_parallel, context=context
     )
     last = len(partition) - 1
     act, wgrad = [], []
@@ -327,6 +331,7 @@ def stage_activation_memory_bytes(
             last=k == last,
             tensor=tensor,
             sequence_parallel=sequence_parallel,
+            context=context,
         )
         act.append(layers * layer_mem + extra_mem)
         wgrad.append(layers * layer_w + extra_w)

@@ -159,12 +159,24 @@ class PassFlops:
 # -- FLOPs ---------------------------------------------------------------------------------
 
 
-def layer_flops(model: TransformerModel, microbatch_size: int) -> PassFlops:
+def sequence_share(model: TransformerModel, context: int = 1) -> int:
+    """Tokens of each sequence one of ``context`` context-parallel GPUs holds: ``s / N``."""
+    if context < 1 or model.seq_len % context:
+        raise ValueError(
+            f"context must be >= 1 and divide seq_len, got {context=}, {model.seq_len=}"
+        )
+    return model.seq_len // context
+
+
+def layer_flops(model: TransformerModel, microbatch_size: int, *, context: int = 1) -> PassFlops:
     """FLOPs of one transformer layer for one microbatch (no recomputation): ``2bs`` per
-    weight in each pass of the linear layers, plus the attention scores."""
+    weight in each pass of the linear layers, plus the attention scores. With ``context``
+    parallelism (N) one GPU's share: ``s / N`` tokens, ``1 / N`` of the scores (its queries
+    against every key, in balanced causal chunks: ``pipesim.cluster.context_parallel``)."""
     b, s, h = microbatch_size, model.seq_len, model.hidden
-    linear = 2 * b * s * (model.attention_weights + model.mlp_weights)  # 24bsh^2 plain MHA
-    scores = b * s * h * 4 * s  # QK^T and scores x V, 2 b s^2 h each
+    local = sequence_share(model, context)
+    linear = 2 * b * local * (model.attention_weights + model.mlp_weights)  # 24bsh^2 plain MHA
+    scores = b * s * h * 4 * s // context  # QK^T and scores x V, 2 b s^2 h each
     return PassFlops(
         forward=linear + scores, backward_input=linear + 2 * scores, backward_weight=linear
     )
@@ -214,7 +226,12 @@ def activation_message_bytes(model: TransformerModel, microbatch_size: int) -> i
 
 
 def layer_activation_memory_bytes(
-    model: TransformerModel, microbatch_size: int, tensor: int = 1, sequence_parallel: bool = False
+    model: TransformerModel,
+    microbatch_size: int,
+    tensor: int = 1,
+    sequence_parallel: bool = False,
+    *,
+    context: int = 1,
 ) -> tuple[float, float]:
     """Activation memory one layer keeps for one microbatch, and the part of it the
     weight-gradient pass ``W`` still needs after ``I`` has run. Returns ``(total, for_w)``.
@@ -239,8 +256,12 @@ def layer_activation_memory_bytes(
 
     With full recomputation only the layer input survives the forward (``2sbh``, split by t
     under sequence parallelism); it is kept until W, which needs the recomputed inputs.
+
+    Context parallelism of degree ``context`` keeps ``s / N`` tokens per GPU: every term
+    divides by N (the scores too: each GPU's queries against all keys).
     """
-    b, s, h, a, t = microbatch_size, model.seq_len, model.hidden, model.heads, tensor
+    b, h, a, t = microbatch_size, model.hidden, model.heads, tensor
+    s = sequence_share(model, context)
     sbh = s * b * h
     if model.recompute:
         kept = 2 * sbh / (t if sequence_parallel else 1)
@@ -248,7 +269,7 @@ def layer_activation_memory_bytes(
     whole = 10 * sbh
     split = 4 * sbh + 4 * s * b * model.kv_width + 2 * model.mlp_matrices * s * b * model.ffn
     linear = (whole + split) / t if sequence_parallel else whole + split / t
-    scores = 0 if model.flash_attention else 5 * a * s * s * b / t
+    scores = 0 if model.flash_attention else 5 * a * s * model.seq_len * b / t
     return linear + scores, linear * 32 / 34
 
 
@@ -260,21 +281,23 @@ def stage_extra_activation_bytes(
     last: bool,
     tensor: int = 1,
     sequence_parallel: bool = False,
+    context: int = 1,
 ) -> tuple[float, float]:
     """Activation memory outside the layers, as ``(total, for_w)`` (Korthikanti §4.3).
 
     First stage: the embedding's dropout mask, ``sbh`` bytes. Last stage: the final norm's
     and the LM head's inputs, ``4sbh`` bytes (the LM head input, ``2sbh``, is kept until W),
     and the fp32 logits the cross-entropy backward needs, ``4sbV`` (split over t: the
-    output layer is vocabulary-parallel).
+    output layer is vocabulary-parallel). A context-parallel GPU holds ``s / context`` tokens.
     """
-    sbh = model.seq_len * microbatch_size * model.hidden
+    seq = sequence_share(model, context)
+    sbh = seq * microbatch_size * model.hidden
     split = tensor if sequence_parallel else 1
     total = for_w = 0.0
     if first:
         total += sbh / split
     if last:
-        total += 4 * sbh / split + 4 * model.seq_len * microbatch_size * model.vocab / tensor
+        total += 4 * sbh / split + 4 * seq * microbatch_size * model.vocab / tensor
         for_w += 2 * sbh / split
     return total, for_w
 

@@ -81,6 +81,7 @@ def check_tensor_parallel(spec: ScenarioSpec, source: str) -> None:
     """Tensor parallelism splits every attention head group and the MLP across ``t`` GPUs of
     one node (Megatron-LM): ``t`` divides the heads and the FFN width, and the node."""
     m, t = spec.model, spec.parallel.tensor
+    check_context_parallel(spec, source)
     if t == 1:
         return
     for name, size in (("heads", m.heads), ("ffn_hidden", m.ffn_hidden or 4 * m.hidden)):
@@ -95,6 +96,36 @@ def check_tensor_parallel(spec: ScenarioSpec, source: str) -> None:
             f"{source}: parallel.tensor: {t} tensor-parallel GPUs do not fit in a node of "
             f"hardware.gpus_per_node={per_node}; allowed: {_divisors(per_node)}"
         )
+
+
+def check_context_parallel(spec: ScenarioSpec, source: str) -> None:
+    """Context parallelism (``pipesim.cluster.context_parallel``) runs training and forward
+    steps with a fused attention kernel, cuts each sequence into 2 x context equal chunks
+    (Megatron-LM's load-balanced causal split) and, all-to-all, splits the heads and the
+    key/value heads over tensor x context GPUs."""
+    m, par = spec.model, spec.parallel
+    n, s, field = par.context, m.seq_len, f"{source}: parallel.context: {par.context}"
+    if n == 1:
+        return
+    if spec.pipeline.mode == Mode.DECODE or spec.serving is not None:
+        raise ScenarioError(
+            f"{field}: context parallelism is modelled for training and forward steps; decode and serving allow 1"
+        )
+    if not m.flash_attention:
+        raise ScenarioError(
+            f"{field}: needs model.flash_attention: true (ring and all-to-all attention run inside a fused attention kernel)"
+        )
+    if s % (2 * n):
+        raise ScenarioError(
+            f"{field}: does not cut model.seq_len ({s}) into 2 x {n} equal chunks; allowed: {_divisors(s // 2)}"
+        )
+    if par.context_mode != "all-to-all":
+        return
+    for name, size in (("heads", m.heads), ("kv_heads", m.kv_heads or m.heads)):
+        if size % (n * par.tensor):
+            raise ScenarioError(
+                f"{field}: all-to-all (parallel.context_mode) splits model.{name} ({size}) over parallel.tensor x parallel.context = {par.tensor} x {n} GPUs, which does not divide it"
+            )
 
 
 def _divisors(number: int) -> str:
@@ -145,6 +176,8 @@ def parallel_of(spec: ScenarioSpec) -> ParallelLayout:
         sequence_parallel=par.sequence_parallel,
         tp_overlap=par.tp_overlap,
         dp_overlap=par.dp_overlap,
+        context=par.context,
+        context_mode=par.context_mode,
     )
 
 
@@ -245,6 +278,7 @@ def token_step_costs(
 __all__ = [
     "batch_sizes",
     "build_job",
+    "check_context_parallel",
     "check_tensor_parallel",
     "efficiency_of",
     "hardware_of",

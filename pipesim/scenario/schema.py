@@ -237,6 +237,10 @@ class ParallelSpec(_Strict):
     dp_overlap: bool = False
     sequence_parallel: bool = False
     tp_overlap: bool = False  # tensor-parallel communication hidden behind the layer's GEMMs
+    # GPUs sharing every sequence (context parallelism): ring attention (Megatron-LM's "p2p")
+    # or all-to-all (DeepSpeed-Ulysses, TransformerEngine's "a2a")
+    context: Count = 1
+    context_mode: Literal["ring", "all-to-all"] = "ring"
 
 
 class NoiseSpec(_Strict):

@@ -9,7 +9,9 @@ the layout come the choices of one pipeline: the schedule policy, the number of 
 stages (chunks per device), the microbatch size (the microbatch count follows from the
 global batch: ``G = microbatches x microbatch_size x data``), activation recomputation,
 the ZeRO stage, how layers are spread over stages (``even`` or ``balanced``), and whether
-the data-parallel and the tensor-parallel communication overlap compute.
+the data-parallel and the tensor-parallel communication overlap compute. Context
+parallelism (``parallel.context``) is not an axis: it stays at the scenario's value, and
+the GPUs are ``tensor x context x pipeline x data``.
 
 Each axis is named by the scenario key it sets (``parallel.tensor``,
 ``pipeline.schedule``, ...), so ``--space KEY=V1,V2`` narrows or widens it in the same
@@ -32,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipesim.analysis.sweep import parse_grid
-from pipesim.scenario.schema import Mode, ScenarioSpec
+from pipesim.scenario.derive import check_context_parallel
+from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, fit_virtual_stages
 from pipesim.search import AUTO_POLICIES
 
@@ -115,6 +118,8 @@ class Space:
     widths: tuple[int, ...] = ()  # what tensor parallelism must divide: heads, kv heads, FFN
     node_gpus: int = 0  # GPUs per node (tensor parallelism stays inside one)
     max_actions: int = 10_000_000  # the scenario's size guard (pipeline.max_actions)
+    context: int = 1  # parallel.context, fixed at the scenario's value
+    context_widths: tuple[int, ...] = ()  # all-to-all: split over tensor x context
 
 
 def _divisors(number: int) -> list[int]:
@@ -179,7 +184,12 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
             derived[key] = values
         else:
             axes[key] = values
-    node = spec.hardware.gpus_per_node or gpus
+    node, par = spec.hardware.gpus_per_node or gpus, spec.parallel
+    try:  # tensor is an axis here: each size the heads cannot take is pruned by _layout
+        one = spec.model_copy(update={"parallel": par.model_copy(update={"tensor": 1})})
+        check_context_parallel(one, source)
+    except ScenarioError as exc:
+        raise PlanError(str(exc)) from None
     space = Space(
         gpus,
         spec.model.global_batch,
@@ -189,6 +199,8 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
         _widths(spec),
         node,
         spec.pipeline.max_actions,
+        par.context,
+        _widths(spec)[:2] if par.context_mode == "all-to-all" else (),
     )
     check_size(space)
     return space
@@ -284,7 +296,8 @@ def enumerate_space(space: Space) -> Iterator[tuple[Candidate | None, str | None
                         if reason is not None:
                             yield None, reason
                             continue
-                        if (same := _same_as_another(tensor, data, combo)) is not None:
+                        replicas = data * space.context  # ZeRO shards over data x context
+                        if (same := _same_as_another(tensor, replicas, combo)) is not None:
                             yield None, same
                             continue
                         yield (
@@ -310,13 +323,13 @@ def _same_as_another(tensor: int, data: int, combo: tuple[Any, ...]) -> str | No
 
 def pipeline_sizes(space: Space, tensor: int) -> tuple[int, ...]:
     """The ``pipeline.devices`` values tried with ``tensor``: the axis as given, or by
-    default every divisor of ``gpus / tensor`` up to the number of layers."""
+    default every divisor of ``gpus / (tensor x context)`` up to the number of layers."""
     given = space.axes["pipeline.devices"]
     if given:
         return given
-    if space.gpus % tensor:
+    if space.gpus % (tensor * space.context):
         return (1,)  # pruned by _layout with its reason
-    return tuple(p for p in _divisors(space.gpus // tensor) if p <= space.layers)
+    return tuple(p for p in _divisors(space.gpus // (tensor * space.context)) if p <= space.layers)
 
 
 def _layout(
@@ -325,9 +338,12 @@ def _layout(
     """``(reason it cannot run or None, data size, microbatches)``."""
     if space.node_gpus % tensor or any(w % tensor for w in space.widths):
         return "tensor size does not divide the heads, kv heads, FFN width or node", 0, 0
-    if space.gpus % (tensor * devices):
-        return "tensor x pipeline does not divide the GPUs", 0, 0
-    data = space.gpus // (tensor * devices)
+    model_gpus = tensor * space.context * devices
+    if any(w % (tensor * space.context) for w in space.context_widths):
+        return "tensor x context does not divide the heads or kv heads (all-to-all)", 0, 0
+    if space.gpus % model_gpus:
+        return "tensor x context x pipeline does not divide the GPUs", 0, 0
+    data = space.gpus // model_gpus
     if devices * chunks > space.layers:
         return "more stages than layers", data, 0
     count, rest = divmod(space.global_batch, size * data)
