@@ -25,6 +25,7 @@ from pipesim.cluster.hardware import (
     GpuProfile,
     build_topology,
 )
+from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER
 from pipesim.cluster.transformer import TransformerModel
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.links import IDEAL, Link, Topology
@@ -52,6 +53,7 @@ class ParallelLayout:
     sequence_parallel: bool = False
     tp_overlap: bool = False
     dp_overlap: bool = False
+    optimizer: str = DEFAULT_OPTIMIZER  # pipesim.cluster.optimizers; zero_stage is its own
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         par.tensor,
         job.training,
         pipelined=not _reduces_every_backward(schedule),
+        optimizer=par.optimizer,
     )
     tail = optimizer = None
     if job.training:
@@ -145,7 +146,14 @@ def _step_tail(
     reduce-scatters its own gradients, and nothing is left for the end of the step."""
     par, model = job.parallel, _model(job)
     optimizer = optimizer_step_ms(
-        model, partition, job.hardware.gpu, job.efficiency, par.data, par.zero_stage, par.tensor
+        model,
+        partition,
+        job.hardware.gpu,
+        job.efficiency,
+        par.data,
+        par.zero_stage,
+        par.tensor,
+        optimizer=par.optimizer,
     )
     reduction, compute = (0.0,) * len(partition), costs  # compute: before any gathers
     if par.data > 1:

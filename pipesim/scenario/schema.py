@@ -18,7 +18,14 @@ import reprlib
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from pipesim.cluster.hardware import (
     DEFAULT_FRAGMENTATION,
@@ -28,6 +35,7 @@ from pipesim.cluster.hardware import (
     LINK_PROFILES,
 )
 from pipesim.cluster.model import Efficiency
+from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS
 from pipesim.scenario.fields import (
     DEFAULT_MAX_ACTIONS,
     SMALLEST,
@@ -237,6 +245,21 @@ class ParallelSpec(_Strict):
     dp_overlap: bool = False
     sequence_parallel: bool = False
     tp_overlap: bool = False  # tensor-parallel communication hidden behind the layer's GEMMs
+    # The optimizer implementation (pipesim.cluster.optimizers): what it holds per parameter
+    # and which of it it shards; all but adam fix their own ZeRO stage.
+    optimizer: Literal[tuple(OPTIMIZERS)] = DEFAULT_OPTIMIZER  # type: ignore[valid-type]
+
+    @field_validator("optimizer")
+    @classmethod
+    def _optimizer_sharding(cls, value: str, info: ValidationInfo) -> str:
+        fixed = OPTIMIZERS[value].zero_stage
+        given = info.data.get("zero_stage", 0)
+        if fixed is not None and given not in (0, fixed):
+            raise ValueError(
+                f"{value!r} shards as ZeRO stage {fixed}; parallel.zero_stage must be 0 "
+                f"or {fixed} with it, got {given}"
+            )
+        return value
 
 
 class NoiseSpec(_Strict):
