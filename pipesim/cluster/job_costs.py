@@ -15,6 +15,7 @@ from pipesim.cluster.job import Job, JobError
 from pipesim.cluster.model import (
     TransformerModel,
     data_parallel_allreduce_ms,
+    is_layout,
     partition_layers,
     stage_costs,
     time_loads,
@@ -60,7 +61,8 @@ def split_layers(job: Job, stages: int, by_time: bool = False) -> tuple[int, ...
             loads = time_loads(model, size, job.hardware.gpu, job.efficiency, tp)
         return partition_layers(model, stages, job.partition, loads=loads)
     except ValueError as exc:
-        raise JobError("model", str(exc)) from None
+        field = "model.pipeline_layout" if is_layout(job.partition) else "model"
+        raise JobError(field, str(exc)) from None
 
 
 def model_costs(job: Job, schedule: Schedule) -> ModelCosts:

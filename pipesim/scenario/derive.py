@@ -168,6 +168,8 @@ def efficiency_of(spec: ScenarioSpec) -> Efficiency:
 def _partition(spec: ScenarioSpec) -> str | tuple[int, ...]:
     if spec.model is None:
         return "even"
+    if spec.model.pipeline_layout is not None:
+        return spec.model.pipeline_layout
     given = spec.model.partition
     return given if isinstance(given, str) else tuple(given)
 

@@ -34,6 +34,7 @@ from pipesim.cluster.hardware import (
     GPU_PROFILES,
     LINK_PROFILES,
 )
+from pipesim.cluster.layout import layout_partition
 from pipesim.cluster.model import Efficiency
 from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS
 from pipesim.scenario.fields import (
@@ -236,6 +237,23 @@ class ModelSpec(_Strict):
     microbatch_size: Count | None = None
     global_batch: Count | None = None
     efficiency: EfficiencySpec = EfficiencySpec()
+    # Megatron-LM's --pipeline-model-parallel-layout string, e.g. "Et*3|(tt|)*14|tL"
+    # (pipesim.cluster.layout); instead of partition, it may leave the first and last
+    # stages with the embedding or the head alone.
+    pipeline_layout: str | None = Field(default=None, max_length=10_000)
+
+    @field_validator("pipeline_layout")
+    @classmethod
+    def _layout_covers_the_layers(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and "layers" in info.data:
+            layout_partition(value, info.data["layers"])
+        return value
+
+    @model_validator(mode="after")
+    def _one_split(self) -> ModelSpec:
+        if self.pipeline_layout is not None and "partition" in self.model_fields_set:
+            raise ValueError("give model.partition or model.pipeline_layout, not both")
+        return self
 
 
 class ParallelSpec(_Strict):
