@@ -160,7 +160,9 @@ def _report() -> None:
     for role in ("calibrate", "held_out"):
         sub = sorted(abs(e) for r, e in zip(rows, errs, strict=True) if r.role == role)
         within = sum(e <= 0.10 for e in sub)
-        print(f"{role}: {within} of {len(sub)} within 10 %, median |error| {sub[len(sub) // 2]:.1%}")
+        print(
+            f"{role}: {within} of {len(sub)} within 10 %, median |error| {sub[len(sub) // 2]:.1%}"
+        )
 
 
 if __name__ == "__main__":
