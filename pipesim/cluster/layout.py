@@ -91,6 +91,12 @@ def parse_layout(text: str) -> tuple[str, ...]:
     return stages
 
 
+def check_layout(text: str) -> str:
+    """``text`` once it parses (``parse_layout``)."""
+    parse_layout(text)
+    return text
+
+
 def layout_partition(text: str, layers: int, stages: int | None = None) -> tuple[int, ...]:
     """Transformer layers per stage of a layout that holds exactly ``layers`` of them (and,
     where given, exactly ``stages`` stages)."""

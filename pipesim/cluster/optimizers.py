@@ -113,6 +113,17 @@ def optimizer_implementation(name: str) -> OptimizerImplementation:
         raise ValueError(f"unknown optimizer {name!r}; allowed: {allowed}") from None
 
 
+def check_sharding(name: str, zero_stage: int) -> str:
+    """``name`` once ``zero_stage`` is one it runs at (0, or its own stage)."""
+    fixed = optimizer_implementation(name).zero_stage
+    if fixed is not None and zero_stage not in (0, fixed):
+        raise ValueError(
+            f"{name!r} shards as ZeRO stage {fixed}; parallel.zero_stage must be 0 or "
+            f"{fixed} with it, got {zero_stage}"
+        )
+    return name
+
+
 def sharding_stage(name: str, zero_stage: int, data_parallel: int) -> int:
     """The ZeRO stage an implementation runs at: its own where it fixes one (over more than
     one replica), else ``zero_stage``."""

@@ -346,19 +346,16 @@ def static_memory(
     Rajbhandari et al. 2020): 2 for the bf16 weights, 2 for their gradients, 12 for the
     fp32 master copy and Adam's two moments. ZeRO shards over the ``data_parallel``
     replicas: stage 1 the 12 optimizer bytes, stage 2 the gradients too, stage 3 the
-    weights too. Megatron-LM's and DeepSpeed's optimizers and torch FSDP hold other
-    widths and shard on their own terms (``pipesim.cluster.optimizers``). Tensor
-    parallelism divides all of it by ``tensor``. Without ``training`` (forward only,
-    inference) only the weights are kept.
+    weights too. Megatron-LM's and DeepSpeed's optimizers and torch FSDP hold other widths
+    and shard on their own terms (``pipesim.cluster.optimizers``). Tensor parallelism
+    divides all of it by ``tensor``. Without ``training`` only the weights are kept.
 
     A gradient shard is only a shard once it has been reduce-scattered. Without a pipeline,
-    FSDP and DeepSpeed reduce-scatter after every backward, so each GPU keeps ``1/n`` of the
-    gradients. Under a pipelining runtime (``pipelined``) they are reduced once per step:
-    torch.distributed.pipelining runs every backward with gradient synchronisation off
-    (``set_requires_gradient_sync(False)``) and reduce-scatters at the stage's
-    ``REDUCE_GRAD``, after its last backward (``torch/distributed/pipelining/stage.py``,
-    ``perform_reduce_grad``). Until then the stage's whole gradients (its ``1/tensor``
-    share) accumulate, so ZeRO-2 and ZeRO-3 keep them unsharded.
+    FSDP and DeepSpeed reduce-scatter after every backward. Under a pipelining runtime
+    (``pipelined``) they are reduced once per step: torch.distributed.pipelining runs every
+    backward with gradient synchronisation off and reduce-scatters at the stage's
+    ``REDUCE_GRAD`` (``torch/distributed/pipelining/stage.py``, ``perform_reduce_grad``),
+    so ZeRO-2 and ZeRO-3 keep the stage's whole gradients until then.
     """
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")

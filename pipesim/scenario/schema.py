@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import reprlib
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     Field,
     ValidationError,
@@ -34,9 +35,9 @@ from pipesim.cluster.hardware import (
     GPU_PROFILES,
     LINK_PROFILES,
 )
-from pipesim.cluster.layout import layout_partition
+from pipesim.cluster.layout import check_layout
 from pipesim.cluster.model import Efficiency
-from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS
+from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, check_sharding
 from pipesim.scenario.fields import (
     DEFAULT_MAX_ACTIONS,
     SMALLEST,
@@ -237,17 +238,9 @@ class ModelSpec(_Strict):
     microbatch_size: Count | None = None
     global_batch: Count | None = None
     efficiency: EfficiencySpec = EfficiencySpec()
-    # Megatron-LM's --pipeline-model-parallel-layout string, e.g. "Et*3|(tt|)*14|tL"
-    # (pipesim.cluster.layout); instead of partition, it may leave the first and last
-    # stages with the embedding or the head alone.
-    pipeline_layout: str | None = Field(default=None, max_length=10_000)
-
-    @field_validator("pipeline_layout")
-    @classmethod
-    def _layout_covers_the_layers(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is not None and "layers" in info.data:
-            layout_partition(value, info.data["layers"])
-        return value
+    # Megatron-LM's --pipeline-model-parallel-layout, e.g. "Et*3|(tt|)*14|tL": instead of
+    # partition, and the first or last stage may hold no layer (pipesim.cluster.layout)
+    pipeline_layout: Annotated[str, AfterValidator(check_layout)] | None = None
 
     @model_validator(mode="after")
     def _one_split(self) -> ModelSpec:
@@ -263,21 +256,13 @@ class ParallelSpec(_Strict):
     dp_overlap: bool = False
     sequence_parallel: bool = False
     tp_overlap: bool = False  # tensor-parallel communication hidden behind the layer's GEMMs
-    # The optimizer implementation (pipesim.cluster.optimizers): what it holds per parameter
-    # and which of it it shards; all but adam fix their own ZeRO stage.
+    # The implementation and what it shards (pipesim.cluster.optimizers)
     optimizer: Literal[tuple(OPTIMIZERS)] = DEFAULT_OPTIMIZER  # type: ignore[valid-type]
 
     @field_validator("optimizer")
     @classmethod
-    def _optimizer_sharding(cls, value: str, info: ValidationInfo) -> str:
-        fixed = OPTIMIZERS[value].zero_stage
-        given = info.data.get("zero_stage", 0)
-        if fixed is not None and given not in (0, fixed):
-            raise ValueError(
-                f"{value!r} shards as ZeRO stage {fixed}; parallel.zero_stage must be 0 "
-                f"or {fixed} with it, got {given}"
-            )
-        return value
+    def _sharding(cls, value: str, info: ValidationInfo) -> str:
+        return check_sharding(value, info.data.get("zero_stage", 0))
 
 
 class NoiseSpec(_Strict):

@@ -126,13 +126,18 @@ def test_interleaved_stages_count_devices_times_virtual_stages(tmp_path):
         (
             "model.pipeline_layout=E|t*3|t*2|L",
             "model.pipeline_layout: 'E|t*3|t*2|L' holds 5 transformer layers (t); "
-            "model.layers is 6 (got 'E|t*3|t*2|L')",
+            "model.layers is 6",
         ),
         (
             "model.pipeline_layout=Et*3|t*3L",
             "model.pipeline_layout: 'Et*3|t*3L' has 2 stages; the schedule runs 4",
         ),
         ("model.partition=even", "model: give model.partition or model.pipeline_layout, not both"),
+        (
+            "model.pipeline_layout=Et|m|tL",
+            "model.pipeline_layout: multi-token prediction layers (m) are not modelled; "
+            "leave them out (got 'Et|m|tL')",
+        ),
     ],
 )
 def test_a_layout_that_does_not_fit_is_one_error_line(tmp_path, override, message):
