@@ -32,12 +32,15 @@ class _Parser:
     followed by ``*n``."""
 
     def __init__(self, text: str) -> None:
-        self.text, self.at = text.replace(",", ""), 0
+        self.text, self.at = text, 0
 
     def items(self, closing: bool) -> str:
         out = []
         while self.at < len(self.text):
             char = self.text[self.at]
+            if char == ",":  # only for the eye
+                self.at += 1
+                continue
             if char == ")":
                 if not closing:
                     raise ValueError(f"')' at position {self.at} closes no '('")

@@ -5,21 +5,15 @@ gradients, an fp32 master copy and Adam's two fp32 moments. Implementations diff
 width of the gradients they accumulate and in which of the four they shard over the ``d``
 data-parallel ranks. Per parameter, for 16-bit model weights:
 
-=====================  =========================================  ==================
-``parallel.optimizer``  what it holds                             bytes
-=====================  =========================================  ==================
-``adam``               2 weights, 2 gradients, 12 fp32 master      16, ZeRO by
-                       and moments (ZeRO paper, Rajbhandari et     ``zero_stage``
-                       al. 2020, section 3.1)
-``megatron``           2 weights, 4 fp32 main-gradient buffer,     18
-                       12 fp32 main params and moments
-``megatron-distributed`` as ``megatron``, the 12 sharded           6 + 12/d
-``deepspeed-bf16``     2 flat bf16 weights, 4 fp32 gradient        6 + 12/d
-                       accumulation buffer (whole), 12 sharded
-``fsdp``               FSDP2 mixed precision: 4 fp32 params, 4     16/d, plus the
-                       fp32 gradients and 8 moments, all sharded;  unsharded bf16
-                       bf16 weights unsharded while computed       weights in use
-=====================  =========================================  ==================
+* ``adam``: 2 weights, 2 gradients, 12 fp32 master and moments: 16, sharded as
+  ``parallel.zero_stage`` says (ZeRO paper, Rajbhandari et al. 2020, section 3.1);
+* ``megatron``: 2 weights, a 4-byte fp32 main-gradient buffer, 12 fp32 main params and
+  moments: 18;
+* ``megatron-distributed``: the same with the 12 sharded: 6 + 12/d;
+* ``deepspeed-bf16``: 2 flat bf16 weights, a whole 4-byte fp32 gradient accumulation
+  buffer, the 12 sharded: 6 + 12/d;
+* ``fsdp``: FSDP2 mixed precision, 4 fp32 weights, 4 fp32 gradients and 8 moments, all
+  sharded: 16/d, plus the unsharded bf16 weights of the units being computed.
 
 Sources: Megatron-LM ``docs/source/distrib_optimizer.md`` (NVIDIA/Megatron-LM, commit
 40ce7c8), its table row "float16 param, fp32 grads: 18 | 6 + 12/d" (Megatron-LM turns on
@@ -32,7 +26,7 @@ the wrapped Adam updates; torch FSDP2 (``torch/distributed/fsdp/_fully_shard``):
 fp32, is cast and all-gathered to bf16 per unit, and its gradient is reduce-scattered in
 fp32. Without gradient synchronisation (``set_requires_gradient_sync(False)``, as
 torch.distributed.pipelining runs every microbatch) FSDP2 accumulates the unsharded
-gradient in ``reduce_dtype`` and keeps the unsharded weights (torchtitan's pipeline runs
+gradient in ``reduce_dtype`` (``_fsdp_param.py``, ``FSDPParam.to_accumulated_grad_if_needed``) and keeps the unsharded weights (torchtitan's pipeline runs
 set ``reshard_after_forward=False``), so under a pipeline the stage holds 2 + 4 bytes per
 parameter unsharded besides the 16/d.
 
