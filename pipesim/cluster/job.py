@@ -25,6 +25,7 @@ from pipesim.cluster.hardware import (
     GpuProfile,
     build_topology,
 )
+from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER
 from pipesim.cluster.transformer import TransformerModel
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.links import IDEAL, Link, Topology
@@ -56,6 +57,7 @@ class ParallelLayout:
     dp_overlap: bool = False
     context: int = 1
     context_mode: str = "ring"
+    optimizer: str = DEFAULT_OPTIMIZER  # pipesim.cluster.optimizers; zero_stage is its own
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from pipesim.cluster.job import Job, JobError
 from pipesim.cluster.model import (
     TransformerModel,
     data_parallel_allreduce_ms,
+    is_layout,
     partition_layers,
     stage_costs,
     time_loads,
@@ -62,7 +63,8 @@ def split_layers(job: Job, stages: int, by_time: bool = False) -> tuple[int, ...
             loads = time_loads(local, size, job.hardware.gpu, job.efficiency, tp)
         return partition_layers(model, stages, job.partition, loads=loads)
     except ValueError as exc:
-        raise JobError("model", str(exc)) from None
+        field = "model.pipeline_layout" if is_layout(job.partition) else "model"
+        raise JobError(field, str(exc)) from None
 
 
 def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
@@ -108,6 +110,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         par.tensor,
         job.training,
         pipelined=not _reduces_every_backward(schedule),
+        optimizer=par.optimizer,
     )
     tail = optimizer = None
     if job.training:
@@ -158,7 +161,14 @@ def _step_tail(
     par, model = job.parallel, _model(job)
     group = _gradient_group(job)
     optimizer = optimizer_step_ms(
-        model, partition, job.hardware.gpu, job.efficiency, group, par.zero_stage, par.tensor
+        model,
+        partition,
+        job.hardware.gpu,
+        job.efficiency,
+        group,
+        par.zero_stage,
+        par.tensor,
+        optimizer=par.optimizer,
     )
     reduction, compute = (0.0,) * len(partition), costs  # compute: before any gathers
     if group > 1:

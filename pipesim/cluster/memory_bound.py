@@ -29,13 +29,14 @@ bytes (``BACKWARD_BYTES_RATIO``).
 Outside the layers: the first stage gathers ``T`` rows of the embedding (read and write
 ``h`` per token, forward and backward); the last stage runs the final norm and the
 cross-entropy over the ``T V / t`` logits its GPU holds, in fp32 (``CROSS_ENTROPY_*``).
-The optimizer step moves ``OPTIMIZER_STEP_BYTES_PER_PARAM`` bytes per parameter it owns.
+The optimizer step moves ``OPTIMIZER_STEP_BYTES[optimizer]`` bytes per parameter it owns.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS
 from pipesim.cluster.transformer import TransformerModel
 
 BACKWARD_BYTES_RATIO = 2  # read saved input + read incoming gradient, write outgoing gradient
@@ -53,8 +54,10 @@ CROSS_ENTROPY_BACKWARD_BYTES_PER_LOGIT = 14
 # or TE's multi-tensor FusedAdam): the step reads the fp32 master weight, gradient and two
 # moments (16 bytes) and writes the weight and moments back (12); the global gradient norm
 # for clipping reads the gradient once more (4); the updated weights are copied into the
-# bf16 model weights (2 written). 34 bytes per parameter.
-OPTIMIZER_STEP_BYTES_PER_PARAM = 34
+# bf16 model weights (2 written). 34 bytes per parameter. Each implementation's own figure
+# (FSDP2 writes no bf16 copy: 32) is in ``pipesim.cluster.optimizers``.
+OPTIMIZER_STEP_BYTES = {name: impl.step_bytes_per_param for name, impl in OPTIMIZERS.items()}
+OPTIMIZER_STEP_BYTES_PER_PARAM = OPTIMIZER_STEP_BYTES[DEFAULT_OPTIMIZER]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pipesim.cluster.context_parallel import RING, ContextParallel, local_model, stage_passes
 from pipesim.cluster.efficiency import FLOPS_ONLY, Efficiency, compute_ms
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
+from pipesim.cluster.layout import layout_partition
 from pipesim.cluster.parallel import (
     hierarchical_allreduce_ms,
     ring_allreduce_ms,
@@ -60,6 +61,7 @@ __all__ = [
     "mfu",
     "model_flops_per_step",
     "flops_loads",
+    "is_layout",
     "partition_layers",
     "stage_activation_memory_bytes",
     "stage_costs",
@@ -96,26 +98,40 @@ def partition_layers(
     last stage already carries the LM head). ``"balanced"``: the split that minimises the
     slowest stage's load, exact (a binary search over the possible bottlenecks); the load is
     ``loads = (per layer, first stage's extra, last stage's extra)``, by default forward +
-    backward FLOPs per microbatch (``flops_loads``), or stage times (``time_loads``). Every
-    stage gets at least one layer. A list ``[n0, n1, ...]`` is taken as given once checked.
+    backward FLOPs per microbatch (``flops_loads``), or stage times (``time_loads``). Both
+    give every stage at least one layer. A list ``[n0, n1, ...]`` is taken as given once
+    checked, and so is a Megatron-LM layout string (``pipesim.cluster.layout``): there the
+    first stage (with the embedding) and the last (with the LM head) may hold no layer.
     """
-    if stages < 1 or stages > model.layers:
-        raise ValueError(f"need 1 <= stages <= layers, got {stages=}, layers={model.layers}")
+    if isinstance(mode, str) and mode not in ("even", "balanced"):
+        if not is_layout(mode):
+            raise ValueError(
+                f"unknown partition mode {mode!r}; allowed: 'even', 'balanced', a list, "
+                "or a layout string such as 'Et|tt|tL'"
+            )
+        return layout_partition(mode, model.layers, stages)
     if isinstance(mode, str):
+        if stages < 1 or stages > model.layers:
+            raise ValueError(f"need 1 <= stages <= layers, got {stages=}, layers={model.layers}")
         if mode == "even":
             base, extra = divmod(model.layers, stages)
             return tuple(base + (1 if k < extra else 0) for k in range(stages))
-        if mode == "balanced":
-            return _balanced(model.layers, stages, loads or flops_loads(model))
-        raise ValueError(f"unknown partition mode {mode!r}; allowed: 'even', 'balanced', or a list")
+        return _balanced(model.layers, stages, loads or flops_loads(model))
     counts = tuple(int(n) for n in mode)
     if len(counts) != stages:
         raise ValueError(f"partition {list(counts)} has {len(counts)} entries, expected {stages}")
-    if min(counts) < 1 or sum(counts) != model.layers:
+    inner = counts[1:-1] if stages > 1 else counts
+    if min(counts) < 0 or min(inner, default=1) < 1 or sum(counts) != model.layers:
         raise ValueError(
-            f"partition {list(counts)} must give every stage >= 1 layer and sum to {model.layers}"
+            f"partition {list(counts)} must sum to {model.layers} and give every stage >= 1 "
+            "layer (the first and the last may hold 0: the embedding or the LM head alone)"
         )
     return counts
+
+
+def is_layout(mode: object) -> bool:
+    """Whether a partition is a layout string (holds the embedding letter ``E``)."""
+    return isinstance(mode, str) and "E" in mode
 
 
 def stage_work_flops(model: TransformerModel, partition: Sequence[int]) -> tuple[int, ...]:

@@ -28,11 +28,8 @@ from dataclasses import dataclass, replace
 
 from pipesim.cluster.efficiency import Efficiency, attention_ms, compute_ms, memory_ms
 from pipesim.cluster.hardware import GpuProfile
-from pipesim.cluster.memory_bound import (
-    OPTIMIZER_STEP_BYTES_PER_PARAM,
-    layer_memory_bound_bytes,
-    stage_memory_bound_bytes,
-)
+from pipesim.cluster.memory_bound import layer_memory_bound_bytes, stage_memory_bound_bytes
+from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, optimizer_implementation, sharding_stage
 from pipesim.cluster.transformer import (
     TransformerModel,
     layer_flops,
@@ -150,13 +147,19 @@ def optimizer_step_ms(
     data_parallel: int = 1,
     zero_stage: int = 0,
     tensor: int = 1,
+    *,
+    optimizer: str = DEFAULT_OPTIMIZER,
 ) -> tuple[float, ...]:
-    """The optimizer step per stage: ``OPTIMIZER_STEP_BYTES_PER_PARAM`` bytes for each
-    parameter one GPU updates (its ``1/tensor`` share, and of that ``1/data_parallel`` once
-    ZeRO shards the optimizer states) over the memory bandwidth."""
-    shards = tensor * (data_parallel if zero_stage >= 1 else 1)
+    """The optimizer step per stage: the implementation's step bytes
+    (``OPTIMIZER_STEP_BYTES_PER_PARAM`` for Adam) for each parameter one GPU updates (its
+    ``1/tensor`` share, and of that ``1/data_parallel`` where the optimizer states are
+    sharded: ZeRO stage 1 and up, Megatron-LM's distributed optimizer, DeepSpeed's BF16
+    optimizer, FSDP) over the memory bandwidth."""
+    impl = optimizer_implementation(optimizer)
+    stage = sharding_stage(optimizer, zero_stage, data_parallel)
+    shards = tensor * (data_parallel if stage >= 1 else 1)
     return tuple(
-        memory_ms(OPTIMIZER_STEP_BYTES_PER_PARAM * params / shards, gpu, efficiency)
+        memory_ms(impl.step_bytes_per_param * params / shards, gpu, efficiency)
         for params in stage_parameters(model, partition)
     )
 

@@ -39,6 +39,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pipesim.cluster.optimizers import (
+    DEFAULT_OPTIMIZER,
+    optimizer_implementation,
+    parameter_bytes,
+    sharding_stage,
+)
+
 OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + Adam v, 4 bytes each
 
 
@@ -354,42 +361,57 @@ def static_memory(
     training: bool = True,
     *,
     pipelined: bool = False,
+    optimizer: str = DEFAULT_OPTIMIZER,
 ) -> tuple[StaticMemory, ...]:
     """Weights, gradients and optimizer states per GPU of each stage.
 
-    Mixed-precision Adam keeps 16 bytes per parameter (ZeRO paper, Rajbhandari et al. 2020):
-    2 for the bf16 weights, 2 for their gradients, 12 for the fp32 master copy and Adam's two
-    moments. ZeRO shards over the ``data_parallel`` replicas: stage 1 the 12 optimizer bytes,
-    stage 2 the gradients too, stage 3 the weights too. Tensor parallelism divides all of it
-    by ``tensor``. Without ``training`` (forward only, inference) only the weights are kept.
+    Mixed-precision Adam (``optimizer="adam"``) keeps 16 bytes per parameter (ZeRO paper,
+    Rajbhandari et al. 2020): 2 for the bf16 weights, 2 for their gradients, 12 for the
+    fp32 master copy and Adam's two moments. ZeRO shards over the ``data_parallel``
+    replicas: stage 1 the 12 optimizer bytes, stage 2 the gradients too, stage 3 the
+    weights too. Megatron-LM's and DeepSpeed's optimizers and torch FSDP hold other widths
+    and shard on their own terms (``pipesim.cluster.optimizers``). Tensor parallelism
+    divides all of it by ``tensor``. Without ``training`` only the weights are kept.
 
     A gradient shard is only a shard once it has been reduce-scattered. Without a pipeline,
-    FSDP and DeepSpeed reduce-scatter after every backward, so each GPU keeps ``1/n`` of the
-    gradients. Under a pipelining runtime (``pipelined``) they are reduced once per step:
-    torch.distributed.pipelining runs every backward with gradient synchronisation off
-    (``set_requires_gradient_sync(False)``) and reduce-scatters at the stage's
-    ``REDUCE_GRAD``, after its last backward (``torch/distributed/pipelining/stage.py``,
-    ``perform_reduce_grad``). Until then the stage's whole gradients (its ``1/tensor``
-    share) accumulate in the model's dtype, so ZeRO-2 and ZeRO-3 keep them unsharded.
+    FSDP and DeepSpeed reduce-scatter after every backward. Under a pipelining runtime
+    (``pipelined``) they are reduced once per step: torch.distributed.pipelining runs every
+    backward with gradient synchronisation off and reduce-scatters at the stage's
+    ``REDUCE_GRAD`` (``torch/distributed/pipelining/stage.py``, ``perform_reduce_grad``),
+    so ZeRO-2 and ZeRO-3 keep the stage's whole gradients until then.
     """
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
     if data_parallel < 1 or tensor < 1:
         raise ValueError(f"data_parallel and tensor must be >= 1, got {data_parallel=}, {tensor=}")
+    optimizer_implementation(optimizer)  # an unknown name is an error even without training
     n, width = data_parallel, model.dtype_bytes
-    gradient_shards = n if zero_stage >= 2 and not pipelined else 1
     result = []
-    for params in stage_parameters(model, partition):
+    for k, params in enumerate(stage_parameters(model, partition)):
         local = params / tensor
-        result.append(
-            StaticMemory(
-                weights_bytes=width * local / (n if zero_stage >= 3 else 1),
-                gradients_bytes=width * local / gradient_shards if training else 0.0,
-                optimizer_bytes=(
-                    OPTIMIZER_BYTES_PER_PARAM * local / (n if zero_stage >= 1 else 1)
-                    if training
-                    else 0.0
-                ),
-            )
+        if not training:
+            stage = sharding_stage(optimizer, zero_stage, n)
+            weights = width * local / (n if stage >= 3 else 1)
+            result.append(StaticMemory(weights, 0.0, 0.0))
+            continue
+        weights, gradients, states = parameter_bytes(
+            optimizer,
+            local,
+            width=width,
+            data_parallel=n,
+            zero_stage=zero_stage,
+            pipelined=pipelined,
+            unit_params=_units(model, partition, k, tensor),
         )
+        result.append(StaticMemory(weights, gradients, states))
     return tuple(result)
+
+
+def _units(model: TransformerModel, partition: Sequence[int], k: int, tensor: int) -> list[float]:
+    """Parameters of each unit FSDP gathers on stage ``k``: its layers, its embedding, its
+    LM head (torchtitan wraps each on its own)."""
+    embedding = model.vocab * model.hidden / tensor
+    units = [layer_parameters(model) / tensor] * min(partition[k], 2)
+    units += [embedding] if k == 0 else []
+    units += [embedding] if k == len(partition) - 1 and not model.tied_embeddings else []
+    return units

@@ -27,6 +27,7 @@ from pipesim.cluster.hardware import UnknownProfileError, gpu_profile, link_prof
 from pipesim.cluster.job import BatchSizes, Hardware, Job, JobError, ParallelLayout
 from pipesim.cluster.job_costs import ModelCosts
 from pipesim.cluster.model import Efficiency, TransformerModel
+from pipesim.cluster.optimizers import sharding_stage
 from pipesim.scenario.schema import LinkSpec, Mode, ScenarioError, ScenarioSpec
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
@@ -172,7 +173,8 @@ def parallel_of(spec: ScenarioSpec) -> ParallelLayout:
     return ParallelLayout(
         tensor=par.tensor,
         data=par.data,
-        zero_stage=par.zero_stage,
+        zero_stage=sharding_stage(par.optimizer, par.zero_stage, par.data),
+        optimizer=par.optimizer,
         sequence_parallel=par.sequence_parallel,
         tp_overlap=par.tp_overlap,
         dp_overlap=par.dp_overlap,
@@ -199,6 +201,8 @@ def efficiency_of(spec: ScenarioSpec) -> Efficiency:
 def _partition(spec: ScenarioSpec) -> str | tuple[int, ...]:
     if spec.model is None:
         return "even"
+    if spec.model.pipeline_layout is not None:
+        return spec.model.pipeline_layout
     given = spec.model.partition
     return given if isinstance(given, str) else tuple(given)
 

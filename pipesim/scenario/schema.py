@@ -16,9 +16,17 @@ from __future__ import annotations
 
 import reprlib
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from pipesim.cluster.hardware import (
     DEFAULT_FRAGMENTATION,
@@ -27,7 +35,9 @@ from pipesim.cluster.hardware import (
     GPU_PROFILES,
     LINK_PROFILES,
 )
+from pipesim.cluster.layout import check_layout
 from pipesim.cluster.model import Efficiency
+from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, check_sharding
 from pipesim.scenario.fields import (
     DEFAULT_MAX_ACTIONS,
     SMALLEST,
@@ -228,6 +238,15 @@ class ModelSpec(_Strict):
     microbatch_size: Count | None = None
     global_batch: Count | None = None
     efficiency: EfficiencySpec = EfficiencySpec()
+    # Megatron-LM's --pipeline-model-parallel-layout, e.g. "Et*3|(tt|)*14|tL": instead of
+    # partition, and the first or last stage may hold no layer (pipesim.cluster.layout)
+    pipeline_layout: Annotated[str, AfterValidator(check_layout)] | None = None
+
+    @model_validator(mode="after")
+    def _one_split(self) -> ModelSpec:
+        if self.pipeline_layout is not None and "partition" in self.model_fields_set:
+            raise ValueError("give model.partition or model.pipeline_layout, not both")
+        return self
 
 
 class ParallelSpec(_Strict):
@@ -241,6 +260,14 @@ class ParallelSpec(_Strict):
     # or all-to-all (DeepSpeed-Ulysses, TransformerEngine's "a2a")
     context: Count = 1
     context_mode: Literal["ring", "all-to-all"] = "ring"
+
+    # The implementation and what it shards (pipesim.cluster.optimizers)
+    optimizer: Literal[tuple(OPTIMIZERS)] = DEFAULT_OPTIMIZER  # type: ignore[valid-type]
+
+    @field_validator("optimizer")
+    @classmethod
+    def _sharding(cls, value: str, info: ValidationInfo) -> str:
+        return check_sharding(value, info.data.get("zero_stage", 0))
 
 
 class NoiseSpec(_Strict):
