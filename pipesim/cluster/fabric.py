@@ -45,11 +45,11 @@ from pipesim.sim.links import Link
 KINDS = ("rail-optimized", "fat-tree")
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")  # Megatron-LM's names, fastest first by default
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"  # Megatron-LM's default; without cp and ep: tp-dp-pp
-TRAFFIC = {  # what a group of each kind sends, in words
-    "tp": "tensor-parallel all-reduce",
-    "cp": "context-parallel exchange",
-    "ep": "expert-parallel all-to-all",
-    "dp": "data-parallel gradient reduction",
+TRAFFIC = {  # what the groups of each kind send, in words; gradients over cp x dp
+    ("tp",): "tensor-parallel all-reduce",
+    ("cp",): "context-parallel exchange",
+    ("ep",): "expert-parallel all-to-all",
+    ("cp", "dp"): "data-parallel gradient reduction",
 }
 GROUP_NAMES = {
     "tp": "tensor-parallel",
@@ -193,16 +193,20 @@ class GroupSpan:
         return self.pods > 1
 
 
-def group_span(layout: RankLayout, kind: str) -> GroupSpan:
-    """The spread of the group of ``kind`` that holds rank 0 (module docstring)."""
-    size, stride = layout.degrees[kind], layout.strides[kind]
-    ranks = [j * stride for j in range(size)]
+def group_span(layout: RankLayout, *kinds: str) -> GroupSpan:
+    """The spread of the group of ``kinds`` (one, or several taken together, as
+    ``"cp", "dp"``) that holds rank 0 (module docstring)."""
+    ranks = [0]
+    for kind in kinds:
+        stride = layout.strides[kind]
+        ranks = [r + j * stride for r in ranks for j in range(layout.degrees[kind])]
+    size = len(ranks)
     per_node = math.gcd(*Counter(map(layout.node, ranks)).values())
     in_pods = Counter(map(layout.pod, ranks)).values()
     nodes_per_pod = math.gcd(*(count // per_node for count in in_pods))
     pods = size // (per_node * nodes_per_pod)
     nodes = len(set(map(layout.node, ranks)))
-    return GroupSpan(kind, size, per_node, nodes_per_pod, pods, nodes)
+    return GroupSpan("-".join(kinds), size, per_node, nodes_per_pod, pods, nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,12 +252,11 @@ def crossings(layout: RankLayout, devices: int) -> list[str]:
     the pipeline's neighbouring stages that sit in different pods."""
     fabric, lines = layout.fabric, []
     rate = "" if fabric.oversubscription == 1 else f" at 1/{fabric.oversubscription:g} bandwidth"
-    for kind in ("tp", "cp", "ep", "dp"):
-        span = group_span(layout, kind)
+    for kinds, traffic in TRAFFIC.items():
+        span = group_span(layout, *kinds)
         if span.crosses_pods:
             lines.append(
-                f"{TRAFFIC[kind]} crosses {span.pods} pods ({span.nodes} nodes, "
-                f"{fabric.kind}){rate}"
+                f"{traffic} crosses {span.pods} pods ({span.nodes} nodes, {fabric.kind}){rate}"
             )
     pods = pipeline_pods(layout, devices)
     hops = sum(1 for a, b in zip(pods, pods[1:], strict=False) if a != b)

@@ -188,17 +188,18 @@ def _gradient_reduction_ms(
     reduced inside each node first when a node holds several replicas, then across the
     group's nodes of a pod, then across pods at the bandwidth the fabric leaves above them.
     Each level is one ``data_parallel_allreduce_ms`` over its ranks and link, of the share
-    of the gradients each GPU holds there (the bytes of ``tensor * share`` GPUs' split)."""
+    of the gradients each GPU holds there (the bytes of ``tensor * share`` GPUs' split).
+    With context parallelism the group is Megatron-LM's data-parallel group with context
+    parallelism: every context rank of every replica (they saw different tokens)."""
     par, model, hw = job.parallel, _model(job), job.hardware
-    layout = job.rank_layout(schedule.devices)
-    span = group_span(layout, "dp")
+    span = group_span(job.rank_layout(schedule.devices), "cp", "dp")
     intra, inter = hw.node_links()
     if not span.crosses_pods:  # in one node, or in one pod: NVLink, then the network
         sharing = span.per_node if span.crosses_nodes else 1
         return data_parallel_allreduce_ms(
             model,
             partition,
-            par.data,
+            span.ranks,
             inter if span.crosses_nodes else intra,
             par.tensor,
             ranks_per_node=sharing,

@@ -193,3 +193,14 @@ def test_pipeline_neighbours_in_different_pods_talk_over_the_slower_link():
     assert order.link(0, 1).bandwidth_gbps == 48.0
     assert order.link(1, 2).bandwidth_gbps == 12.0
     assert order.link(2, 3).bandwidth_gbps == 48.0
+
+
+def test_gradients_reduce_over_the_context_ranks_too():
+    # Megatron-LM reduces gradients over its data-parallel group with context parallelism:
+    # TP2 x CP2 x DP4 on nodes of 8 (tp-cp-dp-pp): ranks 0, 2, 4, ..., 14 over two nodes
+    layout = rank_layout(
+        Fabric(nodes_per_pod=1, order="tp-cp-dp-pp"), {"tp": 2, "cp": 2, "dp": 4}, 8
+    )
+    assert group_span(layout, "cp", "dp") == GroupSpan("cp-dp", 8, 4, 1, 2, 2)
+    assert group_span(layout, "dp") == GroupSpan("dp", 4, 2, 1, 2, 2)
+    assert group_span(layout, "cp") == GroupSpan("cp", 2, 2, 1, 1, 1)
