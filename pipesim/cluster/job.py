@@ -15,9 +15,12 @@ the job as a scenario file names it (``hardware.gpu``, ``model``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from pipesim.cluster.efficiency import Efficiency
+from pipesim.cluster.fabric import Fabric, FabricError, RankLayout, pipeline_nodes, rank_layout
 from pipesim.cluster.hardware import (
     DEFAULT_FRAGMENTATION,
     DEFAULT_MEMORY_HEADROOM,
@@ -68,7 +71,9 @@ class Hardware:
     one PCIe switch's upstream link. ``comm_overlap: False`` keeps a sender busy until its
     message has arrived. ``runtime_bytes``, ``fragmentation`` and ``memory_headroom``: the
     memory a process holds besides its tensors and what the OOM check keeps free
-    (``pipesim.cluster.hardware``, "Runtime memory")."""
+    (``pipesim.cluster.hardware``, "Runtime memory"). ``fabric``: the network above the
+    node (pods, oversubscription, rank order; ``pipesim.cluster.fabric``), None for one
+    non-blocking network with Megatron-LM's default rank order."""
 
     gpu: GpuProfile | None = None
     link: Link = IDEAL
@@ -81,6 +86,7 @@ class Hardware:
     runtime_bytes: float = DEFAULT_RUNTIME_BYTES
     fragmentation: float = DEFAULT_FRAGMENTATION
     memory_headroom: float = DEFAULT_MEMORY_HEADROOM
+    fabric: Fabric | None = None
 
     def node_links(self) -> tuple[Link, Link]:
         """The links inside a node and between nodes; ``link`` stands in for either when
@@ -116,6 +122,24 @@ class Job:
         par = self.parallel
         return self.hardware.gpus_per_node or devices * par.tensor * par.context * par.data
 
+    def rank_layout(self, devices: int) -> RankLayout:
+        """Where every rank of the job sits (``pipesim.cluster.fabric.rank_layout``) with
+        ``devices`` pipeline stages; a layout that does not fit the fabric is a JobError."""
+        hw, par = self.hardware, self.parallel
+        if hw.fabric is not None and hw.gpus_per_node is None:
+            raise JobError("hardware.topology", "needs hardware.gpus_per_node")
+        degrees = {
+            "tp": par.tensor,
+            "cp": getattr(par, "context", 1),
+            "dp": par.data,
+            "pp": devices,
+        }
+        try:
+            per_node = hw.gpus_per_node or math.prod(degrees.values())
+            return rank_layout(hw.fabric or Fabric(), degrees, per_node)
+        except FabricError as exc:
+            raise JobError(exc.field, exc.message) from None
+
 
 def communicating_pairs(schedule: Schedule) -> set[tuple[int, int]]:
     """The directed device pairs a schedule sends over: neighbouring stages of each chain,
@@ -133,12 +157,15 @@ def topology(job: Job, schedule: Schedule) -> Topology:
     """One link for every pair, or a cluster of nodes.
 
     With ``gpus_per_node`` (or a ``placement``) devices sit on nodes; without, every device
-    sits on one node, and ``intra_node_link``, when given, joins them. With tensor
-    parallelism t, context parallelism c and data parallelism n laid out as Megatron-LM
-    does (tensor ranks innermost, then context, then data, then pipeline), pipeline device
-    d's first GPU is ``d * t * c * n``, so it sits on node ``d * t * c * n // gpus_per_node``.
+    sits on one node, and ``intra_node_link``, when given, joins them. Ranks are laid out
+    in the fabric's rank order (Megatron-LM's by default: tensor ranks innermost, then
+    data, then pipeline), so with tensor parallelism t and data parallelism n pipeline
+    device d's first GPU is ``d * t * n`` and sits on node ``d * t * n // gpus_per_node``.
+    Neighbouring stages in different pods of an oversubscribed fabric talk over the slower
+    link above the pod (``pipesim.cluster.fabric``).
     """
-    hw, par, devices = job.hardware, job.parallel, schedule.devices
+    hw, devices = job.hardware, schedule.devices
+    layout = job.rank_layout(devices)  # checks the fabric against the job
     intra, inter = hw.node_links()
     if hw.gpus_per_node is None and hw.placement is None:
         if hw.inter_node_link is not None:
@@ -149,23 +176,38 @@ def topology(job: Job, schedule: Schedule) -> Topology:
             )
         if hw.pcie_switch_share is None:
             return Topology(devices, default=intra, comm_overlap=hw.comm_overlap)
-    per_node, replica = job.gpus_per_node(devices), par.tensor * par.context * par.data
-    nodes = hw.placement
-    if nodes is None:
-        nodes = tuple(d * replica // per_node for d in range(devices))
+    per_node = job.gpus_per_node(devices)
+    nodes = hw.placement or pipeline_nodes(layout, devices)
+    pairs = communicating_pairs(schedule)
     try:
-        return build_topology(
+        built = build_topology(
             devices,
-            max(per_node // replica, 1),
+            max(per_node // layout.strides["pp"], 1),
             intra,
             inter,
             placement=nodes,
             pcie_switch_share=hw.pcie_switch_share,
             comm_overlap=hw.comm_overlap,
-            pairs=communicating_pairs(schedule),
+            pairs=pairs,
         )
     except ValueError as exc:
         raise JobError("hardware", str(exc)) from None
+    return _above_the_pods(built, hw, nodes, pairs)
+
+
+def _above_the_pods(
+    built: Topology, hw: Hardware, nodes: Sequence[int], pairs: set[tuple[int, int]]
+) -> Topology:
+    """``built`` with the slower link on every pair whose devices sit in different pods."""
+    fabric = hw.fabric
+    if fabric is None or fabric.nodes_per_pod is None or fabric.oversubscription == 1:
+        return built
+    slow = fabric.slow_link(hw.node_links()[1])
+    per_pod = fabric.nodes_per_pod
+    crossing = {
+        (src, dst): slow for src, dst in pairs if nodes[src] // per_pod != nodes[dst] // per_pod
+    }
+    return replace(built, links={**built.links, **crossing}) if crossing else built
 
 
 __all__ = [

@@ -8,10 +8,10 @@ the MFU inputs. Every problem is a ``JobError`` naming the part of the job.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from pipesim.cluster.context_parallel import context_link, local_model
+from pipesim.cluster.fabric import Fabric, allreduce_levels, group_span
 from pipesim.cluster.job import Job, JobError
 from pipesim.cluster.model import (
     TransformerModel,
@@ -21,7 +21,6 @@ from pipesim.cluster.model import (
     stage_costs,
     time_loads,
 )
-from pipesim.cluster.parallel import data_parallel_link
 from pipesim.cluster.pass_time import (
     TensorParallel,
     exposed_data_parallel_ms,
@@ -207,23 +206,35 @@ def _step_tail(
 def _gradient_reduction_ms(
     job: Job, schedule: Schedule, partition: tuple[int, ...]
 ) -> tuple[float, ...]:
-    """Each stage's data-parallel gradient all-reduce (over data x context ranks) over the
-    link its ring runs on."""
-    par, group = job.parallel, _gradient_group(job)
-    (intra, inter), per_node = job.hardware.node_links(), job.gpus_per_node(schedule.devices)
-    link = data_parallel_link(par.tensor, group, per_node, intra, inter)
-    # Replicas tensor-innermost: a node holds per_node / tensor of them, or all of them
-    inside = par.tensor * group <= per_node  # data_parallel_link's test
-    sharing = 1 if inside else math.gcd(group, per_node // par.tensor)
-    return data_parallel_allreduce_ms(
-        _model(job),
-        partition,
-        group,
-        link,
-        par.tensor,
-        ranks_per_node=sharing,
-        intra_node_link=intra,
-    )
+    """Each stage's data-parallel gradient all-reduce, level by level as the group sits
+    (``pipesim.cluster.fabric.allreduce_levels``): a ring inside one node; across nodes,
+    reduced inside each node first when a node holds several replicas, then across the
+    group's nodes of a pod, then across pods at the bandwidth the fabric leaves above them.
+    Each level is one ``data_parallel_allreduce_ms`` over its ranks and link, of the share
+    of the gradients each GPU holds there (the bytes of ``tensor * share`` GPUs' split).
+    With context parallelism the group is Megatron-LM's data-parallel group with context
+    parallelism: every context rank of every replica (they saw different tokens)."""
+    par, model, hw = job.parallel, _model(job), job.hardware
+    span = group_span(job.rank_layout(schedule.devices), "cp", "dp")
+    intra, inter = hw.node_links()
+    if not span.crosses_pods:  # in one node, or in one pod: NVLink, then the network
+        sharing = span.per_node if span.crosses_nodes else 1
+        return data_parallel_allreduce_ms(
+            model,
+            partition,
+            span.ranks,
+            inter if span.crosses_nodes else intra,
+            par.tensor,
+            ranks_per_node=sharing,
+            intra_node_link=intra,
+        )
+    total = [0.0] * len(partition)
+    for level in allreduce_levels(span, intra, inter, hw.fabric or Fabric()):
+        part = data_parallel_allreduce_ms(
+            model, partition, level.ranks, level.link, par.tensor * level.share
+        )
+        total = [t + p for t, p in zip(total, part, strict=True)]
+    return tuple(total)
 
 
 def _reduces_every_backward(schedule: Schedule) -> bool:

@@ -165,6 +165,7 @@ def hardware_of(spec: ScenarioSpec, source: str) -> Hardware:
         runtime_bytes=hw.runtime_bytes,
         fragmentation=hw.fragmentation,
         memory_headroom=hw.memory_headroom,
+        fabric=None if hw.topology is None else hw.topology.fabric(),
     )
 
 

@@ -53,6 +53,7 @@ from pipesim.scenario.fields import (
 )
 from pipesim.scenario.fields import Strict as _Strict
 from pipesim.scenario.serving_schema import DecodeSpec, ServingSpec
+from pipesim.scenario.topology_schema import TopologySpec
 from pipesim.schedules import POLICIES
 from pipesim.search import AUTO_POLICIES
 from pipesim.sim.costs import StageCountError, per_stage
@@ -195,6 +196,7 @@ class HardwareSpec(_Strict):
     runtime_bytes: Bytes = DEFAULT_RUNTIME_BYTES
     fragmentation: float = Field(default=DEFAULT_FRAGMENTATION, ge=0, lt=1)
     memory_headroom: float = Field(default=DEFAULT_MEMORY_HEADROOM, ge=0, lt=1)
+    topology: TopologySpec | None = None  # the network above the node: pods, rank order
 
     _links = field_validator("link", "intra_node_link", "inter_node_link")(_check_link_name)
 

@@ -48,6 +48,7 @@ from pipesim.analysis.plan.row import PlanRow
 from pipesim.analysis.plan.score import Scorer
 from pipesim.analysis.plan.space import Candidate
 from pipesim.analysis.run import Result
+from pipesim.cluster.fabric import crossings
 from pipesim.scenario.vary import vary
 from pipesim.sim.metrics import Accounting
 from pipesim.sim.trace import Lane
@@ -83,6 +84,7 @@ class Breakdown:
     terms_ms: dict[str, float]
     forced: tuple[str, ...]  # memory-forced choices, as sentences
     memory: str = ""  # "memory: 71.2 of 76.0 GiB usable (80 GiB less 5% headroom)"
+    network: str = ""  # "across pods: data-parallel groups span 4 pods ...: 812.000 ms ..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,7 @@ class PlanExplanation:
                 "terms_ms": b.terms_ms,
                 "memory_forced": list(b.forced),
                 "memory": b.memory,
+                "network": b.network,
             }
 
         return {"winner": one(self.winner), "runner_up": one(self.runner_up)}
@@ -123,7 +126,7 @@ class PlanExplanation:
 
 def _describe(rank: int, b: Breakdown) -> str:
     terms = ", ".join(f"{t} {b.terms_ms[t]:.3f}" for t in TERMS if b.terms_ms[t] > 1e-9)
-    forced = "".join(f"; {f}" for f in (b.memory, *b.forced) if f)
+    forced = "".join(f"; {f}" for f in (b.memory, b.network, *b.forced) if f)
     return f"#{rank} {b.label}: {b.step_time_ms:.3f} ms on device {b.device}: {terms}{forced}"
 
 
@@ -156,7 +159,8 @@ def _breakdown(base: dict[str, Any], source: str, row: PlanRow) -> Breakdown:
     terms |= _busy_terms(base, source, row.candidate, device, busy)
     forced = _memory_forced(base, source, row.candidate)
     memory = _memory_words(result.scenario.accounting, row.peak_memory_bytes)
-    return Breakdown(describe(row), report.step_time_ms, device, terms, forced, memory)
+    network = _network_words(base, source, row.candidate, report.step_time_ms)
+    return Breakdown(describe(row), report.step_time_ms, device, terms, forced, memory, network)
 
 
 def _memory_words(accounting: Accounting | None, peak_bytes: float) -> str:
@@ -164,6 +168,25 @@ def _memory_words(accounting: Accounting | None, peak_bytes: float) -> str:
     if accounting is None or not accounting.memory_capacity_bytes:
         return ""
     return f"memory: {peak_bytes / 2**30:.1f} of {usable_text(accounting)}"
+
+
+def _network_words(base: dict[str, Any], source: str, c: Candidate, step_ms: float) -> str:
+    """What of the plan's communication leaves a pod, and what the oversubscription above
+    the pods costs the step: the same plan on a non-blocking network (oversubscription 1)
+    is that much faster."""
+    job = Scorer(base, source).candidate_job(c)
+    fabric = job.hardware.fabric
+    if fabric is None:
+        return ""
+    lines = crossings(job.rank_layout(c.devices), c.devices)
+    if not lines:
+        return f"across pods: nothing ({fabric.kind}, all of it inside one pod)"
+    words = f"across pods: {'; '.join(lines)}"
+    if fabric.oversubscription == 1:
+        return words
+    flat = vary(base, {"hardware.topology.oversubscription": 1.0}, source=source)
+    exposed = step_ms - _run(flat, source, c).report.step_time_ms
+    return f"{words}: {exposed:.3f} ms of the step exposed (against a non-blocking network)"
 
 
 def _busy_terms(

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pipesim.analysis.sweep import parse_grid
+from pipesim.cluster.fabric import DEFAULT_ORDER, FabricError, rank_layout
 from pipesim.scenario.derive import check_context_parallel
 from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, fit_virtual_stages
@@ -174,6 +175,7 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
             )
     if gpus < 1:
         raise PlanError(f"--gpus {gpus}: must be a positive number of GPUs")
+    _check_fabric(spec, source, gpus)
     axes: dict[str, tuple[Any, ...]] = default_axes(spec, gpus)
     derived: dict[str, tuple[Any, ...] | None] = {
         "parallel.data": None,
@@ -204,6 +206,21 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
     )
     check_size(space)
     return space
+
+
+def _check_fabric(spec: ScenarioSpec, source: str, gpus: int) -> None:
+    """Whether ``gpus`` GPUs fill whole pods of ``hardware.topology`` (every candidate
+    uses all of them, so one that does not fits none)."""
+    hw = spec.hardware
+    if hw.topology is None:
+        return
+    if hw.gpus_per_node is None:
+        raise PlanError(f"{source}: hardware.topology: needs hardware.gpus_per_node")
+    fabric = replace(hw.topology.fabric(), order=DEFAULT_ORDER)
+    try:
+        rank_layout(fabric, {"dp": gpus}, hw.gpus_per_node)
+    except FabricError as exc:
+        raise PlanError(f"{source}: {exc} (with --gpus {gpus})") from None
 
 
 def parse_space(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
