@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ from tests.cluster.ledger.rows import (
     load_training,
     read_raw,
 )
-from tests.cluster.ledger.scenarios import efficiency_field
+from tests.cluster.ledger.scenarios import efficiency_field, for_gpu, training_scenario
 
 TRAINING_TARGET_MEDIAN, TRAINING_TARGET_MAX, RATIO_TARGET = 0.05, 0.12, 0.03
 DRIFT = 0.003
@@ -173,7 +174,10 @@ def test_a_fit_sees_only_calibration_rows_and_improves_on_them():
 
 def test_the_report_as_json_names_every_regime():
     command = [sys.executable, "-m", "tests.cluster.published_runs", "--kind", "training"]
-    done = subprocess.run([*command, "--json", "-"], capture_output=True, text=True, check=True)
+    root = Path(__file__).parents[2]
+    done = subprocess.run(
+        [*command, "--json", "-"], capture_output=True, text=True, check=True, cwd=root
+    )
     report = json.loads(done.stdout)
     assert len(report["rows"]) == 31 and report["parameters"] == {}
     keys = {(s["gpu"], s["kind"], s["role"]) for s in report["regimes"]}
@@ -188,3 +192,16 @@ def test_the_report_as_json_names_every_regime():
     assert pending == ([] if has_context else ["llama3-405b-16k-cp16"])
     errors = np.array([r["error"] for r in report["rows"] if r["error"] is not None])
     assert np.all(np.isfinite(errors))
+
+
+def test_a_per_gpu_parameter_sets_only_that_gpus_rows():
+    rows = {r.id: r for r in load_training()}
+    a100 = for_gpu("a100-sxm-80gb", efficiency_field("max_fraction"))
+    assert a100.name == "max_fraction@a100-sxm-80gb"
+    on_a100 = training_scenario(rows["sc21-1.7b"], [(a100, 0.8)])
+    on_h100 = training_scenario(rows["megatron-weak-1.7b"], [(a100, 0.8)])
+    assert on_a100["model"]["efficiency"] == {"max_fraction": 0.8}
+    assert on_h100["model"]["efficiency"] == {}
+    # Context parallelism is written only where a row has it.
+    assert "context" not in on_h100["parallel"]
+    assert training_scenario(rows["llama3-405b-16k-cp16"])["parallel"]["context"] == 16

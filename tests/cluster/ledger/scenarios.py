@@ -12,7 +12,7 @@ has context parallelism, so rows without it build on every version of the schema
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.cluster.efficiency import Efficiency
 from tests.cluster.ledger.rows import RatioRow, TrainingRow
@@ -24,6 +24,10 @@ CUSTOM_LINKS: dict[str, dict[str, float]] = {
     # Omni-Path"), 50 GB/s a node, 6.25 GB/s a GPU at line rate; 6.0 achievable by the
     # 24-of-25 GB/s rule of pipesim's ib-hdr profile; the network latency of ib-hdr.
     "omnipath-4x100": {"latency_us": 14.0, "bandwidth_gbps": 6.0},
+    # H800 SXM: the H100 with its NVLink cut to 400 GB/s both directions, 200 GB/s each way
+    # (DeepSeek-V3 technical report, arXiv:2412.19437, section 3.1); achievable 169 GB/s by
+    # NVLink 4's measured ratio (380 of 450 GB/s, pipesim's nvlink4 profile).
+    "nvlink-h800": {"latency_us": 3.4, "bandwidth_gbps": 169.0},
 }
 
 
@@ -144,3 +148,14 @@ def efficiency_field(name: str, low: float = 0.05, high: float = 1.0) -> Paramet
         scenario["model"]["efficiency"][name] = value
 
     return Parameter(name, apply, low, high, float(getattr(Efficiency(), name)))
+
+
+def for_gpu(gpu: str, parameter: Parameter) -> Parameter:
+    """``parameter`` applied to the rows on ``gpu`` only, named ``name@gpu``: a per-GPU
+    fit, e.g. ``for_gpu("a100-sxm-80gb", efficiency_field("max_fraction"))``."""
+
+    def apply(scenario: dict, value: float) -> None:
+        if scenario["hardware"]["gpu"] == gpu:
+            parameter.apply(scenario, value)
+
+    return replace(parameter, name=f"{parameter.name}@{gpu}", apply=apply)
