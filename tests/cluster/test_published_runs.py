@@ -146,7 +146,9 @@ def test_held_out_rows_meet_the_targets_or_are_named_misses(quick_outcomes):
     regimes = {(s["gpu"], s["kind"], s["role"]): s for s in summarise(quick_outcomes)}
     h100 = regimes[("h100-sxm", "training", "held_out")]
     print(f"\nH100 training, held out: {h100}")
-    assert h100["count"] == 7 and h100["median_abs_error"] <= TRAINING_TARGET_MEDIAN
+    with_context = "context" in ParallelSpec.model_fields  # the 128K-token Llama 3 row
+    assert h100["count"] == 7 + with_context
+    assert h100["median_abs_error"] <= TRAINING_TARGET_MEDIAN
 
 
 @pytest.mark.slow
