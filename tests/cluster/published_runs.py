@@ -1,240 +1,110 @@
-"""Published training runs as pipesim scenarios: the data behind docs/validation.md.
+"""The ledger of published runs: pipesim against what others measured (docs/validation.md).
 
-Each row of ``data/published_runs.csv`` is one run someone measured and published: the
-model's shape, the parallel layout, the batch and what was achieved (TFLOP/s per GPU, MFU
-or tokens per second per GPU). ``published_step_ms`` turns the achievement into a step time
-with the FLOPs formula the source used; ``predicted_step_ms`` builds the same run as a
-pipesim scenario and simulates one step. ``fit`` refits the cost model's three calibrated
-fractions on the ``calibrate`` rows.
+Every calibration and held-out row of ``data/published_runs.csv`` (training runs) and
+``data/schedule_ratios.csv`` (schedule throughput ratios) is simulated as the scenario a
+user would write for it (``tests.cluster.ledger``), and its error printed with a summary
+per regime (GPU type x training or ratio).
 
-    python -m tests.cluster.published_runs          # every row's error with the defaults
-    python -m tests.cluster.published_runs --fit    # refit on the calibration rows
+    python -m tests.cluster.published_runs                 # every row's error, per regime
+    python -m tests.cluster.published_runs --kind training # training rows only (seconds)
+    python -m tests.cluster.published_runs --json out.json # the same as JSON ('-': stdout)
+    python -m tests.cluster.published_runs --fit           # refit on the calibration rows
+    python -m tests.cluster.published_runs --record        # write each row's error back
+                                                           # as its recorded_error
+
+``--fit`` fits ``DEFAULT_PARAMETERS`` (tests/cluster/ledger/fit.py) on the calibrate rows
+of the chosen kind, then reports every row with the fitted values; ``--record`` after a
+refit of pipesim's defaults keeps the test's recorded errors in step.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
+import json
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from pathlib import Path
+from collections.abc import Sequence
 
-import numpy as np
-
-from pipesim.analysis.run import run_scenario
-from pipesim.cluster.hardware import gpu_profile
-from pipesim.cluster.model import Efficiency, TransformerModel, model_flops_per_step
-from pipesim.scenario.build import build_scenario, parse_spec
-
-DATA = Path(__file__).parent / "data" / "published_runs.csv"
-FITTED = ("max_fraction", "memory_fraction", "tensor_overlap_fraction")
+from tests.cluster.ledger.evaluate import Outcome, evaluate, summarise
+from tests.cluster.ledger.fit import DEFAULT_PARAMETERS, fit
+from tests.cluster.ledger.rows import RATIO_FILE, TRAINING_FILE, load_rows, read_raw
+from tests.cluster.ledger.scenarios import Setting
 
 
-@dataclass(frozen=True, slots=True)
-class PublishedRun:
-    id: str
-    role: str  # calibrate | holdout | excluded
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int | None
-    ffn_hidden: int
-    mlp: str
-    vocab: int
-    seq_len: int
-    gpu: str
-    tensor: int
-    pipeline: int
-    data: int
-    virtual_stages: int
-    microbatch_size: int
-    global_batch: int
-    recompute: bool
-    sequence_parallel: bool
-    tp_overlap: bool
-    dp_overlap: bool
-    zero_stage: int
-    metric: str  # tflops_per_gpu | mfu
-    value: float
+def report_json(outcomes: Sequence[Outcome], fitted: dict[str, float] | None = None) -> dict:
+    """Every row's error and the per-regime summary, as plain data."""
+    rows = [
+        {
+            "id": o.row.id,
+            "role": o.row.role,
+            "kind": o.row.kind,
+            "gpu": o.row.gpu,
+            "error": o.error,
+            "recorded_error": o.row.recorded_error,
+            "pending": o.pending,
+        }
+        for o in outcomes
+    ]
+    return {"parameters": fitted or {}, "rows": rows, "regimes": summarise(outcomes)}
 
-    @property
-    def gpus(self) -> int:
-        return self.tensor * self.pipeline * self.data
 
-    @property
-    def model(self) -> TransformerModel:
-        return TransformerModel(
-            layers=self.layers,
-            hidden=self.hidden,
-            heads=self.heads,
-            kv_heads=self.kv_heads,
-            ffn_hidden=self.ffn_hidden,
-            mlp=self.mlp,
-            seq_len=self.seq_len,
-            vocab=self.vocab,
-            recompute=self.recompute,
-            flash_attention=True,
+def report_text(outcomes: Sequence[Outcome]) -> str:
+    lines = []
+    for o in outcomes:
+        shown = f"{o.error:+7.1%}" if o.error is not None else f"pending ({o.pending})"
+        lines.append(f"{o.row.id:34s} {o.row.role:9s} {o.regime:24s} {shown}")
+    lines.append("")
+    for s in summarise(outcomes):
+        lines.append(
+            f"{s['gpu']:14s} {s['kind']:8s} {s['role']:9s} n={s['count']:2d}  "
+            f"median |error| {s['median_abs_error']:5.1%}  max {s['max_abs_error']:5.1%}"
         )
+    return "\n".join(lines)
 
 
-def _parse(raw: dict[str, str]) -> PublishedRun:
-    values: dict[str, object] = {}
-    for field in fields(PublishedRun):
-        text = raw[field.name]
-        if field.type in ("int", "int | None"):
-            values[field.name] = int(text) if text else None
-        elif field.type == "bool":
-            values[field.name] = text == "true"
-        elif field.type == "float":
-            values[field.name] = float(text)
-        else:
-            values[field.name] = text
-    return PublishedRun(**values)  # type: ignore[arg-type]
+def record(outcomes: Sequence[Outcome]) -> None:
+    """Write each simulated row's error into its file's ``recorded_error`` column."""
+    errors = {o.row.id: o.error for o in outcomes if o.error is not None}
+    for path in (TRAINING_FILE, RATIO_FILE):
+        raw = read_raw(path)
+        for row in raw:
+            if row["id"] in errors:
+                row["recorded_error"] = f"{errors[row['id']]:+.4f}"
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, list(raw[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(raw)
 
 
-def load_runs(roles: Sequence[str] = ("calibrate", "holdout")) -> list[PublishedRun]:
-    """The rows of the given roles. Excluded rows (what pipesim does not model: FP8, context
-    parallelism, GPUs without a profile) stay in the file for the record, unparsed."""
-    with DATA.open(newline="") as handle:
-        return [_parse(raw) for raw in csv.DictReader(handle) if raw["role"] in roles]
-
-
-def published_step_ms(run: PublishedRun) -> float:
-    """The step time the publication implies. Megatron-LM reports model TFLOP/s per GPU and
-    MFU from ``num_floating_point_operations`` (megatron/training/training.py),
-    ``12 B s L h^2 (1 + g/a + s/h + k f/h + V/(2 L h))``, which is exactly
-    ``model_flops_per_step`` (tests/cluster/test_architectures.py): step = FLOPs / (rate
-    x GPUs). MFU is taken against the H100 SXM's 989.4 TFLOP/s (408.8 TFLOP/s is the
-    table's 41 %)."""
-    flops = model_flops_per_step(run.model, run.global_batch)
-    if run.metric == "tflops_per_gpu":
-        rate = run.value * 1e12
-    elif run.metric == "mfu":
-        rate = run.value * gpu_profile(run.gpu).peak_tflops * 1e12
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.cluster.published_runs")
+    parser.add_argument("--kind", choices=("training", "ratio", "all"), default="all")
+    parser.add_argument("--fit", action="store_true", help="refit on the calibrate rows")
+    parser.add_argument("--iterations", type=int, default=150)
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON ('-': stdout)")
+    parser.add_argument("--record", action="store_true", help="write errors to the CSVs")
+    args = parser.parse_args(argv)
+    if args.record and args.fit:
+        parser.error("--record keeps the errors of pipesim's defaults: not with --fit")
+    rows = [r for r in load_rows() if args.kind in ("all", r.kind)]
+    settings: list[Setting] = []
+    fitted = None
+    if args.fit:
+        calibration = [r for r in rows if r.role == "calibrate"]
+        fitted = fit(calibration, DEFAULT_PARAMETERS, args.iterations)
+        settings = [(p, fitted[p.name]) for p in DEFAULT_PARAMETERS]
+        print("fitted:", ", ".join(f"{k}={v:.4f}" for k, v in fitted.items()), file=sys.stderr)
+    outcomes = evaluate(rows, settings)
+    if args.record:
+        record(outcomes)
+    if args.json == "-":
+        json.dump(report_json(outcomes, fitted), sys.stdout, indent=1)
     else:
-        raise ValueError(f"{run.id}: unknown metric {run.metric!r}")
-    return flops / (rate * run.gpus) * 1e3
-
-
-def scenario_data(run: PublishedRun, efficiency: dict[str, float] | None = None) -> dict:
-    """The run as a scenario: DGX H100 nodes (8 GPUs on NVLink 4, one NDR NIC per GPU),
-    1F1B (GPipe order when there is one stage: the same step), interleaved 1F1B with
-    ``virtual_stages`` > 1."""
-    pipe: dict[str, object] = {"schedule": "1f1b", "devices": run.pipeline}
-    if run.pipeline == 1:
-        pipe["schedule"] = "gpipe"
-    elif run.virtual_stages > 1:
-        pipe.update(schedule="interleaved-1f1b", virtual_stages=run.virtual_stages)
-    model = {
-        "layers": run.layers,
-        "hidden": run.hidden,
-        "heads": run.heads,
-        "ffn_hidden": run.ffn_hidden,
-        "mlp": run.mlp,
-        "seq_len": run.seq_len,
-        "vocab": run.vocab,
-        "flash_attention": True,
-        "recompute": run.recompute,
-        "microbatch_size": run.microbatch_size,
-        "global_batch": run.global_batch,
-        "efficiency": dict(efficiency or {}),
-    }
-    if run.kv_heads is not None:
-        model["kv_heads"] = run.kv_heads
-    return {
-        "schema_version": 1,
-        "name": run.id,
-        "pipeline": pipe,
-        "model": model,
-        "parallel": {
-            "tensor": run.tensor,
-            "data": run.data,
-            "zero_stage": run.zero_stage,
-            "sequence_parallel": run.sequence_parallel,
-            "tp_overlap": run.tp_overlap,
-            "dp_overlap": run.dp_overlap,
-        },
-        "hardware": {
-            "gpu": run.gpu,
-            "gpus_per_node": 8,
-            "intra_node_link": "nvlink4",
-            "inter_node_link": "ib-ndr",
-        },
-    }
-
-
-def predicted_step_ms(run: PublishedRun, efficiency: dict[str, float] | None = None) -> float:
-    """pipesim's step time for the run: one simulated step of its scenario."""
-    spec = parse_spec(scenario_data(run, efficiency), run.id)
-    return run_scenario(build_scenario(spec, run.id)).report.makespan_ms
-
-
-def errors(runs: Sequence[PublishedRun], efficiency: dict[str, float] | None = None):
-    """Relative error of pipesim's step time for each run (+0.05: 5 % slower than real)."""
-    return np.array([predicted_step_ms(r, efficiency) / published_step_ms(r) - 1 for r in runs])
-
-
-def objective(runs: Sequence[PublishedRun], values: Sequence[float]) -> float:
-    """What the fit minimises: the median plus half the largest |error|."""
-    if any(not 0.05 <= v <= 1 for v in values):
-        return float("inf")
-    errs = np.abs(errors(runs, dict(zip(FITTED, map(float, values), strict=True))))
-    return float(np.median(errs) + 0.5 * np.max(errs))
-
-
-def nelder_mead(f: Callable[[np.ndarray], float], start: Sequence[float], iterations: int):
-    """Plain Nelder-Mead (reflect, expand, contract, shrink), no dependency beyond NumPy."""
-    points = [np.asarray(start, float)]
-    points += [points[0] + 0.1 * np.eye(len(start))[i] for i in range(len(start))]
-    values = [f(p) for p in points]
-    for _ in range(iterations):
-        order = np.argsort(values)
-        points, values = [points[i] for i in order], [values[i] for i in order]
-        centre = np.mean(points[:-1], axis=0)
-        reflected = 2 * centre - points[-1]
-        f_reflected = f(reflected)
-        if f_reflected < values[0]:
-            expanded = 3 * centre - 2 * points[-1]
-            f_expanded = f(expanded)
-            best = (expanded, f_expanded) if f_expanded < f_reflected else (reflected, f_reflected)
-            points[-1], values[-1] = best
-        elif f_reflected < values[-2]:
-            points[-1], values[-1] = reflected, f_reflected
-        else:
-            contracted = (centre + points[-1]) / 2
-            f_contracted = f(contracted)
-            if f_contracted < values[-1]:
-                points[-1], values[-1] = contracted, f_contracted
-            else:
-                points = [points[0]] + [(p + points[0]) / 2 for p in points[1:]]
-                values = [values[0]] + [f(p) for p in points[1:]]
-    best = int(np.argmin(values))
-    return points[best], values[best]
-
-
-def fit(runs: Sequence[PublishedRun], iterations: int = 150) -> dict[str, float]:
-    """The three fractions that minimise ``objective`` on ``runs``, from pipesim's defaults
-    (Nelder-Mead finds a local minimum: docs/validation.md tried several starts)."""
-    defaults = Efficiency()
-    start = [getattr(defaults, name) for name in FITTED]
-    best, _ = nelder_mead(lambda x: objective(runs, x), start, iterations)
-    return dict(zip(FITTED, map(float, best), strict=True))
-
-
-def _report(efficiency: dict[str, float] | None) -> None:
-    runs = load_runs()
-    errs = errors(runs, efficiency)
-    for run, err in zip(runs, errs, strict=True):
-        print(f"{run.id:28s} {run.role:9s} {published_step_ms(run):10.1f} ms  {err:+7.1%}")
-    for role in ("calibrate", "holdout"):
-        sub = np.abs([e for r, e in zip(runs, errs, strict=True) if r.role == role])
-        print(f"{role}: median |error| {np.median(sub):.1%}, max {np.max(sub):.1%}")
-    print(f"all: median |error| {np.median(np.abs(errs)):.1%}, max {np.max(np.abs(errs)):.1%}")
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump(report_json(outcomes, fitted), handle, indent=1)
+        print(report_text(outcomes))
 
 
 if __name__ == "__main__":
-    fitted = None
-    if "--fit" in sys.argv:
-        fitted = fit(load_runs(("calibrate",)))
-        print("fitted:", ", ".join(f"{k}={v:.4f}" for k, v in fitted.items()))
-    _report(fitted)
+    main()

@@ -1,98 +1,209 @@
-"""pipesim's model-derived step times against published training runs (docs/validation.md).
+"""pipesim's model-derived costs against the ledger of published runs (docs/validation.md).
 
-Every calibration and held-out row of ``data/published_runs.csv`` is simulated as a
-scenario with the default (calibrated) cost model; its step time is compared with the step
-time the publication implies. Targets: median |error| at most 10 %, none above 20 %, over
-all rows and over the held-out rows alone.
+Every calibration and held-out row is simulated with the default cost model and its error
+printed (``pytest -s``). Two kinds of assertion:
+
+* drift: each row's error equals the ``recorded_error`` its file carries, within 0.3
+  points, so any change to the cost model shows up row by row (after a deliberate change:
+  ``python -m tests.cluster.published_runs --record``);
+* targets, on held-out rows only (issue 19): training step time median |error| <= 5 % per
+  regime and none above 12 %, schedule ratios within 3 %. A row or regime that misses is
+  named below with its cause, and must really miss: when the model improves, the list
+  shrinks, the bounds never loosen.
+
+The quick tests simulate every training row and two pairs of ratio rows (the searched
+ZB-1p/ZB-2p schedules take seconds each); ``-m slow`` runs every ratio row.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from pipesim.cluster.model import FLOPS_ONLY, Efficiency
-from tests.cluster.published_runs import (
-    FITTED,
-    errors,
-    fit,
-    load_runs,
-    objective,
-    published_step_ms,
+from pipesim.cluster.efficiency import Efficiency
+from pipesim.scenario.schema import ParallelSpec
+from tests.cluster.ledger.evaluate import evaluate, published_step_ms, summarise
+from tests.cluster.ledger.fit import DEFAULT_PARAMETERS, fit, objective
+from tests.cluster.ledger.rows import (
+    RATIO_FILE,
+    TRAINING_FILE,
+    excluded_rows,
+    load_ratios,
+    load_rows,
+    load_training,
+    read_raw,
 )
+from tests.cluster.ledger.scenarios import efficiency_field, for_gpu, training_scenario
 
-RUNS = load_runs()
+TRAINING_TARGET_MEDIAN, TRAINING_TARGET_MAX, RATIO_TARGET = 0.05, 0.12, 0.03
+DRIFT = 0.003
+
+# Held-out rows over their target today, and why (docs/validation.md, "Misses").
+A100_RATE = "A100 compute: one GEMM fraction fitted on H100 runs is too low for A100 (part 1)"
+EXPECTED_MISSES = {
+    "sc21-3.6b": A100_RATE,
+    "sc21-18b": A100_RATE,
+    "sc21-76b": A100_RATE,
+    "sc21-310b": A100_RATE + "; deeper pipelines miss more (per-stage overheads)",
+    "korthikanti-530b-selective": A100_RATE + "; 35 stages",
+    "bloom-176b": A100_RATE + "; Omni-Path network, DeepSpeed pipeline",
+    "opt-175b": A100_RATE + "; ZeRO-3 over 124 replicas, FLOPs counting not published",
+    "zb-1.5b-m32-2p": "ZB-2p's gain under-predicted: W passes modelled too short on A100",
+    "zb-6.2b-m32-1p": "ZB-1p's gain over-predicted by 3.9 points",
+    "zb-6.2b-m32-2p": "ZB-2p's gain under-predicted",
+    "zb-14.6b-m64-2p": "ZB-2p's gain under-predicted",
+    "zb-28.3b-m128-2p": "ZB-2p's gain under-predicted",
+    "zb-28.3b-m256-1p": "1F1B's bubble at m = 8p too small: its throughput over-predicted",
+    "zb-28.3b-m256-2p": "1F1B's bubble at m = 8p too small: its throughput over-predicted",
+}
+EXPECTED_REGIME_MISSES = {"a100-sxm-80gb training": A100_RATE}
+
+# Quick ratio rows: a calibrate pair and a held-out pair, the fastest searches.
+QUICK_RATIOS = ("zb-6.2b-m24-1p", "zb-6.2b-m24-2p", "zb-1.5b-m32-1p", "zb-1.5b-m32-2p")
 
 
-def _table(runs, errs) -> str:
+@pytest.fixture(scope="module")
+def quick_outcomes():
+    rows = [*load_training(), *(r for r in load_ratios() if r.id in QUICK_RATIOS)]
+    return evaluate(rows)
+
+
+def _table(outcomes) -> str:
     return "\n".join(
-        f"{r.id:28s} {r.role:9s} published {published_step_ms(r):10.1f} ms  error {e:+6.1%}"
-        for r, e in zip(runs, errs, strict=True)
+        f"{o.row.id:34s} {o.row.role:9s} {o.regime:24s} "
+        + (f"error {o.error:+6.1%}" if o.error is not None else f"pending {o.pending}")
+        + (f"  recorded {o.row.recorded_error:+6.1%}" if o.row.recorded_error is not None else "")
+        for o in outcomes
     )
 
 
-def test_the_data_file_holds_both_roles_with_their_sources():
-    roles = {r.role for r in RUNS}
-    assert roles == {"calibrate", "holdout"}
-    assert sum(r.role == "calibrate" for r in RUNS) == 5
-    assert sum(r.role == "holdout" for r in RUNS) == 6
-    assert len({r.id for r in RUNS}) == len(RUNS)
-    excluded = load_runs(("excluded",))
-    assert len(excluded) == 7  # FP8, context parallelism, a GPU without a profile
+def test_the_ledger_holds_enough_rows_of_every_kind_with_sources():
+    rows, excluded = load_rows(), excluded_rows()
+    assert len(rows) == 55 and len(excluded) == 12
+    assert len({r.id for r in rows} | {r["id"] for r in excluded}) == 67
+    assert {r.kind for r in rows} == {"training", "ratio"}
+    assert {r.gpu for r in rows} == {"h100-sxm", "a100-sxm-80gb"}
+    assert {r["gpu"] for r in excluded} >= {"h200", "b200", "h800"}
+    held_out = sum(r.role == "held_out" for r in rows)
+    assert (held_out, len(rows) - held_out) == (26, 29)
+    for raw in [*read_raw(TRAINING_FILE), *read_raw(RATIO_FILE)]:
+        assert raw["source"] and raw["reference"] and raw["date"], raw["id"]
+        assert raw["role_chosen"] in ("2026-12-01", "2026-12-04"), raw["id"]
+    assert all(r["notes"] for r in excluded)
 
 
-def test_published_step_times_from_the_megatron_table():
-    # 1.7B row: 72 B s L h^2 (1 + s/(6h) + V/(12 h L)) over 48 GPUs at 408.8 TFLOP/s each.
-    (small,) = [r for r in RUNS if r.id == "megatron-weak-1.7b"]
+def test_published_step_times_follow_each_source_formula():
+    rows = {r.id: r for r in load_training()}
+    # SC21 counts the recomputed forward: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+    b, s, layers, h, vocab = 3072, 2048, 128, 25600, 51200
+    flops = 96 * b * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
+    expected = flops / (163e12 * 3072) * 1e3
+    assert published_step_ms(rows["sc21-1t"]) == pytest.approx(expected, rel=1e-12)
+    # Megatron-Core r0.8.0 counts model FLOPs: 72 B s L h^2 (1 + s/(6h) + V/(12 h L)).
     b, s, layers, h, vocab = 192, 4096, 24, 2048, 131072
     flops = 72 * b * s * layers * h * h * (1 + s / (6 * h) + vocab / (12 * h * layers))
-    assert published_step_ms(small) == pytest.approx(flops / (408.8e12 * 48) * 1e3, rel=1e-12)
-    # MFU rows: against the H100 SXM's 989.4 TFLOP/s.
-    (strong,) = [r for r in RUNS if r.id == "megatron-strong-177b-4608"]
-    assert strong.gpus == 4608
-    b, layers, h = 1152, 96, 12288
+    expected = flops / (408.8e12 * 48) * 1e3
+    assert published_step_ms(rows["megatron-weak-1.7b"]) == pytest.approx(expected, rel=1e-12)
+    # MT-NLG publishes the iteration time itself; MFU rows use the A100's 312 TFLOP/s.
+    assert published_step_ms(rows["mtnlg-530b-2240"]) == 60100.0
+    mfu = rows["korthikanti-530b-selective"]
+    b, s, layers, h, vocab = 2240, 2048, 105, 20480, 51200
     flops = 72 * b * s * layers * h * h * (1 + s / (6 * h) + vocab / (12 * h * layers))
-    assert published_step_ms(strong) == pytest.approx(
-        flops / (0.42 * 989.4e12 * 4608) * 1e3, rel=1e-12
-    )
+    expected = flops / (0.542 * 312e12 * 2240) * 1e3
+    assert published_step_ms(mfu) == pytest.approx(expected, rel=1e-12)
 
 
-def test_every_published_row_within_the_targets():
-    errs = errors(RUNS)
-    print("\n" + _table(RUNS, errs))
-    absolute = np.abs(errs)
-    held_out = np.abs([e for r, e in zip(RUNS, errs, strict=True) if r.role == "holdout"])
-    print(
-        f"all: median {np.median(absolute):.1%}, max {np.max(absolute):.1%}; "
-        f"held out: median {np.median(held_out):.1%}, max {np.max(held_out):.1%}"
-    )
-    assert np.median(absolute) <= 0.10 and np.max(absolute) <= 0.20, _table(RUNS, errs)
-    assert np.median(held_out) <= 0.10 and np.max(held_out) <= 0.20, _table(RUNS, errs)
-    # What docs/validation.md reports, so that a change to the model shows up here.
-    assert np.median(absolute) == pytest.approx(0.028, abs=0.005)
-    assert np.max(absolute) == pytest.approx(0.111, abs=0.005)
+def test_each_row_matches_its_recorded_error(quick_outcomes):
+    print("\n" + _table(quick_outcomes))
+    for o in quick_outcomes:
+        if o.error is None:
+            assert o.pending == "parallel.context" and o.row.context > 1, o.row.id
+            continue
+        assert o.row.recorded_error is not None, f"{o.row.id}: no recorded_error (--record)"
+        assert abs(o.error - o.row.recorded_error) <= DRIFT, _table([o])
 
 
-def test_the_flops_only_model_misses_small_models_and_bubbles():
-    # What the issue saw before the cost model: 20-35 % too fast on small models.
-    flops_only = {
-        "max_fraction": 0.78,
-        "attention_fraction": None,
-        "memory_fraction": None,
-        "tensor_overlap_fraction": 1.0,
-    }
-    assert FLOPS_ONLY.memory_fraction is None and FLOPS_ONLY.attention_fraction is None
-    errs = dict(zip((r.id for r in RUNS), errors(RUNS, flops_only), strict=True))
-    assert errs["megatron-weak-1.7b"] < -0.20
-    assert max(abs(e) for e in errs.values()) > 0.20
-    assert np.median(np.abs(list(errs.values()))) > np.median(np.abs(errors(RUNS)))
+def _check_targets(outcomes) -> None:
+    held_out = [o for o in outcomes if o.row.role == "held_out" and o.error is not None]
+    for o in held_out:
+        bound = RATIO_TARGET if o.row.kind == "ratio" else TRAINING_TARGET_MAX
+        misses = abs(o.error) > bound
+        assert misses == (o.row.id in EXPECTED_MISSES), f"{o.row.id}: {o.error:+.1%}"
+    for s in summarise(held_out):
+        if s["kind"] != "training" or s["gpu"] == "all":
+            continue
+        misses = s["median_abs_error"] > TRAINING_TARGET_MEDIAN
+        assert misses == (f"{s['gpu']} training" in EXPECTED_REGIME_MISSES), s
+
+
+def test_held_out_rows_meet_the_targets_or_are_named_misses(quick_outcomes):
+    _check_targets(quick_outcomes)
+    regimes = {(s["gpu"], s["kind"], s["role"]): s for s in summarise(quick_outcomes)}
+    h100 = regimes[("h100-sxm", "training", "held_out")]
+    print(f"\nH100 training, held out: {h100}")
+    with_context = "context" in ParallelSpec.model_fields  # the 128K-token Llama 3 row
+    assert h100["count"] == 7 + with_context
+    assert h100["median_abs_error"] <= TRAINING_TARGET_MEDIAN
 
 
 @pytest.mark.slow
-def test_the_defaults_are_the_fit_on_the_calibration_rows():
-    calibration = [r for r in RUNS if r.role == "calibrate"]
-    defaults = Efficiency()
-    current = objective(calibration, [getattr(defaults, name) for name in FITTED])
-    refit = fit(calibration, iterations=60)
-    # The refit starts from the defaults; it finds nothing materially better.
-    assert objective(calibration, list(refit.values())) >= current - 0.005
+def test_every_ratio_row_matches_its_record_and_the_targets():
+    outcomes = evaluate(load_ratios())
+    print("\n" + _table(outcomes))
+    for o in outcomes:
+        assert abs(o.error - o.row.recorded_error) <= DRIFT, _table([o])
+    _check_targets(outcomes)
+
+
+def test_a_fit_sees_only_calibration_rows_and_improves_on_them():
+    rows = [r for r in load_training() if r.id.startswith("sc21-")]
+    with pytest.raises(ValueError, match="only calibrate rows"):
+        fit(rows, DEFAULT_PARAMETERS, iterations=1)
+    calibration = [r for r in rows if r.role == "calibrate"]
+    gemm = efficiency_field("max_fraction")
+    assert gemm.start == Efficiency().max_fraction
+    fitted = fit(calibration, [gemm], iterations=8)
+    # pipesim is too slow on these A100 runs: the fit raises the GEMM fraction.
+    assert fitted["max_fraction"] > Efficiency().max_fraction
+    before = objective(calibration, [gemm], [gemm.start])
+    assert objective(calibration, [gemm], [fitted["max_fraction"]]) < before - 0.05
+
+
+def test_the_report_as_json_names_every_regime():
+    command = [sys.executable, "-m", "tests.cluster.published_runs", "--kind", "training"]
+    root = Path(__file__).parents[2]
+    done = subprocess.run(
+        [*command, "--json", "-"], capture_output=True, text=True, check=True, cwd=root
+    )
+    report = json.loads(done.stdout)
+    assert len(report["rows"]) == 31 and report["parameters"] == {}
+    keys = {(s["gpu"], s["kind"], s["role"]) for s in report["regimes"]}
+    assert keys == {
+        (gpu, "training", role)
+        for gpu in ("h100-sxm", "a100-sxm-80gb", "all")
+        for role in ("calibrate", "held_out")
+    }
+    pending = [r["id"] for r in report["rows"] if r["pending"]]
+    # The 128K-token row waits for context parallelism in the scenario schema.
+    has_context = "context" in ParallelSpec.model_fields
+    assert pending == ([] if has_context else ["llama3-405b-16k-cp16"])
+    errors = np.array([r["error"] for r in report["rows"] if r["error"] is not None])
+    assert np.all(np.isfinite(errors))
+
+
+def test_a_per_gpu_parameter_sets_only_that_gpus_rows():
+    rows = {r.id: r for r in load_training()}
+    a100 = for_gpu("a100-sxm-80gb", efficiency_field("max_fraction"))
+    assert a100.name == "max_fraction@a100-sxm-80gb"
+    on_a100 = training_scenario(rows["sc21-1.7b"], [(a100, 0.8)])
+    on_h100 = training_scenario(rows["megatron-weak-1.7b"], [(a100, 0.8)])
+    assert on_a100["model"]["efficiency"] == {"max_fraction": 0.8}
+    assert on_h100["model"]["efficiency"] == {}
+    # Context parallelism is written only where a row has it.
+    assert "context" not in on_h100["parallel"]
+    assert training_scenario(rows["llama3-405b-16k-cp16"])["parallel"]["context"] == 16
