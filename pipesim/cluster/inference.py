@@ -74,7 +74,7 @@ DECODE_KERNELS_PER_LAYER = 9
 # The fixed cost of one kernel without CUDA graphs (launch, ramp-up and tail), fitted, and
 # inside a replayed CUDA graph (no launch from the host: ramp-up and tail only), fitted.
 KERNEL_OVERHEAD_US = 9.0
-GRAPH_KERNEL_OVERHEAD_US = 3.0
+GRAPH_KERNEL_OVERHEAD_US = 6.5
 # One all-reduce of a few KB inside a node, as NCCL runs it (LL protocol, one step of
 # latency rather than the ring's 2(n-1)), fitted on the tensor-parallel calibration rows.
 SMALL_ALLREDUCE_LATENCY_US = 21.0
@@ -287,13 +287,11 @@ def stage_iteration_ms(
         raise ValueError(f"tensor parallelism ({tensor=}) needs tensor_link, the intra-node link")
     if shape.tokens == 0:
         return 0.0
-    peak = gpu.peak_tflops * 1e12
-    compute_s = _compute_s(model, layers, gpu, shape, last, emitting, efficiency, serving)
-    compute_s /= tensor
+    compute_s = _compute_s(model, layers, gpu, shape, last, emitting, efficiency, serving, tensor)
     memory_s = stage_read_bytes(model, layers, shape, last=last, tensor=tensor) / (
         gpu.memory_bandwidth_gbps * 1e9 * serving.bandwidth_fraction
     )
-    total_ms = max(compute_s / peak, memory_s) * 1e3 + efficiency.launch_overhead_ms
+    total_ms = max(compute_s, memory_s) * 1e3 + efficiency.launch_overhead_ms
     total_ms += serving.kernel_overhead_ms(layers, decode_only=not shape.prefill_tokens)
     if tensor > 1:
         message = stage_boundary_bytes(model, shape)
@@ -310,25 +308,28 @@ def _compute_s(
     emitting: int,
     efficiency: Efficiency,
     serving: ServingCosts,
+    tensor: int,
 ) -> float:
-    """The iteration's compute time on the whole stage, times the peak FLOP/s (so FLOPs
-    over achieved fractions): prefill GEMMs on their curve, prefill attention on the causal
-    half at its own rate, decode at the GEMM ceiling."""
+    """The iteration's compute time (s) on one of the stage's ``tensor`` GPUs: decode at
+    the GEMM ceiling, prefill GEMMs on their curve, prefill attention on its causal share at
+    its own rate (or, with ``serving.attention_fraction`` None, with the GEMMs)."""
     prefill_flops, decode_flops = stage_iteration_flops(
         model, layers, shape, last=last, emitting=emitting
     )
-    weighted = decode_flops / efficiency.max_fraction
+    peak = gpu.peak_tflops * 1e12
+    compute_s = decode_flops / tensor / (peak * efficiency.max_fraction)
     if not shape.prefill_tokens:
-        return weighted
+        return compute_s
     half = serving.prefill_half_tokens(gpu, efficiency, model.dtype_bytes)
     curve = replace(efficiency, half_tokens=half)
     # a per-shape GEMM time (pipesim.cluster.gemm) would replace curve.fraction here
     gemm_fraction = curve.fraction(shape.prefill_tokens)
     if serving.attention_fraction is None:
-        return weighted + prefill_flops / gemm_fraction
+        return compute_s + prefill_flops / tensor / (peak * gemm_fraction)
     attention = layers * 4 * model.hidden * shape.prefill_attention
-    weighted += (prefill_flops - attention) / gemm_fraction
-    return weighted + attention * serving.causal_work / serving.attention_fraction
+    compute_s += (prefill_flops - attention) / tensor / (peak * gemm_fraction)
+    attention_flops = attention * serving.causal_work
+    return compute_s + attention_flops / tensor / (peak * serving.attention_fraction)
 
 
 def stage_boundary_bytes(model: TransformerModel, shape: BatchShape) -> float:

@@ -17,6 +17,8 @@ pipeline, the sampled tokens' way back to the first stage. ``role`` (``calibrate
 
     python -m tests.serving.published_serving          # every row's error, and per regime
     python -m tests.serving.published_serving --fit    # refit ServingCosts on calibration
+    python -m tests.serving.published_serving --record # write the errors into the CSV
+    python -m tests.serving.published_serving --markdown  # the tables of docs/validation.md
 """
 
 from __future__ import annotations
@@ -207,8 +209,51 @@ def report(rows: list[ServingRow], serving: ServingCosts | None = None) -> str:
     return "\n".join(lines)
 
 
+def markdown(rows: list[ServingRow], serving: ServingCosts | None = None) -> str:
+    """The tables of docs/validation.md ("Serving"): every row, then every regime."""
+    lines = [
+        "| row | role | framework | TP | batch | in / out | metric | published ms | pipesim ms "
+        "| error |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.id} | {row.role} | {row.framework} | {row.tensor} | {row.batch} | "
+            f"{row.input_tokens} / {row.output_tokens} | {row.metric.upper()} | "
+            f"{row.published_ms:.2f} | {predicted_ms(row, serving):.2f} | "
+            f"{error_pct(row, serving):+.1f}% |"
+        )
+    lines += ["", "| rows | regime | GPU | n | median \\|error\\| | max \\|error\\| |"]
+    lines.append("| --- | --- | --- | --- | --- | --- |")
+    for role, metric, gpu, count, median, worst in regimes(rows, serving):
+        lines.append(
+            f"| {role} | {metric.upper()} | {gpu} | {count} | {median:.1f} % | {worst:.1f} % |"
+        )
+    return "\n".join(lines)
+
+
+def record(rows: list[ServingRow], path: Path = DATA) -> None:
+    """Write every row's error with the current defaults into ``recorded_error_pct``."""
+    errors = {row.id: f"{error_pct(row):.2f}" for row in rows}
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        fieldnames, records = reader.fieldnames, list(reader)
+    for item in records:
+        item["recorded_error_pct"] = errors[item["id"]]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fieldnames, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+
+
 def main(argv: list[str]) -> int:
     rows = load_rows()
+    if "--record" in argv:
+        record(rows)
+        return 0
+    if "--markdown" in argv:
+        sys.stdout.write(markdown(rows) + "\n")
+        return 0
     if "--fit" in argv:
         fitted = fit(rows)
         sys.stdout.write(", ".join(f"{name}={getattr(fitted, name)}" for name in FITTED) + "\n")
