@@ -63,13 +63,16 @@ class BatchShape:
 # --fit); every row, its source and its error are in docs/validation.md ("Serving").
 #
 # Weights stream from HBM at 88 % of the data sheet's bandwidth: a read kernel reaches
-# 1.80 of the 2.04 TB/s of an A100 80GB SXM, and no kernel in NVIDIA's GTC 2025 talk passed
-# ~90 % (forums.developer.nvidia.com/t/trouble-to-reach-peak-bandwidth-of-a100/339083).
+# 1.80 of the 2.04 TB/s of an A100 80GB SXM (Nsight Compute agrees: 88 %), and the GTC talk
+# cited there saw no kernel pass ~90 %
+# (forums.developer.nvidia.com/t/trouble-to-reach-peak-bandwidth-of-a100/339083). One
+# fraction for every GPU until the GPU profiles carry a measured one each.
 ACHIEVABLE_BANDWIDTH_FRACTION = 0.88
 # Kernels one Llama-style layer launches per iteration, all-reduces aside: RMSNorm, the
 # fused QKV GEMM, rotary embedding with the KV-cache write, attention, the output GEMM,
 # the residual add fused with the second RMSNorm, the fused gate/up GEMM, SiLU x up and
-# the down GEMM (vLLM's LlamaDecoderLayer and TensorRT-LLM's Llama plugin layout).
+# the down GEMM (TensorRT-LLM and TurboMind fuse rotary with the cache write; vLLM's
+# LlamaDecoderLayer launches them apart, 10).
 DECODE_KERNELS_PER_LAYER = 9
 # The fixed cost of one kernel without CUDA graphs (launch, ramp-up and tail), fitted, and
 # inside a replayed CUDA graph (no launch from the host: ramp-up and tail only), fitted.
@@ -86,7 +89,7 @@ SMALL_ALLREDUCE_LATENCY_US = 21.0
 # assumption its runs never test: they all use 4096 tokens or more per microbatch).
 PREFILL_RIDGE_SCALE = 1.6
 # Fused (flash) attention forward, causal, head width 128: FlashAttention-2 reaches 50-73 %
-# of an A100's peak (Dao 2023, arXiv:2307.08691, section 4.1); provisional, not fitted.
+# of an A100's peak (Dao 2023, arXiv:2307.08691, abstract); provisional, not fitted.
 PREFILL_ATTENTION_FRACTION = 0.6
 
 
@@ -96,15 +99,17 @@ class ServingCosts:
 
     ``bandwidth_fraction`` of the GPU's memory bandwidth is what weight and KV reads reach.
     Every layer launches ``kernels_per_layer`` kernels, each a fixed ``kernel_overhead_us``
-    (launch, ramp-up and tail: what dominates a small decode step), or with ``cuda_graphs``
-    (vLLM's default: decode steps replay a captured graph, prefills run eagerly)
-    ``graph_kernel_overhead_us`` in a pure decode step. Each tensor-parallel all-reduce of a small message costs
-    ``allreduce_latency_us`` plus its bytes (``tensor_allreduce_ms``; None: the ring's
-    latency only). A prefill's GEMMs follow the efficiency curve with
-    ``prefill_half_tokens`` (None: ``Efficiency.half_tokens``); its attention runs at
-    ``attention_fraction`` of the peak on ``causal_work`` of the FLOPs pipesim counts (a
-    causal kernel skips the masked half of a whole prompt; a late chunk of a long prompt
-    does nearly all of its count), or, with ``attention_fraction`` None, with the GEMMs.
+    (launch, ramp-up and tail: what dominates a small decode step); with ``cuda_graphs``
+    (vLLM's default: decode steps replay a captured graph, prefills run eagerly) a pure
+    decode step pays ``graph_kernel_overhead_us`` per kernel instead. Each tensor-parallel
+    all-reduce of a small message costs ``allreduce_latency_us`` plus its bytes
+    (``tensor_allreduce_ms``; None: the ring's latency only). A prefill's GEMMs follow the
+    efficiency curve with its half point at ``prefill_ridge_scale`` times the GPU's ridge
+    point in tokens (``prefill_half_tokens``; None: ``Efficiency.half_tokens``); its
+    attention runs at ``attention_fraction`` of the peak on ``causal_work`` of the FLOPs
+    pipesim counts (a causal kernel skips the masked half of a whole prompt; a late chunk of
+    a long prompt does nearly all of its count), or, with ``attention_fraction`` None, with
+    the GEMMs.
 
     ``ROOFLINE`` is the bare roofs (pipesim's model before these costs were measured).
     """
@@ -153,6 +158,7 @@ class ServingCosts:
 ROOFLINE = ServingCosts(
     bandwidth_fraction=1.0,
     kernel_overhead_us=0.0,
+    graph_kernel_overhead_us=0.0,
     allreduce_latency_us=None,
     prefill_ridge_scale=None,
     attention_fraction=None,
