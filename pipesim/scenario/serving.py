@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipesim.cluster.hardware import gpu_profile
-from pipesim.cluster.inference import kv_capacity_tokens
+from pipesim.cluster.inference import ServingCosts, kv_capacity_tokens
 from pipesim.scenario import derive
 from pipesim.scenario.arrivals import generate_requests
 from pipesim.scenario.build import parse_spec
@@ -102,6 +102,11 @@ def serve_config(spec: ScenarioSpec, source: str) -> tuple[ServeConfig, str]:
         replica_costs, capacity_blocks = _model_costs(spec, source)
         costs_from = "model"
     else:
+        if serving.cuda_graphs:
+            raise ScenarioError(
+                f"{source}: serving.cuda_graphs: only with a model section (typed or profiled "
+                "costs are taken as measured)"
+            )
         replica_costs, costs_from, capacity_blocks = _typed_costs(spec, source), "hand-typed", None
         if spec.costs.profile is not None:
             costs_from = "profile"
@@ -302,6 +307,7 @@ def _model_costs(spec: ScenarioSpec, source: str) -> tuple[list[ModelIterationCo
             efficiency=efficiency,
             links=tuple(links[: stages - 1]),
             back_link=links[-1] if stages > 1 else None,
+            serving_costs=ServingCosts(cuda_graphs=serving.cuda_graphs),
         )
         for links in replica_links(spec, stages, source)
     ]

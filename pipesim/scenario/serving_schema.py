@@ -127,6 +127,7 @@ class ServingSpec(Strict):
     block_size: Count = 16
     kv_blocks: Count | None = None  # overrides the capacity derived from the GPU's memory
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    cuda_graphs: bool = False  # decode steps replay a CUDA graph (model-derived costs only)
     slo: SloSpec = SloSpec()
 
     @field_validator("router")

@@ -16,6 +16,7 @@ from pipesim.cluster.hardware import GpuProfile
 from pipesim.cluster.inference import (
     TOKEN_ID_BYTES,
     BatchShape,
+    ServingCosts,
     stage_boundary_bytes,
     stage_iteration_ms,
 )
@@ -46,6 +47,7 @@ class ModelIterationCosts:
     efficiency: Efficiency
     links: tuple[Link, ...]
     back_link: Link | None = None
+    serving_costs: ServingCosts | None = None  # None: the calibrated ServingCosts()
 
     @property
     def stages(self) -> int:
@@ -64,6 +66,7 @@ class ModelIterationCosts:
             tensor_link=self.tensor_link,
             efficiency=self.efficiency,
             emitting=emitting,
+            serving=self.serving_costs,
         )
 
     def hop_ms(self, stage: int, shape: BatchShape) -> float:

@@ -10,11 +10,15 @@ from hypothesis import strategies as st
 
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.inference import (
+    ROOFLINE,
     BatchShape,
+    ServingCosts,
     kv_cache_bytes_per_token,
     kv_capacity_tokens,
+    small_message_allreduce_ms,
     stage_boundary_bytes,
     stage_iteration_ms,
+    tensor_allreduce_ms,
 )
 from pipesim.cluster.model import Efficiency, TransformerModel
 from pipesim.cluster.parallel import ring_allreduce_ms
@@ -35,6 +39,10 @@ LLAMA2_70B = TransformerModel(
 )
 H100 = gpu_profile("h100-sxm")  # 989.4 TFLOP/s bf16, 3,350 GB/s, 80 GiB
 GEMM = Efficiency().max_fraction  # the calibrated GEMM fraction (docs/validation.md)
+# The calibrated serving costs (docs/validation.md, "Serving"): weights read at 88 % of the
+# bandwidth, 9 kernels per layer at 9 us each without CUDA graphs, a small all-reduce 21 us.
+BANDWIDTH = 3350e9 * 0.88
+KERNELS_MS = 9 * 9.0e-3  # one layer's kernels
 
 
 def test_llama2_70b_kv_bytes_per_token():
@@ -59,9 +67,15 @@ def test_batch1_decode_is_bandwidth_bound_on_weights_and_kv():
     layers, context = 40, 1000
     shape = BatchShape(decode_seqs=1, decode_context=context)
     read = layers * layer_parameters(LLAMA2_70B) * 2 + layers * 4096 * context
-    expected_ms = read / 3350e9 * 1e3
+    # the bytes at the achievable bandwidth, then 40 layers' kernels: 23.278 + 3.240 ms
+    expected_ms = read / BANDWIDTH * 1e3 + layers * KERNELS_MS
     got = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=False, last=False)
     assert got == pytest.approx(expected_ms, rel=1e-12)
+    assert got == pytest.approx(26.518, abs=1e-3)
+    bare = stage_iteration_ms(
+        LLAMA2_70B, layers, H100, shape, first=False, last=False, serving=ROOFLINE
+    )
+    assert bare == pytest.approx(read / 3350e9 * 1e3, rel=1e-12)
     flops_ms = (
         layers * (2 * layer_parameters(LLAMA2_70B) + 4 * 8192 * context) / (989.4e12 * GEMM) * 1e3
     )
@@ -75,22 +89,60 @@ def test_large_batch_decode_becomes_compute_bound():
     shape = BatchShape(decode_seqs=seqs, decode_context=seqs)
     flops = layers * (2 * layer_parameters(LLAMA2_70B) * seqs + 4 * 8192 * seqs)
     got = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=False, last=False)
-    assert got == pytest.approx(flops / (989.4e12 * GEMM) * 1e3, rel=1e-12)
+    assert got == pytest.approx(flops / (989.4e12 * GEMM) * 1e3 + layers * KERNELS_MS, rel=1e-12)
 
 
-def test_prefill_is_compute_bound_at_the_efficiency_curve():
-    """A 2048-token prompt on 20 layers and the LM head (last stage, one prompt emits):
-    FLOPs = 20 (2P * 2048 + 4h * 2048 * 2048) + 2hV, at max_fraction * 2048 / (2048 + 512)."""
+def test_roofline_prefill_is_compute_bound_at_the_efficiency_curve():
+    """The bare roofs: a 2048-token prompt on 20 layers and the LM head (last stage, one
+    prompt emits): FLOPs = 20 (2P * 2048 + 4h * 2048 * 2048) + 2hV, at max_fraction * 2048 /
+    (2048 + 512)."""
     layers, tokens = 20, 2048
     shape = BatchShape(prefill_tokens=tokens, prefill_attention=tokens * tokens)
     flops = layers * (2 * layer_parameters(LLAMA2_70B) * tokens + 4 * 8192 * tokens * tokens)
     flops += 2 * 8192 * 32000
     rate = 989.4e12 * GEMM * tokens / (tokens + 512)
-    got = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=False, last=True, emitting=1)
+    got = stage_iteration_ms(
+        LLAMA2_70B, layers, H100, shape, first=False, last=True, emitting=1, serving=ROOFLINE
+    )
     assert got == pytest.approx(flops / rate * 1e3, rel=1e-12)
 
 
+def test_prefill_gemms_follow_the_ridge_curve_and_attention_its_own_rate():
+    """The same prompt with the calibrated costs. The GEMMs (20 x 2P x 2048 and the head's
+    2hV) run at max_fraction * 2048 / (2048 + M), M = 1.6 x the H100's ridge point in tokens
+    (989.4e12 x 0.65 x 2 / (2 x 3350e9 x 0.88) = 218.15); the causal half of the attention
+    (20 x 4h x 2048^2 / 2) at 60 % of the peak; then 20 layers' kernels."""
+    layers, tokens = 20, 2048
+    shape = BatchShape(prefill_tokens=tokens, prefill_attention=tokens * tokens)
+    half = 1.6 * 989.4e12 * GEMM * 2 / (2 * BANDWIDTH)
+    assert half == pytest.approx(349.04, abs=0.01)
+    assert ServingCosts().prefill_half_tokens(H100, Efficiency(), 2) == pytest.approx(half)
+    gemm = layers * 2 * layer_parameters(LLAMA2_70B) * tokens + 2 * 8192 * 32000
+    attention = layers * 4 * 8192 * tokens * tokens / 2
+    expected = gemm / (989.4e12 * GEMM * tokens / (tokens + half)) + attention / (989.4e12 * 0.6)
+    got = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, first=False, last=True, emitting=1)
+    assert got == pytest.approx(expected * 1e3 + layers * KERNELS_MS, rel=1e-12)
+
+
 def test_tensor_parallel_divides_work_and_adds_two_allreduces_per_layer():
+    """The bare roofs: the work splits four ways, and each layer adds two ring all-reduces."""
+    link = Link(latency_us=5.0, bandwidth_gbps=400.0)
+    shape = BatchShape(prefill_tokens=512, prefill_attention=512 * 512)
+    layers = 8
+    kwargs = {"first": True, "last": False, "serving": ROOFLINE}
+    one = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, **kwargs)
+    four = stage_iteration_ms(LLAMA2_70B, layers, H100, shape, tensor=4, tensor_link=link, **kwargs)
+    message = 512 * 8192 * 2
+    allreduces = layers * 2 * ring_allreduce_ms(message, 4, link)
+    # 2 * (4-1) steps of 5 us latency and 2 * 3/4 * message / 400 GB/s, twice per layer
+    assert allreduces == pytest.approx(8 * 2 * (6 * 0.005 + 1.5 * message / 400e6))
+    assert four == pytest.approx(one / 4 + allreduces, rel=1e-12)
+
+
+def test_tensor_parallel_kernels_are_not_divided():
+    """With the calibrated costs every rank launches every kernel, so only the roofs divide;
+    the all-reduces of the 8 MiB messages take NCCL's small-message path (21 us + the ring's
+    bytes) because it beats the ring's 6 x 5 us of latency."""
     link = Link(latency_us=5.0, bandwidth_gbps=400.0)
     shape = BatchShape(prefill_tokens=512, prefill_attention=512 * 512)
     layers = 8
@@ -99,10 +151,9 @@ def test_tensor_parallel_divides_work_and_adds_two_allreduces_per_layer():
         LLAMA2_70B, layers, H100, shape, first=True, last=False, tensor=4, tensor_link=link
     )
     message = 512 * 8192 * 2
-    allreduces = layers * 2 * ring_allreduce_ms(message, 4, link)
-    # 2 * (4-1) steps of 5 us latency and 2 * 3/4 * message / 400 GB/s, twice per layer
-    assert allreduces == pytest.approx(8 * 2 * (6 * 0.005 + 1.5 * message / 400e6))
-    assert four == pytest.approx(one / 4 + allreduces, rel=1e-12)
+    allreduces = layers * 2 * (0.021 + 1.5 * message / 400e6)
+    kernels = layers * KERNELS_MS
+    assert four == pytest.approx((one - kernels) / 4 + kernels + allreduces, rel=1e-12)
 
 
 def test_launch_overhead_is_added_once_per_iteration():
@@ -218,10 +269,27 @@ def test_llama2_70b_tp8_batch1_decode_written_out():
         tensor=8,
         tensor_link=nvlink,
     )
+    bare = stage_iteration_ms(
+        LLAMA2_70B,
+        80,
+        H100,
+        BatchShape(decode_seqs=1, decode_context=1),
+        first=True,
+        last=True,
+        tensor=8,
+        tensor_link=nvlink,
+        serving=ROOFLINE,
+    )
     memory_ms = (17_180_631_040 + 80 * 512) / 3350e9 * 1e3
-    allreduce_ms = 14 * 3.4e-3 + 14 / 8 * 16_384 / 380e6
-    assert got == pytest.approx(memory_ms + 160 * allreduce_ms, rel=1e-12)
+    ring_ms = 14 * 3.4e-3 + 14 / 8 * 16_384 / 380e6
+    assert bare == pytest.approx(memory_ms + 160 * ring_ms, rel=1e-12)
     assert memory_ms == pytest.approx(5.1286, abs=1e-4)
+    # calibrated: the bytes at 88 % of the bandwidth (5.828 ms), 80 layers x 9 kernels x
+    # 9 us (6.480 ms) and 160 small all-reduces of 21 us + the ring's bytes (3.372 ms)
+    small_ms = 0.021 + 14 / 8 * 16_384 / 380e6
+    expected = memory_ms / 0.88 + 80 * KERNELS_MS + 160 * small_ms
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert got == pytest.approx(15.680, abs=1e-3)
 
 
 def test_kv_capacity_follows_an_uneven_partition():
@@ -233,3 +301,67 @@ def test_kv_capacity_follows_an_uneven_partition():
         LLAMA2_70B, H100, tensor=8, pipeline=2, gpu_memory_utilization=0.9, partition=[60, 20]
     )
     assert got == expected
+
+
+def test_small_messages_take_the_latency_path_large_ones_the_ring():
+    """NCCL picks its protocol by size: a 16 KiB decode all-reduce over 8 GPUs pays 21 us
+    once instead of the ring's 14 x 3.4 us; a 64 MiB one pays the ring (its latency is
+    noise next to the bytes, and the ring is what tensor_parallel_comm_ms prices)."""
+    nvlink = Link(latency_us=3.4, bandwidth_gbps=380.0)
+    small = 16_384
+    assert small_message_allreduce_ms(small, 8, nvlink, 21.0) == pytest.approx(
+        0.021 + 14 / 8 * small / 380e6
+    )
+    assert tensor_allreduce_ms(small, 8, nvlink) == pytest.approx(
+        2 * small_message_allreduce_ms(small, 8, nvlink, 21.0)
+    )
+    # two GPUs: the ring's 2 x 3.4 us beats 21 us, so the ring stays
+    assert tensor_allreduce_ms(small, 2, nvlink) == pytest.approx(
+        2 * ring_allreduce_ms(small, 2, nvlink)
+    )
+    assert tensor_allreduce_ms(small, 8, nvlink, ROOFLINE) == 2 * ring_allreduce_ms(
+        small, 8, nvlink
+    )
+    assert small_message_allreduce_ms(small, 1, nvlink, 21.0) == 0.0
+
+
+def test_cuda_graphs_shrink_the_kernel_cost_of_decode_steps_only():
+    """With CUDA graphs a decode step's kernels cost 6.5 us each instead of 9; a prefill still
+    launches eagerly (vLLM captures graphs for decode batches only)."""
+    graphs = ServingCosts(cuda_graphs=True)
+    decode = BatchShape(decode_seqs=1, decode_context=100)
+    prefill = BatchShape(prefill_tokens=100, prefill_attention=100 * 100)
+    for shape, saved_us in ((decode, 2.5), (prefill, 0.0)):
+        eager = stage_iteration_ms(LLAMA2_70B, 10, H100, shape, first=False, last=False)
+        graph = stage_iteration_ms(
+            LLAMA2_70B, 10, H100, shape, first=False, last=False, serving=graphs
+        )
+        assert eager - graph == pytest.approx(10 * 9 * saved_us / 1e3, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("bandwidth_fraction", 0.0, "bandwidth_fraction must be in"),
+        ("attention_fraction", 1.5, "attention_fraction must be in"),
+        ("kernel_overhead_us", -1.0, "kernel_overhead_us must be >= 0"),
+        ("prefill_ridge_scale", -0.5, "prefill_ridge_scale must be >= 0"),
+    ],
+)
+def test_serving_costs_refuse_impossible_values(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        ServingCosts(**{field: value})
+
+
+def test_ridge_point_in_tokens_per_gpu():
+    """The tokens at which a GEMM's math equals its weight reads: peak x 0.65 x 2 bytes /
+    (2 x 0.88 x bandwidth): 113.1 on an A100 80GB, 218.1 on an H100; ROOFLINE keeps the
+    training curve's 512."""
+    unscaled = ServingCosts(prefill_ridge_scale=1.0)
+    a100 = gpu_profile("a100-sxm-80gb")
+    assert unscaled.prefill_half_tokens(a100, Efficiency(), 2) == pytest.approx(
+        312e12 * GEMM / (2039e9 * 0.88)
+    )
+    assert unscaled.prefill_half_tokens(a100, Efficiency(), 2) == pytest.approx(113.0, abs=0.1)
+    assert unscaled.prefill_half_tokens(H100, Efficiency(), 2) == pytest.approx(218.1, abs=0.1)
+    assert ROOFLINE.prefill_half_tokens(H100, Efficiency(), 2) == 512.0
