@@ -40,6 +40,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + Adam v, 4 bytes each
+# FP8 training (Transformer Engine, Megatron-LM --fp8-format) keeps the bf16 weights and
+# the fp32 master weights and moments as before, and casts each layer weight to FP8 once
+# per step, keeping the cast and, on Hopper (whose FP8 GEMMs take only the TN layout), its
+# transpose for the backward: 2 bytes per layer parameter on top (embedding and LM head stay
+# bf16, as Megatron-LM runs them).
+FP8_WEIGHT_COPY_BYTES = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,8 +69,11 @@ class TransformerModel:
     flash_attention: bool = False
     kv_heads: int | None = None  # grouped-query attention; None: one key/value head per head
     mlp: str = "plain"  # "gated": SwiGLU's three matrices (gate, up, down)
+    fp8: str | None = None  # "tensorwise" | "blockwise": FP8 linear layers
 
     def __post_init__(self) -> None:
+        if self.fp8 not in (None, "tensorwise", "blockwise"):
+            raise ValueError(f"model fp8 must be 'tensorwise' or 'blockwise', got {self.fp8!r}")
         if self.ffn_hidden is None:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         if self.kv_heads is None:
@@ -234,6 +243,10 @@ def layer_activation_memory_bytes(
     gated MLP keeps three f-wide tensors (gate and up outputs, their product), ``6sbf``. The
     10sbh left whole (two norm inputs, QKV and MLP inputs, two dropout masks) do not change.
 
+    With ``fp8`` Transformer Engine saves each linear layer's input as its FP8 cast (1 byte
+    per element): the QKV and MLP inputs (``sbh`` each instead of ``2sbh``), the output
+    projection's (``sbh``) and the down projection's (``sbf``).
+
     The W part is what the Zero Bubble implementation uses: 32sbh of the 34sbh (the inputs of
     the linear layers), scaled here with the same tensor-parallel split.
 
@@ -247,6 +260,9 @@ def layer_activation_memory_bytes(
         return kept, kept
     whole = 10 * sbh
     split = 4 * sbh + 4 * s * b * model.kv_width + 2 * model.mlp_matrices * s * b * model.ffn
+    if model.fp8 is not None:  # the four linear inputs saved in 1 byte instead of 2
+        whole -= 2 * sbh  # the QKV and MLP inputs (2sbh each)
+        split -= sbh + s * b * model.ffn  # the output projection's and down projection's
     linear = (whole + split) / t if sequence_parallel else whole + split / t
     scores = 0 if model.flash_attention else 5 * a * s * s * b / t
     return linear + scores, linear * 32 / 34
@@ -339,6 +355,7 @@ def static_memory(
     moments. ZeRO shards over the ``data_parallel`` replicas: stage 1 the 12 optimizer bytes,
     stage 2 the gradients too, stage 3 the weights too. Tensor parallelism divides all of it
     by ``tensor``. Without ``training`` (forward only, inference) only the weights are kept.
+    With ``model.fp8`` the weights add their FP8 copies (``FP8_WEIGHT_COPY_BYTES``).
 
     A gradient shard is only a shard once it has been reduce-scattered. Without a pipeline,
     FSDP and DeepSpeed reduce-scatter after every backward, so each GPU keeps ``1/n`` of the
@@ -356,11 +373,12 @@ def static_memory(
     n, width = data_parallel, model.dtype_bytes
     gradient_shards = n if zero_stage >= 2 and not pipelined else 1
     result = []
-    for params in stage_parameters(model, partition):
+    for layers, params in zip(partition, stage_parameters(model, partition), strict=True):
         local = params / tensor
         result.append(
             StaticMemory(
-                weights_bytes=width * local / (n if zero_stage >= 3 else 1),
+                weights_bytes=width * local / (n if zero_stage >= 3 else 1)
+                + _fp8_copy_bytes(model, layers, tensor),
                 gradients_bytes=width * local / gradient_shards if training else 0.0,
                 optimizer_bytes=(
                     OPTIMIZER_BYTES_PER_PARAM * local / (n if zero_stage >= 1 else 1)
@@ -370,3 +388,11 @@ def static_memory(
             )
         )
     return tuple(result)
+
+
+def _fp8_copy_bytes(model: TransformerModel, layers: int, tensor: int) -> float:
+    """The FP8 copies of a stage's layer weights on one GPU (0 without ``fp8``), whole (each
+    GPU casts the full weights it computes with, also under ZeRO-3)."""
+    if model.fp8 is None:
+        return 0.0
+    return FP8_WEIGHT_COPY_BYTES * layers * layer_parameters(model) / tensor

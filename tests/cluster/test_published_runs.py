@@ -69,8 +69,8 @@ def test_every_published_row_within_the_targets():
     assert np.median(absolute) <= 0.10 and np.max(absolute) <= 0.20, _table(RUNS, errs)
     assert np.median(held_out) <= 0.10 and np.max(held_out) <= 0.20, _table(RUNS, errs)
     # What docs/validation.md reports, so that a change to the model shows up here.
-    assert np.median(absolute) == pytest.approx(0.028, abs=0.005)
-    assert np.max(absolute) == pytest.approx(0.111, abs=0.005)
+    assert np.median(absolute) == pytest.approx(0.026, abs=0.005)
+    assert np.max(absolute) == pytest.approx(0.122, abs=0.005)
 
 
 def test_the_flops_only_model_misses_small_models_and_bubbles():
