@@ -1,10 +1,11 @@
-"""How much of a GPU's peak each kind of work reaches: the few numbers pipesim calibrates.
+"""How much of a GPU's rates each kind of work reaches: the few numbers pipesim calibrates.
 
-A GPU's data sheet gives two ceilings, dense tensor-core FLOP/s and memory bandwidth. Real
-kernels reach a fraction of each: matrix multiplications and fused attention a good part of
-the FLOP/s, elementwise operators a fraction of the bandwidth. ``Efficiency``
+A GPU's data sheet gives two ceilings, dense tensor-core FLOP/s and memory bandwidth, and
+benchmarks measure what the best kernels reach of them (``pipesim.cluster.gpus``). A real
+training step reaches a fraction of those: matrix multiplications and fused attention a
+good part of the FLOP/s, elementwise operators a fraction of the bandwidth. ``Efficiency``
 holds those fractions; ``pipesim.cluster.pass_time`` divides each pass's FLOPs and bytes by
-them. The defaults are fitted to Megatron-LM's published H100 runs (``docs/validation.md``)
+them (each GEMM by its shape's rate, ``pipesim.cluster.gemm``). The defaults are fitted to Megatron-LM's published H100 runs (``docs/validation.md``)
 and checked on runs the fit did not see (``tests/cluster/test_published_runs.py``).
 """
 
@@ -47,7 +48,7 @@ CALIBRATED_FP8_BLOCKWISE_OVERHEAD = 0.10
 
 @dataclass(frozen=True, slots=True)
 class Efficiency:
-    """How much of the GPU's peak a pass achieves, as a function of the tokens it processes.
+    """How much of the GPU's rates a pass achieves.
 
     A small microbatch gives thin matrix multiplications that cannot fill the GPU, so the
     achieved fraction of peak FLOP/s grows with the tokens per microbatch ``b * s`` and
