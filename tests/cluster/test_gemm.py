@@ -133,3 +133,16 @@ def test_cli_refuses_fp8_on_an_a100_and_an_unknown_gpu():
     assert unknown.returncode == 2
     assert len(unknown.stderr.splitlines()) == 1
     assert unknown.stderr.startswith(f"pipesim: error: {scenario}: hardware.gpu: unknown gpu")
+
+
+def test_an_fp8_layer_runs_its_weight_gradients_at_the_fp8_rate():
+    # Every GEMM of this layer is far above the kernel floor, so the weight-gradient pass,
+    # GEMMs only, shrinks by exactly the rate ratio; attention stays bf16.
+    model = TransformerModel(layers=1, hidden=8192, heads=64, seq_len=4096, vocab=32000)
+    model = replace(model, flash_attention=True)
+    bf16 = layer_pass_times(model, 1, H100, Efficiency(), TensorParallel(degree=8))
+    fp8 = layer_pass_times(
+        replace(model, fp8="tensorwise"), 1, H100, Efficiency(), TensorParallel(degree=8)
+    )
+    assert bf16.backward_weight_ms / fp8.backward_weight_ms == pytest.approx(1453.4 / 792.1)
+    assert bf16.forward_ms / fp8.forward_ms < 1453.4 / 792.1
