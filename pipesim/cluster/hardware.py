@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
+from pipesim.cluster.gpus import (  # noqa: F401  (re-exported: the GPU half of the profiles)
+    GPU_PROFILES,
+    GpuProfile,
+    UnknownProfileError,
+    gpu_profile,
+)
 from pipesim.sim.links import Link, Topology
-
-
-class UnknownProfileError(ValueError):
-    """A link or GPU profile name (or variant) that pipesim does not know."""
-
 
 # -- link profiles -------------------------------------------------------------------------
 #
@@ -52,6 +52,13 @@ LINK_PROFILES: dict[str, dict[str, tuple[float, float]]] = {
     # NVLink 5 through NVSwitch (B200): 18 links x 100 GB/s bidirectional = 1.8 TB/s, so
     # 900 GB/s per direction (HGX B200 specifications). No public point-to-point measurement
     # was found; the achievable figure applies NVLink 4's measured ratio (380 / 450 = 0.844).
+    # NVLink 4 on the H800 SXM (the H100 for export markets): 8 links, 400 GB/s both
+    # directions = 200 GB/s per direction (NVIDIA H800 product brief). No public point-to-point
+    # measurement was found; the achievable figure applies NVLink 4's measured ratio.
+    "nvlink4-h800": {
+        "line-rate": (0.6, 200.0),  # tuning.cc NVLink LL; 400 GB/s bidirectional / 2
+        "achievable": (3.4, 168.9),  # derived: 200 * 380 / 450, not measured
+    },
     "nvlink5": {
         "line-rate": (0.6, 900.0),  # tuning.cc NVLink LL; 1.8 TB/s bidirectional / 2
         "achievable": (3.4, 760.0),  # derived: 900 * 380 / 450, not measured
@@ -122,57 +129,6 @@ def link_profile(name: str, variant: str = "achievable") -> Link:
 DEFAULT_RUNTIME_BYTES = float(2**30)
 DEFAULT_FRAGMENTATION = 0.03
 DEFAULT_MEMORY_HEADROOM = 0.05
-
-
-# -- GPU profiles --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class GpuProfile:
-    """What one GPU can do: dense bf16 tensor-core TFLOP/s (no 2:4 sparsity), memory
-    bandwidth in GB/s and memory capacity in bytes. Vendors write "80 GB" for HBM stacks
-    that hold 80 GiB; capacities here are in GiB * 2**30, close to what the driver reports."""
-
-    name: str
-    peak_tflops: float
-    memory_bandwidth_gbps: float
-    memory_bytes: int
-
-
-_GIB = 2**30
-
-GPU_PROFILES: dict[str, GpuProfile] = {
-    gpu.name: gpu
-    for gpu in (
-        # H100 SXM5: 989.4 TFLOP/s bf16 dense, 3.35 TB/s HBM3, 80 GB (NVIDIA H100 data sheet;
-        # table at glennklockwood.com/garden/processors/h100; torchao roofline_utils 989e12).
-        GpuProfile("h100-sxm", 989.4, 3350.0, 80 * _GIB),
-        # H100 PCIe: 1,513 TFLOP/s bf16 with sparsity -> 756 dense, 2.0 TB/s HBM2e, 80 GB
-        # (NVIDIA H100 data sheet, PCIe column).
-        GpuProfile("h100-pcie", 756.0, 2000.0, 80 * _GIB),
-        # A100 SXM4: 312 TFLOP/s bf16 dense; 40 GB at 1,555 GB/s, 80 GB at 2,039 GB/s
-        # (NVIDIA A100 data sheet).
-        GpuProfile("a100-sxm-40gb", 312.0, 1555.0, 40 * _GIB),
-        GpuProfile("a100-sxm-80gb", 312.0, 2039.0, 80 * _GIB),
-        # H200 SXM: same Hopper die as H100 (989 TFLOP/s bf16 dense), 141 GB HBM3e at
-        # 4.8 TB/s (NVIDIA H200 data sheet).
-        GpuProfile("h200", 989.4, 4800.0, 141 * _GIB),
-        # B200 in HGX B200 (1,000 W): 2,250 TFLOP/s bf16 dense, 8 TB/s, 180 GB HBM3e (HGX B200
-        # specifications; glennklockwood.com/garden/processors/B200; torchao 2.25e15).
-        GpuProfile("b200", 2250.0, 8000.0, 180 * _GIB),
-        # L40S: 362 TFLOP/s bf16 dense (733 with sparsity), 48 GB GDDR6 at 864 GB/s
-        # (NVIDIA L40S data sheet).
-        GpuProfile("l40s", 362.0, 864.0, 48 * _GIB),
-    )
-}
-
-
-def gpu_profile(name: str) -> GpuProfile:
-    """The ``GpuProfile`` of a named GPU, e.g. ``gpu_profile("h100-sxm")``."""
-    if name not in GPU_PROFILES:
-        allowed = ", ".join(GPU_PROFILES)
-        raise UnknownProfileError(f"unknown GPU profile {name!r}; allowed: {allowed}")
-    return GPU_PROFILES[name]
 
 
 # -- topology building ---------------------------------------------------------------------

@@ -27,7 +27,8 @@ from pipesim.cluster.pass_time import (
     optimizer_step_ms,
     with_parameter_gathers,
 )
-from pipesim.cluster.transformer import model_flops_per_step, static_memory
+from pipesim.cluster.static_memory import static_memory
+from pipesim.cluster.transformer import model_flops_per_step
 from pipesim.schedules.ir import Schedule
 from pipesim.schedules.posts import REDUCE_GRAD, UNSHARD
 from pipesim.sim.costs import Costs

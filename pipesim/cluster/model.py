@@ -27,9 +27,9 @@ from pipesim.cluster.parallel import (
     tensor_parallel_comm_ms,
 )
 from pipesim.cluster.pass_time import TensorParallel, stage_pass_times
+from pipesim.cluster.static_memory import StaticMemory, static_memory
 from pipesim.cluster.transformer import (
     PassFlops,
-    StaticMemory,
     TransformerModel,
     activation_message_bytes,
     layer_activation_memory_bytes,
@@ -40,7 +40,6 @@ from pipesim.cluster.transformer import (
     stage_extra_activation_bytes,
     stage_flops,
     stage_parameters,
-    static_memory,
 )
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Link

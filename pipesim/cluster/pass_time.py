@@ -1,7 +1,7 @@
 """How long each pass of a pipeline stage takes, and the work at the end of a step.
 
-A stage's forward ``F`` is, per layer, its matrix multiplications (FLOPs over the achieved
-GEMM rate), its attention scores (over the attention kernel's rate), its memory-bound
+A stage's forward ``F`` is, per layer, its matrix multiplications (each GEMM's FLOPs over
+the rate its shape reaches, ``pipesim.cluster.gemm``), its attention scores (over the attention kernel's rate), its memory-bound
 operators (bytes over the achieved memory bandwidth) and, with tensor parallelism, the
 all-reduces of its activation (or what of them a GEMM does not hide). The input-gradient
 pass ``I`` has the same parts, with the scores twice and the memory-bound bytes doubled;
@@ -26,14 +26,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pipesim.cluster.efficiency import Efficiency, attention_ms, compute_ms, memory_ms
+from pipesim.cluster.efficiency import Efficiency, attention_ms, memory_ms
+from pipesim.cluster.gemm import gemm_ms
 from pipesim.cluster.hardware import GpuProfile
 from pipesim.cluster.memory_bound import layer_memory_bound_bytes, stage_memory_bound_bytes
 from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, optimizer_implementation, sharding_stage
 from pipesim.cluster.transformer import (
     TransformerModel,
     layer_flops,
-    lm_head_flops,
     stage_parameters,
 )
 from pipesim.sim.costs import Costs
@@ -68,6 +68,52 @@ class TensorParallel:
         return self.comm_ms - self.hidden_fraction * min(self.comm_ms, gemm_ms)
 
 
+# Kernels of the memory-bound operators per layer and pass (pipesim.cluster.memory_bound):
+# two norms, two fused bias-dropout-residual adds, the activation function. Each costs at
+# least the GPU's kernel launch time, which only shows where kernels are tiny (decode).
+MEMORY_BOUND_KERNELS_PER_LAYER = 5
+
+
+def layer_gemm_shapes(model: TransformerModel, tensor: int = 1) -> tuple[tuple[int, int], ...]:
+    """The ``(n, k)`` of each linear layer's forward GEMM on one of ``tensor`` GPUs, for
+    ``m`` = the microbatch's tokens: QKV ``(h + 2gd)/t x h``, the attention output
+    ``h x h/t``, the MLP up projection (fused with the gate when gated) ``(k-1)f/t x h``, the
+    down projection ``h x f/t`` (Megatron-LM's column- and row-parallel splits)."""
+    h, f, t = model.hidden, model.ffn, tensor
+    return (
+        ((h + 2 * model.kv_width) // t, h),
+        (h, h // t),
+        ((model.mlp_matrices - 1) * f // t, h),
+        (h, f // t),
+    )
+
+
+def linear_pass_ms(
+    shapes: tuple[tuple[int, int], ...],
+    tokens: int,
+    gpu: GpuProfile,
+    efficiency: Efficiency,
+    fp8: str | None = None,
+) -> tuple[float, float, float]:
+    """The forward, input-gradient and weight-gradient GEMMs of linear layers with forward
+    shapes ``(n, k)`` over ``tokens`` rows: ``Y = X W`` is ``(tokens, n, k)``, the input
+    gradient ``dX = dY W^T`` is ``(tokens, k, n)``, the weight gradient ``dW = X^T dY`` is
+    ``(k, n, tokens)``. With ``fp8`` all three run in FP8, as Transformer Engine does (E4M3
+    inputs and weights forward, E5M2 gradients backward, the weight gradient from the saved
+    FP8 input and the FP8 output gradient; DeepSeek-V3's recipe quantises the same three)."""
+    forward = inputs = weights = 0.0
+    for n, k in shapes:
+        forward += gemm_ms(tokens, n, k, gpu, efficiency, fp8=fp8)
+        inputs += gemm_ms(tokens, k, n, gpu, efficiency, fp8=fp8)
+        weights += gemm_ms(k, n, tokens, gpu, efficiency, fp8=fp8)
+    return forward, inputs, weights
+
+
+def _kernels_ms(work_ms: float, kernels: int, gpu: GpuProfile) -> float:
+    """Work spread over ``kernels`` kernels, each at least the launch time."""
+    return max(work_ms, kernels * gpu.kernel_launch_us * 1e-3)
+
+
 def layer_pass_times(
     model: TransformerModel,
     microbatch_size: int,
@@ -75,25 +121,32 @@ def layer_pass_times(
     efficiency: Efficiency,
     tp: TensorParallel,
 ) -> PassTimes:
-    """One layer's three passes for one microbatch on one GPU (no recomputation)."""
+    """One layer's three passes for one microbatch on one GPU (no recomputation): its GEMMs
+    shape by shape (``linear_pass_ms``), the attention scores at the attention kernel's rate
+    (the forward one kernel, the backward one), the memory-bound operators over the
+    bandwidth, and the tensor-parallel communication the GEMMs leave exposed."""
     tokens = microbatch_size * model.seq_len
     flops = layer_flops(model, microbatch_size)
-    linear = flops.backward_weight / tp.degree
     scores = (flops.forward - flops.backward_weight) / tp.degree
-    gemm_ms = compute_ms(linear, gpu, efficiency, tokens)
-    time_scores = attention_ms if model.flash_attention else compute_ms
+    shapes = layer_gemm_shapes(model, tp.degree)
+    forward, inputs, weights = linear_pass_ms(shapes, tokens, gpu, efficiency, model.fp8)
+    # without a fused kernel the scores are batched GEMMs at the GEMM rate
+    score_rate = (
+        efficiency if model.flash_attention else replace(efficiency, attention_fraction=None)
+    )
+    score_ms = _kernels_ms(attention_ms(scores, gpu, score_rate, tokens), 1, gpu)
     moved = layer_memory_bound_bytes(model, microbatch_size, tp.degree, tp.sequence_parallel)
-    exposed = tp.exposed_ms(gemm_ms)
+    kernels = MEMORY_BOUND_KERNELS_PER_LAYER
     return PassTimes(
-        forward_ms=gemm_ms
-        + time_scores(scores, gpu, efficiency, tokens)
-        + memory_ms(moved.forward, gpu, efficiency)
-        + exposed,
-        backward_input_ms=gemm_ms
-        + time_scores(2 * scores, gpu, efficiency, tokens)
-        + memory_ms(moved.backward, gpu, efficiency)
-        + exposed,
-        backward_weight_ms=gemm_ms,
+        forward_ms=forward
+        + score_ms
+        + _kernels_ms(memory_ms(moved.forward, gpu, efficiency), kernels, gpu)
+        + tp.exposed_ms(forward),
+        backward_input_ms=inputs
+        + 2 * score_ms
+        + _kernels_ms(memory_ms(moved.backward, gpu, efficiency), kernels, gpu)
+        + tp.exposed_ms(inputs),
+        backward_weight_ms=weights,
     )
 
 
@@ -109,7 +162,9 @@ def stage_pass_times(
     last: bool,
 ) -> PassTimes:
     """A stage's three passes: ``layers`` layers, with recomputation one more forward of
-    them inside ``I``, the embedding if ``first``, the LM head and loss if ``last``."""
+    them inside ``I``, the embedding if ``first``, the LM head and loss if ``last`` (the LM
+    head's GEMMs ``(tokens, V/t, h)`` in bf16 also under FP8, as Megatron-LM runs its output
+    layer)."""
     layer = layer_pass_times(model, microbatch_size, gpu, efficiency, tp)
     forward = layers * layer.forward_ms
     backward_input = layers * layer.backward_input_ms
@@ -130,12 +185,11 @@ def stage_pass_times(
     backward_input += memory_ms(ends.backward, gpu, efficiency)
     if last:
         tokens = microbatch_size * model.seq_len
-        head = compute_ms(
-            lm_head_flops(model, microbatch_size).forward / tp.degree, gpu, efficiency, tokens
-        )
-        forward += head
-        backward_input += head
-        backward_weight += head
+        head = ((model.vocab // tp.degree, model.hidden),)
+        head_f, head_i, head_w = linear_pass_ms(head, tokens, gpu, efficiency)
+        forward += head_f
+        backward_input += head_i
+        backward_weight += head_w
     return PassTimes(forward, backward_input, backward_weight)
 
 

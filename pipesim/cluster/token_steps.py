@@ -21,7 +21,8 @@ from pipesim.cluster.inference import (
 )
 from pipesim.cluster.job import Job
 from pipesim.cluster.job_costs import split_layers
-from pipesim.cluster.transformer import TransformerModel, static_memory
+from pipesim.cluster.static_memory import static_memory
+from pipesim.cluster.transformer import TransformerModel
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.metrics import Accounting

@@ -39,14 +39,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipesim.cluster.optimizers import (
-    DEFAULT_OPTIMIZER,
-    optimizer_implementation,
-    parameter_bytes,
-    sharding_stage,
-)
-
 OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + Adam v, 4 bytes each
+# FP8 training (Transformer Engine, Megatron-LM --fp8-format) keeps the bf16 weights and
+# the fp32 master weights and moments as before, and casts each layer weight to FP8 once
+# per step, keeping the cast and, on Hopper (whose FP8 GEMMs take only the TN layout), its
+# transpose for the backward: 2 bytes per layer parameter on top (embedding and LM head stay
+# bf16, as Megatron-LM runs them).
+FP8_WEIGHT_COPY_BYTES = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,8 +69,11 @@ class TransformerModel:
     flash_attention: bool = False
     kv_heads: int | None = None  # grouped-query attention; None: one key/value head per head
     mlp: str = "plain"  # "gated": SwiGLU's three matrices (gate, up, down)
+    fp8: str | None = None  # "tensorwise" | "blockwise": FP8 linear layers
 
     def __post_init__(self) -> None:
+        if self.fp8 not in (None, "tensorwise", "blockwise"):
+            raise ValueError(f"model fp8 must be 'tensorwise' or 'blockwise', got {self.fp8!r}")
         if self.ffn_hidden is None:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         if self.kv_heads is None:
@@ -258,6 +260,10 @@ def layer_activation_memory_bytes(
     gated MLP keeps three f-wide tensors (gate and up outputs, their product), ``6sbf``. The
     10sbh left whole (two norm inputs, QKV and MLP inputs, two dropout masks) do not change.
 
+    With ``fp8`` Transformer Engine saves each linear layer's input as its FP8 cast (1 byte
+    per element): the QKV and MLP inputs (``sbh`` each instead of ``2sbh``), the output
+    projection's (``sbh``) and the down projection's (``sbf``).
+
     The W part is what the Zero Bubble implementation uses: 32sbh of the 34sbh (the inputs of
     the linear layers), scaled here with the same tensor-parallel split.
 
@@ -275,6 +281,9 @@ def layer_activation_memory_bytes(
         return kept, kept
     whole = 10 * sbh
     split = 4 * sbh + 4 * s * b * model.kv_width + 2 * model.mlp_matrices * s * b * model.ffn
+    if model.fp8 is not None:  # the four linear inputs saved in 1 byte instead of 2
+        whole -= 2 * sbh  # the QKV and MLP inputs (2sbh each)
+        split -= sbh + s * b * model.ffn  # the output projection's and down projection's
     linear = (whole + split) / t if sequence_parallel else whole + split / t
     scores = 0 if model.flash_attention else 5 * a * s * model.seq_len * b / t
     return linear + scores, linear * 32 / 34
@@ -337,81 +346,3 @@ def stage_parameters(model: TransformerModel, partition: Sequence[int]) -> tuple
         count += embedding if k == stages - 1 and not model.tied_embeddings else 0
         params.append(count)
     return tuple(params)
-
-
-@dataclass(frozen=True, slots=True)
-class StaticMemory:
-    """Bytes that live for the whole step on one GPU of a stage."""
-
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float
-
-    @property
-    def total_bytes(self) -> float:
-        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-
-
-def static_memory(
-    model: TransformerModel,
-    partition: Sequence[int],
-    data_parallel: int = 1,
-    zero_stage: int = 0,
-    tensor: int = 1,
-    training: bool = True,
-    *,
-    pipelined: bool = False,
-    optimizer: str = DEFAULT_OPTIMIZER,
-) -> tuple[StaticMemory, ...]:
-    """Weights, gradients and optimizer states per GPU of each stage.
-
-    Mixed-precision Adam (``optimizer="adam"``) keeps 16 bytes per parameter (ZeRO paper,
-    Rajbhandari et al. 2020): 2 for the bf16 weights, 2 for their gradients, 12 for the
-    fp32 master copy and Adam's two moments. ZeRO shards over the ``data_parallel``
-    replicas: stage 1 the 12 optimizer bytes, stage 2 the gradients too, stage 3 the
-    weights too. Megatron-LM's and DeepSpeed's optimizers and torch FSDP hold other widths
-    and shard on their own terms (``pipesim.cluster.optimizers``). Tensor parallelism
-    divides all of it by ``tensor``. Without ``training`` only the weights are kept.
-
-    A gradient shard is only a shard once it has been reduce-scattered. Without a pipeline,
-    FSDP and DeepSpeed reduce-scatter after every backward. Under a pipelining runtime
-    (``pipelined``) they are reduced once per step: torch.distributed.pipelining runs every
-    backward with gradient synchronisation off and reduce-scatters at the stage's
-    ``REDUCE_GRAD`` (``torch/distributed/pipelining/stage.py``, ``perform_reduce_grad``),
-    so ZeRO-2 and ZeRO-3 keep the stage's whole gradients until then.
-    """
-    if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
-    if data_parallel < 1 or tensor < 1:
-        raise ValueError(f"data_parallel and tensor must be >= 1, got {data_parallel=}, {tensor=}")
-    optimizer_implementation(optimizer)  # an unknown name is an error even without training
-    n, width = data_parallel, model.dtype_bytes
-    result = []
-    for k, params in enumerate(stage_parameters(model, partition)):
-        local = params / tensor
-        if not training:
-            stage = sharding_stage(optimizer, zero_stage, n)
-            weights = width * local / (n if stage >= 3 else 1)
-            result.append(StaticMemory(weights, 0.0, 0.0))
-            continue
-        weights, gradients, states = parameter_bytes(
-            optimizer,
-            local,
-            width=width,
-            data_parallel=n,
-            zero_stage=zero_stage,
-            pipelined=pipelined,
-            unit_params=_units(model, partition, k, tensor),
-        )
-        result.append(StaticMemory(weights, gradients, states))
-    return tuple(result)
-
-
-def _units(model: TransformerModel, partition: Sequence[int], k: int, tensor: int) -> list[float]:
-    """Parameters of each unit FSDP gathers on stage ``k``: its layers, its embedding, its
-    LM head (torchtitan wraps each on its own)."""
-    embedding = model.vocab * model.hidden / tensor
-    units = [layer_parameters(model) / tensor] * min(partition[k], 2)
-    units += [embedding] if k == 0 else []
-    units += [embedding] if k == len(partition) - 1 and not model.tied_embeddings else []
-    return units

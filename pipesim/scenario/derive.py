@@ -23,7 +23,12 @@ from contextlib import contextmanager
 
 from pipesim.cluster import job as jobs
 from pipesim.cluster import job_costs, token_steps
-from pipesim.cluster.hardware import UnknownProfileError, gpu_profile, link_profile
+from pipesim.cluster.hardware import (
+    GPU_PROFILES,
+    UnknownProfileError,
+    gpu_profile,
+    link_profile,
+)
 from pipesim.cluster.job import BatchSizes, Hardware, Job, JobError, ParallelLayout
 from pipesim.cluster.job_costs import ModelCosts
 from pipesim.cluster.model import Efficiency, TransformerModel
@@ -196,6 +201,9 @@ def efficiency_of(spec: ScenarioSpec) -> Efficiency:
         attention_fraction=eff.attention_fraction,
         memory_fraction=eff.memory_fraction,
         tensor_overlap_fraction=eff.tensor_overlap_fraction,
+        gemm_fraction=eff.gemm_fraction,
+        gemm_half_dim=eff.gemm_half_dim,
+        fp8_blockwise_overhead=eff.fp8_blockwise_overhead,
     )
 
 
@@ -210,6 +218,13 @@ def _partition(spec: ScenarioSpec) -> str | tuple[int, ...]:
 
 def _transformer(spec: ScenarioSpec, source: str) -> TransformerModel:
     m = spec.model
+    gpu = spec.hardware.gpu
+    if m.fp8 is not None and gpu is not None and not gpu_profile(gpu).has_fp8:
+        with_fp8 = ", ".join(name for name, g in GPU_PROFILES.items() if g.has_fp8)
+        raise ScenarioError(
+            f"{source}: model.fp8: {m.fp8!r} needs FP8 tensor cores, which hardware.gpu "
+            f"{gpu!r} lacks; leave model.fp8 out (bf16) or use one of: {with_fp8}"
+        )
     try:
         return TransformerModel(
             layers=m.layers,
@@ -224,6 +239,7 @@ def _transformer(spec: ScenarioSpec, source: str) -> TransformerModel:
             recompute=m.recompute,
             tied_embeddings=m.tied_embeddings,
             flash_attention=m.flash_attention,
+            fp8=m.fp8,
         )
     except ValueError as exc:
         raise ScenarioError(f"{source}: model: {exc}") from None

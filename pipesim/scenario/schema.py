@@ -221,6 +221,11 @@ class EfficiencySpec(_Strict):
     )
     memory_fraction: float | None = Field(default=_CALIBRATED.memory_fraction, ge=SMALLEST, le=1)
     tensor_overlap_fraction: float = Field(default=_CALIBRATED.tensor_overlap_fraction, ge=0, le=1)
+    # the per-shape GEMM model (pipesim.cluster.gemm): a training step's share of the GPU's
+    # measured GEMM rate, the short-reduction penalty's half point, block-wise FP8's extra cost
+    gemm_fraction: float = Field(default=_CALIBRATED.gemm_fraction, ge=SMALLEST, le=1)
+    gemm_half_dim: float = Field(default=_CALIBRATED.gemm_half_dim, ge=0, le=1e9)
+    fp8_blockwise_overhead: float = Field(default=_CALIBRATED.fp8_blockwise_overhead, ge=0, le=10)
 
 
 class ModelSpec(_Strict):
@@ -236,6 +241,9 @@ class ModelSpec(_Strict):
     recompute: bool = False
     tied_embeddings: bool = False
     flash_attention: bool = False
+    # FP8 linear layers as Transformer Engine runs them: per-tensor or block-wise scales
+    # (absent: the GEMMs run in dtype); needs a GPU with FP8 (hardware.gpu)
+    fp8: Literal["tensorwise", "blockwise"] | None = None
     partition: Literal["even", "balanced"] | list[Index] = "even"
     microbatch_size: Count | None = None
     global_batch: Count | None = None

@@ -14,7 +14,8 @@ from pipesim.analysis.run import run_scenario
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.inference import BatchShape, stage_boundary_bytes, stage_iteration_ms
 from pipesim.cluster.model import TransformerModel
-from pipesim.cluster.transformer import layer_parameters, static_memory
+from pipesim.cluster.static_memory import static_memory
+from pipesim.cluster.transformer import layer_parameters
 from pipesim.scenario.build import build_scenario, parse_spec
 from pipesim.scenario.schema import ScenarioError
 from pipesim.schedules import decode

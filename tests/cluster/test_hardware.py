@@ -22,6 +22,8 @@ EXPECTED_LINKS = [
     ("nvlink3", "achievable", 3.4, 230.0),
     ("nvlink4", "line-rate", 0.6, 450.0),
     ("nvlink4", "achievable", 3.4, 380.0),
+    ("nvlink4-h800", "line-rate", 0.6, 200.0),
+    ("nvlink4-h800", "achievable", 3.4, 168.9),
     ("nvlink5", "line-rate", 0.6, 900.0),
     ("nvlink5", "achievable", 3.4, 760.0),
     ("pcie4", "line-rate", 1.0, 31.5),
@@ -92,10 +94,49 @@ def test_gpu_profiles():
         "h200": (989.4, 4800.0, 141 * 2**30),
         "b200": (2250.0, 8000.0, 180 * 2**30),
         "l40s": (362.0, 864.0, 48 * 2**30),
+        "h800": (989.4, 3350.0, 80 * 2**30),
     }
     assert gpu_profile("h100-sxm").name == "h100-sxm"
-    with pytest.raises(UnknownProfileError, match="allowed: h100-sxm, h100-pcie"):
-        gpu_profile("h800")
+    with pytest.raises(UnknownProfileError, match="allowed: h100-sxm, h800, h100-pcie"):
+        gpu_profile("h900")
+
+
+# The measurements, written out again: SMs, bf16 MAMF, streaming GB/s (0.92 of the data
+# sheet), FP8 peak and FP8 MAMF; the derived rows use H100 SXM's ratios 792.1 / 989.4 and
+# 1453.4 / 1978.9 (h100-pcie: 0.80059 x 756 = 605.2, 0.73445 x 1513 = 1111.2; l40s:
+# 0.80059 x 362 = 289.8, 0.73445 x 733 = 538.4).
+EXPECTED_MEASURED = {
+    "h100-sxm": (132, 792.1, 3082.0, 1978.9, 1453.4),
+    "h800": (132, 792.1, 3082.0, 1978.9, 1453.4),
+    "h100-pcie": (114, 605.2, 1840.0, 1513.0, 1111.2),
+    "a100-sxm-40gb": (108, 267.9, 1430.6, None, None),
+    "a100-sxm-80gb": (108, 267.9, 1875.9, None, None),
+    "h200": (132, 794.5, 4416.0, 1978.9, 1453.4),
+    "b200": (148, 1745.0, 7360.0, 4500.0, 3432.5),
+    "l40s": (142, 289.8, 794.9, 733.0, 538.4),
+}
+
+
+def test_gpu_measurements():
+    assert {
+        name: (
+            g.sm_count,
+            g.gemm_tflops,
+            g.bandwidth_gbps,
+            g.fp8_peak_tflops,
+            g.fp8_gemm_tflops,
+        )
+        for name, g in GPU_PROFILES.items()
+    } == EXPECTED_MEASURED
+    assert {g.kernel_launch_us for g in GPU_PROFILES.values()} == {2.0}
+    assert not gpu_profile("a100-sxm-80gb").has_fp8 and gpu_profile("h800").has_fp8
+
+
+def test_a_hand_made_profile_falls_back_to_its_data_sheet():
+    from pipesim.cluster.hardware import GpuProfile
+
+    toy = GpuProfile("toy", 100.0, 1000.0, 2**30)
+    assert (toy.gemm_tflops, toy.bandwidth_gbps, toy.fp8_gemm_tflops) == (100.0, 1000.0, None)
 
 
 # -- topology --------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from pipesim.cluster.memory_bound import OPTIMIZER_STEP_BYTES, OPTIMIZER_STEP_BY
 from pipesim.cluster.model import Efficiency, TransformerModel, stage_parameters
 from pipesim.cluster.optimizers import OPTIMIZERS, sharding_stage
 from pipesim.cluster.pass_time import optimizer_step_ms
-from pipesim.cluster.transformer import layer_parameters, static_memory
+from pipesim.cluster.static_memory import static_memory
+from pipesim.cluster.transformer import layer_parameters
 
 MODEL = TransformerModel(layers=4, hidden=1024, heads=8, seq_len=512, vocab=32000)
 PARTITION = (2, 2)

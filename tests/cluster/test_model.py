@@ -48,7 +48,14 @@ TINY = TransformerModel(layers=4, hidden=8, heads=2, seq_len=4, vocab=16)
 # FLAT counts FLOPs only (no memory-bound operators, attention at the GEMM rate):
 # tests/cluster/test_pass_time.py checks the rest of the cost model.
 TOY_GPU = GpuProfile("toy", peak_tflops=1e-6, memory_bandwidth_gbps=1.0, memory_bytes=2**30)
-FLAT = Efficiency(max_fraction=0.5, half_tokens=0.0, attention_fraction=None, memory_fraction=None)
+FLAT = Efficiency(
+    max_fraction=0.5,
+    half_tokens=0.0,
+    attention_fraction=None,
+    memory_fraction=None,
+    gemm_fraction=0.5,
+    gemm_half_dim=0.0,
+)
 
 
 # -- FLOPs -----------------------------------------------------------------------------------
@@ -380,9 +387,10 @@ def test_launch_overhead_goes_to_costs():
 def test_fixed_global_batch_has_an_interior_best_microbatch_count():
     """1F1B's step time (m + p - 1)(F + B) with a fixed global batch G = m * b.
 
-    FLOPs grow linearly in b and the efficiency is tokens / (tokens + half), so a
-    microbatch's time is c * (b + half / s) when only FLOPs are counted. With G = 64, p = 4, half / s = 512 / 256 = 2:
-    step(m) = c (m + 3)(64 / m + 2), smallest at m = 8 (110 c) among the divisors of 64.
+    More microbatches shrink the bubble, but each one's GEMMs get thinner: with b s tokens
+    of a hidden-64 model on an H100 a GEMM fills few of the 132 SMs' tiles and, at the
+    smallest, hits the 2 us kernel floor (pipesim.cluster.gemm). So neither one microbatch
+    of 64 sequences nor 64 microbatches of one is best: m = 4 or 8 is.
     """
     model = TransformerModel(layers=8, hidden=64, heads=4, seq_len=256, vocab=1000)
     partition = partition_layers(model, 4, "even")
@@ -394,10 +402,9 @@ def test_fixed_global_batch_has_an_interior_best_microbatch_count():
         return (microbatches + stages - 1) * slowest
 
     times = {m: step_ms(m) for m in (1, 2, 4, 8, 16, 32, 64)}
-    assert min(times, key=times.get) == 8
-    assert times[16] / times[8] == pytest.approx(19 * 6 / 110)
-    assert times[64] / times[8] == pytest.approx(67 * 3 / 110)
-    assert times[1] / times[8] == pytest.approx(4 * 66 / 110)
+    best = min(times, key=times.get)
+    assert best in (4, 8)
+    assert times[1] > 1.5 * times[best] and times[64] > 2.5 * times[best]
 
 
 def test_hierarchical_allreduce_reduces_inside_the_node_first():
