@@ -160,6 +160,7 @@ def efficiency_of(spec: ScenarioSpec) -> Efficiency:
         attention_fraction=eff.attention_fraction,
         memory_fraction=eff.memory_fraction,
         tensor_overlap_fraction=eff.tensor_overlap_fraction,
+        overlap_slowdown=eff.overlap_slowdown,
     )
 
 

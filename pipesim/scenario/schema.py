@@ -209,6 +209,7 @@ class EfficiencySpec(_Strict):
     )
     memory_fraction: float | None = Field(default=_CALIBRATED.memory_fraction, ge=SMALLEST, le=1)
     tensor_overlap_fraction: float = Field(default=_CALIBRATED.tensor_overlap_fraction, ge=0, le=1)
+    overlap_slowdown: float = Field(default=_CALIBRATED.overlap_slowdown, ge=0, le=1)
 
 
 class ModelSpec(_Strict):
