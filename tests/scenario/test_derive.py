@@ -190,7 +190,9 @@ def test_inference_counts_forward_flops_and_weights_only():
     peak = gpu_profile("h100-sxm").peak_tflops * 1e12 * gpus
     forward_flops = model_flops_per_step(LLAMA_MODEL, 32, forward_only=True)
     assert served.mfu == pytest.approx(forward_flops / (served.makespan_ms / 1e3) / peak)
-    assert served.mfu == pytest.approx(0.361, abs=5e-4)  # was 119 % counting the backward too
+    # was 119 % counting the backward too; 0.361 before sequence parallelism's
+    # reduce-scatter and all-gather each paid NCCL's base latency (34 us a layer more)
+    assert served.mfu == pytest.approx(0.356, abs=5e-4)
     assert trained.mfu == pytest.approx(
         model_flops_per_step(LLAMA_MODEL, 32) / (trained.makespan_ms / 1e3) / peak
     )
