@@ -203,3 +203,16 @@ def test_gradients_are_reduced_in_buckets_each_paying_its_latency():
     assert default[0] == pytest.approx(2 * 6 * 0.005 + 2 * 3 / 4 * params[0] * 2 / 10e6)
     with pytest.raises(ValueError, match="bucket_params"):
         data_parallel_allreduce_ms(MODEL, (2, 2), 4, link, bucket_params=-1)
+
+
+def test_a_broadcast_is_a_pipelined_chain():
+    # one step's latency (6.6 + 0.6 for LL in a node) and the buffer once at the bus
+    # bandwidth: LL's 141 GB/s ceiling for 8 B, the Simple link's 380 GB/s for 1 GB
+    assert choice(Collective.BROADCAST, 8, NODE) == (
+        Algorithm.RING,
+        Protocol.LL,
+        pytest.approx(7.2 + 8 / (1e3 * 141.0), rel=1e-12),
+    )
+    assert choice(Collective.BROADCAST, 1e9, NODE)[2] == pytest.approx(
+        8.4 + 3.4 + 1e9 / (1e3 * 380.0), rel=1e-12
+    )
