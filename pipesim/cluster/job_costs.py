@@ -226,15 +226,24 @@ def _zero3_unit_collectives(
     inside = par.tensor * par.data <= per_node
     sharing = par.data if inside else math.gcd(par.data, max(per_node // par.tensor, 1))
     group = Group(par.data, intra, inter, sharing)
-    layer_bytes = layer_parameters(model) / par.tensor * model.dtype_bytes
-    gathers, scatters, units = [], [], []
-    for layers, params in zip(partition, stage_parameters(model, partition), strict=True):
-        extra_bytes = params / par.tensor * model.dtype_bytes - layers * layer_bytes
-        sizes = [layer_bytes] * layers + ([extra_bytes] if extra_bytes > 0 else [])
-        gathers.append(sum(collective_ms(Collective.ALL_GATHER, b, group) for b in sizes))
-        scatters.append(sum(collective_ms(Collective.REDUCE_SCATTER, b, group) for b in sizes))
-        units.append(max(len(sizes), 1))
-    return tuple(gathers), tuple(scatters), tuple(units)
+    layer_params = layer_parameters(model)
+    layer_bytes = layer_params / par.tensor * model.dtype_bytes
+
+    def per_stage(kind: Collective) -> tuple[float, ...]:
+        layer_ms = collective_ms(kind, layer_bytes, group)
+        return tuple(
+            layers * layer_ms + (collective_ms(kind, extra, group) if extra > 0 else 0.0)
+            for layers, extra in zip(partition, extras, strict=True)
+        )
+
+    extras = [  # the embedding's and the LM head's bytes, counted in whole parameters
+        (params - layers * layer_params) / par.tensor * model.dtype_bytes
+        for layers, params in zip(partition, stage_parameters(model, partition), strict=True)
+    ]
+    units = tuple(
+        max(layers + (extra > 0), 1) for layers, extra in zip(partition, extras, strict=True)
+    )
+    return per_stage(Collective.ALL_GATHER), per_stage(Collective.REDUCE_SCATTER), units
 
 
 def _reduces_every_backward(schedule: Schedule) -> bool:
