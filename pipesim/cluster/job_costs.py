@@ -8,8 +8,10 @@ the MFU inputs. Every problem is a ``JobError`` naming the part of the job.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
+from pipesim.cluster.collectives import Collective, Group, collective_ms
 from pipesim.cluster.context_parallel import context_link, local_model
 from pipesim.cluster.fabric import Fabric, allreduce_levels, group_span
 from pipesim.cluster.job import Job, JobError
@@ -28,7 +30,7 @@ from pipesim.cluster.pass_time import (
     with_parameter_gathers,
 )
 from pipesim.cluster.static_memory import static_memory
-from pipesim.cluster.transformer import model_flops_per_step
+from pipesim.cluster.transformer import layer_parameters, model_flops_per_step, stage_parameters
 from pipesim.schedules.ir import Schedule
 from pipesim.schedules.posts import REDUCE_GRAD, UNSHARD
 from pipesim.sim.costs import Costs
@@ -149,16 +151,17 @@ def _step_tail(
     stages_on: list[list[int]],
 ) -> tuple[Costs, tuple[float, ...] | None, tuple[float, ...] | None]:
     """Each device's end-of-step work and the optimizer step's part of it: optimizer step and
-    exposed gradient reduction (a ring
-    inside a node; across nodes, reduced inside each node first when a node holds several
-    replicas). With torch's REDUCE_GRAD posts in the schedule, the reduction goes to them,
-    stage by stage, and the optimizer step with them (``_at_reduce_grad_posts``). Under
-    ZeRO-3 every forward and backward also gathers its stage's parameters over the same
-    group, charged to the stage costs (``with_parameter_gathers``), or, in torch's lowered
-    form, to its UNSHARD posts (one gather each, on the gather stream), and the step's
-    reduction is the reduce-scatter alone; without a pipeline every backward
-    reduce-scatters its own gradients, and nothing is left for the end of the step."""
-    par, model = job.parallel, _model(job)
+    exposed gradient reduction (NCCL's all-reduce over the replicas, in buckets, level by level as the fabric places them: ``_gradient_reduction_ms``). With
+    torch's REDUCE_GRAD posts in the schedule, the reduction goes to them, stage by stage,
+    and the optimizer step with them (``_at_reduce_grad_posts``). Under ZeRO-3 every
+    forward and backward also gathers its stage's parameters over the same group, layer by
+    layer (``_zero3_unit_collectives``), charged to the stage costs
+    (``with_parameter_gathers``), or, in torch's lowered form, to its UNSHARD posts (on the
+    gather stream), and the step's reduction is the layer-by-layer reduce-scatter; without
+    a pipeline every backward reduce-scatters its own gradients, and nothing is left for
+    the end of the step. Overlapped communication slows what it hides under by
+    ``Efficiency.overlap_slowdown``."""
+    par, model, slowdown = job.parallel, _model(job), job.efficiency.overlap_slowdown
     group = _gradient_group(job)
     optimizer = optimizer_step_ms(
         model,
@@ -171,21 +174,21 @@ def _step_tail(
         optimizer=par.optimizer,
     )
     reduction, compute = (0.0,) * len(partition), costs  # compute: before any gathers
-    if group > 1:
+    if group > 1 and par.zero_stage < 3:
         reduction = _gradient_reduction_ms(job, schedule, partition)
-        if par.zero_stage == 3:
-            # An all-gather (or a reduce-scatter) is half a ring all-reduce: n - 1 of its
-            # 2 (n - 1) steps. Every pass gathers its weights; the step only reduce-scatters.
-            reduction = tuple(r / 2 for r in reduction)
-            if any(post.kind == UNSHARD for placed in schedule.posts for _, post in placed):
-                costs = replace(costs, unshard_ms=reduction)  # torch's posts say where
-            elif _reduces_every_backward(schedule):
-                costs = with_parameter_gathers(
-                    costs, reduction, par.dp_overlap, partition, reduction
-                )
-                reduction = (0.0,) * len(reduction)
-            else:  # torch.distributed.pipelining: one reduce-scatter, at REDUCE_GRAD
-                costs = with_parameter_gathers(costs, reduction, par.dp_overlap, partition)
+    elif group > 1:
+        # Every pass gathers its weights, unit by unit; the gradients are reduce-scattered
+        # unit by unit too, at the end of the step or after every backward.
+        gathers, reduction, units = _zero3_unit_collectives(job, schedule, partition)
+        if any(post.kind == UNSHARD for placed in schedule.posts for _, post in placed):
+            costs = replace(costs, unshard_ms=gathers)  # torch's posts say where
+        elif _reduces_every_backward(schedule):
+            costs = with_parameter_gathers(
+                costs, gathers, par.dp_overlap, units, reduction, slowdown=slowdown
+            )
+            reduction = (0.0,) * len(reduction)
+        else:  # torch.distributed.pipelining: one reduce-scatter, at REDUCE_GRAD
+            costs = with_parameter_gathers(costs, gathers, par.dp_overlap, units, slowdown=slowdown)
     if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
         return _at_reduce_grad_posts(schedule, costs, reduction, optimizer, stages_on), None, None
     tail, steps = [], []
@@ -196,6 +199,7 @@ def _step_tail(
             sum(compute.backward_ms[k] for k in stages),
             par.dp_overlap,
             gather_weights=par.zero_stage < 3,
+            slowdown=slowdown,
         )
         steps.append(sum(optimizer[k] for k in stages))
         tail.append(steps[-1] + exposed)
@@ -236,6 +240,42 @@ def _gradient_reduction_ms(
         )
         total = [t + p for t, p in zip(total, part, strict=True)]
     return tuple(total)
+
+
+def _zero3_unit_collectives(
+    job: Job, schedule: Schedule, partition: tuple[int, ...]
+) -> tuple[tuple[float, ...], tuple[float, ...], tuple[int, ...]]:
+    """ZeRO-3's all-gather and reduce-scatter per stage, and the units each is issued in.
+
+    FSDP (one unit per transformer block, as torchtitan and Megatron-FSDP wrap them) and
+    DeepSpeed's ZeRO-3 (one fetch per submodule) gather and reduce-scatter one layer at a
+    time, so a stage of ``L`` layers issues ``L`` collectives of one layer's weights (its
+    ``1 / tensor`` share), each paying its own latency, plus one for the embedding or the LM
+    head it holds. The group is the stage's data-parallel replicas, placed as for the
+    gradient reduction (tensor ranks innermost: in one node, or ``gcd`` of them to a node)."""
+    par, model, ranks = job.parallel, _model(job), _gradient_group(job)
+    (intra, inter), per_node = job.hardware.node_links(), job.gpus_per_node(schedule.devices)
+    inside = par.tensor * ranks <= per_node
+    sharing = ranks if inside else math.gcd(ranks, max(per_node // par.tensor, 1))
+    group = Group(ranks, intra, inter, sharing)
+    layer_params = layer_parameters(model)
+    layer_bytes = layer_params / par.tensor * model.dtype_bytes
+
+    def per_stage(kind: Collective) -> tuple[float, ...]:
+        layer_ms = collective_ms(kind, layer_bytes, group)
+        return tuple(
+            layers * layer_ms + (collective_ms(kind, extra, group) if extra > 0 else 0.0)
+            for layers, extra in zip(partition, extras, strict=True)
+        )
+
+    extras = [  # the embedding's and the LM head's bytes, counted in whole parameters
+        (params - layers * layer_params) / par.tensor * model.dtype_bytes
+        for layers, params in zip(partition, stage_parameters(model, partition), strict=True)
+    ]
+    units = tuple(
+        max(layers + (extra > 0), 1) for layers, extra in zip(partition, extras, strict=True)
+    )
+    return per_stage(Collective.ALL_GATHER), per_stage(Collective.REDUCE_SCATTER), units
 
 
 def _reduces_every_backward(schedule: Schedule) -> bool:

@@ -1,35 +1,47 @@
-"""What tensor and data parallelism cost in communication: the ring all-reduce.
+"""What tensor and data parallelism cost in communication.
 
 In a ring all-reduce of ``B`` bytes over ``n`` ranks, each rank cuts its buffer into ``n``
 pieces and passes pieces to its neighbour: ``n - 1`` steps reduce the pieces (reduce-scatter),
 ``n - 1`` more steps hand the reduced pieces around (all-gather). Each step moves ``B / n``
-bytes over every link at once and pays the link's latency once, so the whole collective takes
+bytes over every link at once, so the bytes cost ``2 (n - 1) / n * B / bandwidth``, and each
+step pays a latency. NCCL, which Megatron-LM, DeepSpeed and torch run their collectives on,
+prices that latency per protocol and also runs trees and NVLink SHARP where they are faster;
+``pipesim.cluster.collectives`` holds its model, and the functions here call it. On a link
+NCCL does not describe (given by its numbers) the latency is the link's own, once per step:
 
     2 (n - 1) / n * B / bandwidth  +  2 (n - 1) * latency.
 
-That is the cost NCCL's ring algorithm approaches for large messages and the one Megatron-LM
-and DeepSpeed users reason with. A reduce-scatter followed by an all-gather (sequence
-parallelism, ZeRO's distributed optimizer) moves exactly the same bytes in the same steps.
+A reduce-scatter followed by an all-gather (sequence parallelism, ZeRO's distributed
+optimizer) moves the same bytes in the same steps, but pays two base latencies and cannot use
+NVLink SHARP.
 """
 
 from __future__ import annotations
 
-import math
-
+from pipesim.cluster.collectives import (
+    Collective,
+    Group,
+    all_reduce_ms,
+    collective_ms,
+    fabric,
+)
 from pipesim.sim.links import Link
 
 
+def flat_group(ranks: int, link: Link) -> Group:
+    """``ranks`` GPUs joined by one ``link``: one node, or, for a network link, one GPU on
+    each of ``ranks`` nodes."""
+    on_network = (fabric(link) or ("",))[0] == "net"
+    return Group(ranks, link, link, 1) if on_network else Group(ranks, link)
+
+
 def ring_allreduce_ms(nbytes: float, ranks: int, link: Link) -> float:
-    """Time (ms) of a ring all-reduce of ``nbytes`` bytes over ``ranks`` ranks on ``link``."""
+    """Time (ms) of an all-reduce of ``nbytes`` bytes over ``ranks`` ranks on ``link``, as
+    NCCL runs it (``pipesim.cluster.collectives``; the plain ring on a link given by its
+    numbers)."""
     if ranks < 1:
         raise ValueError(f"an all-reduce needs at least one rank, got {ranks=}")
-    if ranks == 1:
-        return 0.0
-    steps = 2 * (ranks - 1)
-    latency_ms = steps * link.latency_us / 1000.0
-    if math.isinf(link.bandwidth_gbps):
-        return latency_ms
-    return latency_ms + steps / ranks * nbytes / (link.bandwidth_gbps * 1e6)
+    return collective_ms(Collective.ALL_REDUCE, nbytes, flat_group(ranks, link))
 
 
 def hierarchical_allreduce_ms(
@@ -37,32 +49,48 @@ def hierarchical_allreduce_ms(
 ) -> float:
     """Time (ms) of an all-reduce over ``ranks`` GPUs that sit ``ranks_per_node`` to a node.
 
-    Done in two levels, as NCCL does across nodes: the ``k = ranks_per_node`` GPUs of a node
-    reduce-scatter inside the node (each then holds ``B / k`` of the node's sum), the GPUs
-    with the same share all-reduce it across the ``ranks / k`` nodes, each over its own
-    network link, and the node all-gathers the result. The network carries ``1 / k`` of
-    what a flat ring would put on it, and the ``k`` links of a node work in parallel:
+    NCCL runs one ring (or tree) through all of them: inside a node its steps go over
+    ``intra_link``, between nodes over each GPU's own ``inter_link``, so the ``k`` network
+    cards of a node carry the ring side by side and its bus bandwidth is the lesser of the
+    intra-node link and ``k`` cards (``pipesim.cluster.collectives``). On links given by
+    their numbers it is pipesim's two-level ring instead: the node reduce-scatters, the
+    GPUs with the same share all-reduce it across the ``N = ranks / k`` nodes, the node
+    all-gathers,
 
-        2 (k-1)/k B / intra_bw  +  2 (N-1)/N (B/k) / inter_bw   (plus latencies), N = n / k.
+        2 (k-1)/k B / intra_bw  +  2 (N-1)/N (B/k) / inter_bw   (plus latencies).
 
     With one GPU per node it is the flat ring over ``inter_link``.
     """
     if ranks_per_node < 1 or ranks % ranks_per_node:
         raise ValueError(f"ranks_per_node must divide ranks, got {ranks=}, {ranks_per_node=}")
-    nodes = ranks // ranks_per_node
-    inside = ring_allreduce_ms(nbytes, ranks_per_node, intra_link)
-    return inside + ring_allreduce_ms(nbytes / ranks_per_node, nodes, inter_link)
+    return all_reduce_ms(nbytes, ranks, intra_link, inter_link, ranks_per_node)
 
 
-def tensor_parallel_comm_ms(activation_bytes: float, tensor: int, link: Link) -> float:
+def tensor_parallel_comm_ms(
+    activation_bytes: float, tensor: int, link: Link, *, sequence_parallel: bool = False
+) -> float:
     """Communication of one transformer layer in one pass (forward, or backward) under
     Megatron-style tensor parallelism of degree ``tensor``.
 
     The attention block and the MLP block each end (forward) or begin (backward) with an
     all-reduce of the layer's activation, ``b * s * h * dtype_bytes`` bytes, over the
-    ``tensor`` GPUs of one node: two all-reduces per layer per pass.
+    ``tensor`` GPUs of one node: two all-reduces per layer per pass. With
+    ``sequence_parallel`` each all-reduce is a reduce-scatter and an all-gather of the same
+    activation (Megatron-LM's sequence parallelism), each with its own latency.
     """
-    return 2 * ring_allreduce_ms(activation_bytes, tensor, link)
+    group = flat_group(tensor, link)
+    if not sequence_parallel:
+        return 2 * collective_ms(Collective.ALL_REDUCE, activation_bytes, group)
+    scatter = collective_ms(Collective.REDUCE_SCATTER, activation_bytes, group)
+    return 2 * (scatter + collective_ms(Collective.ALL_GATHER, activation_bytes, group))
+
+
+def megatron_bucket_params(data_parallel: int) -> float:
+    """Megatron-LM's default gradient bucket, in parameters: with
+    ``DistributedDataParallelConfig.bucket_size`` unset, ``max(40_000_000, 1_000_000 * dp)``
+    (NVIDIA/Megatron-LM, megatron/core/distributed/distributed_data_parallel_config.py:
+    larger data-parallel groups get larger buckets so their collectives stay bandwidth-bound)."""
+    return float(max(40_000_000, 1_000_000 * data_parallel))
 
 
 def data_parallel_link(

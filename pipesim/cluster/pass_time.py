@@ -54,18 +54,23 @@ class TensorParallel:
     (``pipesim.cluster.parallel.tensor_parallel_comm_ms``), whether activations are split
     along the sequence, and whether the communication overlaps the layer's GEMMs
     (Megatron-LM's ``--tp-comm-overlap``: then ``hidden_fraction`` of the part the GEMMs
-    could cover is hidden, and the rest exposed)."""
+    could cover is hidden, and the rest exposed; the hidden part slows the GEMMs by
+    ``slowdown`` of itself, ``Efficiency.overlap_slowdown``)."""
 
     degree: int = 1
     comm_ms: float = 0.0
     sequence_parallel: bool = False
     overlap: bool = False
     hidden_fraction: float = 1.0  # of min(comm, gemm), when overlapped
+    slowdown: float = 0.0  # of the hidden communication, added to the GEMMs it hides under
 
     def exposed_ms(self, gemm_ms: float) -> float:
+        """``comm - (1 - slowdown) * hidden`` with ``hidden = hidden_fraction * min(comm,
+        gemm)`` when overlapped, all of ``comm`` otherwise."""
         if not self.overlap:
             return self.comm_ms
-        return self.comm_ms - self.hidden_fraction * min(self.comm_ms, gemm_ms)
+        hidden = self.hidden_fraction * min(self.comm_ms, gemm_ms)
+        return self.comm_ms - hidden + self.slowdown * hidden
 
 
 # Kernels of the memory-bound operators per layer and pass (pipesim.cluster.memory_bound):
@@ -225,6 +230,7 @@ def exposed_data_parallel_ms(
     overlap: bool,
     *,
     gather_weights: bool = True,
+    slowdown: float = 0.0,
 ) -> float:
     """What a device waits for the gradient reduction of ``reduction_ms``: all of it without
     ``overlap``; with it, the reduce-scatter half beyond the last microbatch's backward
@@ -233,17 +239,32 @@ def exposed_data_parallel_ms(
 
     ZeRO-3 (``gather_weights=False``) gathers no weights at the end of the step, since each
     pass gathers its own: ``reduction_ms`` is then the reduce-scatter alone, exposed whole,
-    or with ``overlap`` what outlasts the last backward."""
-    if not gather_weights:
-        return max(reduction_ms - backward_ms, 0.0) if overlap else reduction_ms
+    or with ``overlap`` what outlasts the last backward.
+
+    What overlap hides is not free: the passes it hides under run ``slowdown`` of the hidden
+    time longer (``Efficiency.overlap_slowdown``), and that is waited for too."""
     if not overlap:
         return reduction_ms
+    if not gather_weights:
+        return _overlapped(reduction_ms, backward_ms, slowdown)
     half = reduction_ms / 2
-    return max(half - backward_ms, 0.0) + max(half - forward_ms, 0.0)
+    return _overlapped(half, backward_ms, slowdown) + _overlapped(half, forward_ms, slowdown)
+
+
+def _overlapped(comm_ms: float, compute_ms: float, slowdown: float) -> float:
+    """What ``comm_ms`` of communication overlapped with ``compute_ms`` of compute adds to
+    the compute: the part that outlasts it, and ``slowdown`` of the part it hides."""
+    return max(comm_ms - compute_ms, 0.0) + slowdown * min(comm_ms, compute_ms)
 
 
 def exposed_gather_ms(
-    gather_ms: float, pass_ms: float, overlap: bool, layers: int = 1, scatter_ms: float = 0.0
+    gather_ms: float,
+    pass_ms: float,
+    overlap: bool,
+    layers: int = 1,
+    scatter_ms: float = 0.0,
+    *,
+    slowdown: float = 0.0,
 ) -> float:
     """What a pass waits for its ZeRO-3 communication: the parameter gather of ``gather_ms``
     before it and, where it has one, the gradient reduce-scatter of ``scatter_ms`` after it.
@@ -261,13 +282,18 @@ def exposed_gather_ms(
 
         exposed = g + r + max(0, (L - 1) (g + r - c))
 
-    One layer exposes everything; with fast compute it tends to one layer's share."""
+    One layer exposes everything; with fast compute it tends to one layer's share. What is
+    hidden slows the layer it hides under by ``slowdown`` of itself
+    (``Efficiency.overlap_slowdown``): ``+ slowdown (L - 1) min(g + r, c)``.
+
+    ``gather_ms`` is the sum of the stage's per-layer gathers, each with its own latency
+    (``pipesim.cluster.job_costs``: FSDP and DeepSpeed gather one layer, or one wrapped
+    unit, at a time), so a stage of ``L`` layers pays ``L`` latencies."""
     if not overlap:
         return gather_ms + scatter_ms
     layers = max(layers, 1)
     per_layer = (gather_ms + scatter_ms) / layers
-    outlasting = (layers - 1) * (per_layer - pass_ms / layers)
-    return per_layer + max(outlasting, 0.0)
+    return per_layer + (layers - 1) * _overlapped(per_layer, pass_ms / layers, slowdown)
 
 
 def with_parameter_gathers(
@@ -276,6 +302,8 @@ def with_parameter_gathers(
     overlap: bool,
     layers: Sequence[int],
     reduce_scatter_ms: Sequence[float] | None = None,
+    *,
+    slowdown: float = 0.0,
 ) -> Costs:
     """Stage costs under ZeRO-3, whose parameters live sharded over the data-parallel group.
 
@@ -289,14 +317,15 @@ def with_parameter_gathers(
     weights first); ``reduce_scatter_ms``, where every backward also reduce-scatters its
     gradients (FSDP and DeepSpeed without a pipeline), goes to ``W``, which produces them;
     a split backward ``I + W`` still adds up to ``B``. With ``overlap`` each pass pays
-    what ``exposed_gather_ms`` leaves of its communication, layer by layer."""
+    what ``exposed_gather_ms`` leaves of its communication, layer by layer, and the
+    ``slowdown`` the hidden part costs its compute."""
     scatters = reduce_scatter_ms or (0.0,) * len(gather_ms)
     forward, full, inputs, weights = [], [], [], []
     for k, (gather, scatter) in enumerate(zip(gather_ms, scatters, strict=True)):
         f, b, count = costs.forward_ms[k], costs.backward_ms[k], layers[k]
-        forward.append(f + exposed_gather_ms(gather, f, overlap, count))
-        before = exposed_gather_ms(gather, b, overlap, count)
-        both = exposed_gather_ms(gather, b, overlap, count, scatter)
+        forward.append(f + exposed_gather_ms(gather, f, overlap, count, slowdown=slowdown))
+        before = exposed_gather_ms(gather, b, overlap, count, slowdown=slowdown)
+        both = exposed_gather_ms(gather, b, overlap, count, scatter, slowdown=slowdown)
         full.append(b + both)
         inputs.append(costs.backward_input_ms[k] + before)
         weights.append(costs.backward_weight_ms[k] + (both - before))

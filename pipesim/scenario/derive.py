@@ -204,6 +204,7 @@ def efficiency_of(spec: ScenarioSpec) -> Efficiency:
         gemm_fraction=eff.gemm_fraction,
         gemm_half_dim=eff.gemm_half_dim,
         fp8_blockwise_overhead=eff.fp8_blockwise_overhead,
+        overlap_slowdown=eff.overlap_slowdown,
     )
 
 

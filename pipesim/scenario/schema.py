@@ -226,6 +226,7 @@ class EfficiencySpec(_Strict):
     gemm_fraction: float = Field(default=_CALIBRATED.gemm_fraction, ge=SMALLEST, le=1)
     gemm_half_dim: float = Field(default=_CALIBRATED.gemm_half_dim, ge=0, le=1e9)
     fp8_blockwise_overhead: float = Field(default=_CALIBRATED.fp8_blockwise_overhead, ge=0, le=10)
+    overlap_slowdown: float = Field(default=_CALIBRATED.overlap_slowdown, ge=0, le=1)
 
 
 class ModelSpec(_Strict):

@@ -41,7 +41,14 @@ GQA = TransformerModel(
 )
 # 1e6 FLOP/s at a flat 50 %: 500 FLOPs per ms; no memory-bound work counted.
 TOY_GPU = GpuProfile("toy", peak_tflops=1e-6, memory_bandwidth_gbps=1.0, memory_bytes=2**30)
-FLAT = Efficiency(max_fraction=0.5, half_tokens=0.0, attention_fraction=None, memory_fraction=None)
+FLAT = Efficiency(
+    max_fraction=0.5,
+    half_tokens=0.0,
+    attention_fraction=None,
+    memory_fraction=None,
+    gemm_fraction=0.5,
+    gemm_half_dim=0,
+)
 # bandwidth_gbps is 1e9 bytes/s: 0.000256 GB/s moves 256 bytes per ms, 0.000064 GB/s 64.
 FAST = Link(latency_us=0.0, bandwidth_gbps=0.000256)
 SLOW = Link(latency_us=0.0, bandwidth_gbps=0.000064)

@@ -135,8 +135,22 @@ def test_stage_costs_passes_the_overlap_through():
     )
     ring = 2 * 1 / 2 * 64 / 1e6 + 2 * 0.001  # t = 2, a 64-byte activation
     per_layer = 2 * ring  # two all-reduces, shorter than the 6.144 ms GEMM
-    exposed = per_layer * (1 - EFF.tensor_overlap_fraction)
+    # what is hidden costs the GEMMs overlap_slowdown of itself
+    hidden_part = per_layer * EFF.tensor_overlap_fraction
+    exposed = per_layer - hidden_part + EFF.overlap_slowdown * hidden_part
     assert full.forward_ms[0] - hidden.forward_ms[0] == pytest.approx(2 * (per_layer - exposed))
+
+
+def test_hidden_tensor_parallel_communication_slows_the_gemms():
+    # 4 ms of communication under a 6.144 ms GEMM, 3 ms of it hidden: 1 ms shows, and the
+    # GEMMs run 10 % of the 3 ms longer
+    gemm = 6144 / 2 / 500
+    tp = TensorParallel(degree=2, comm_ms=4.0, overlap=True, hidden_fraction=0.75, slowdown=0.1)
+    assert tp.exposed_ms(gemm) == pytest.approx(1.0 + 0.3)
+    # more communication than GEMM: the GEMM's 6.144 ms hidden, and 10 % of it added
+    tp = replace(tp, comm_ms=10.0, hidden_fraction=1.0)
+    assert tp.exposed_ms(gemm) == pytest.approx(10.0 - gemm + 0.1 * gemm)
+    assert replace(tp, overlap=False).exposed_ms(gemm) == 10.0  # not overlapped: no slowdown
 
 
 def test_optimizer_step_bytes_per_owned_parameter():
@@ -157,6 +171,13 @@ def test_exposed_gradient_reduction():
     # Reduce-scatter half 5 behind a 2 ms backward, all-gather half 5 behind a 1 ms forward.
     assert exposed_data_parallel_ms(10.0, 1.0, 2.0, overlap=True) == pytest.approx(3.0 + 4.0)
     assert exposed_data_parallel_ms(10.0, 6.0, 7.0, overlap=True) == 0.0
+    # each half slows the pass it hides under by 10 % of what it hides: 2 of the first half
+    # and 1 of the second are hidden, 5 - 6 and 5 - 7 of nothing outlast
+    assert exposed_data_parallel_ms(10.0, 1.0, 2.0, overlap=True, slowdown=0.1) == pytest.approx(
+        3.0 + 4.0 + 0.1 * (2.0 + 1.0)
+    )
+    assert exposed_data_parallel_ms(10.0, 6.0, 7.0, True, slowdown=0.1) == pytest.approx(1.0)
+    assert exposed_data_parallel_ms(10.0, 6.0, 7.0, False, slowdown=0.1) == 10.0
 
 
 def test_efficiency_checks_its_fractions():
@@ -164,6 +185,8 @@ def test_efficiency_checks_its_fractions():
         Efficiency(memory_fraction=0.0)
     with pytest.raises(ValueError, match="tensor_overlap_fraction"):
         Efficiency(tensor_overlap_fraction=1.5)
+    with pytest.raises(ValueError, match="overlap_slowdown"):
+        Efficiency(overlap_slowdown=-0.1)
     assert memory_ms(1e9, gpu_profile("h100-sxm"), Efficiency(memory_fraction=0.5)) == (
         pytest.approx(1e3 / 1541)  # half of 0.92 x 3,350 GB/s
     )

@@ -29,7 +29,7 @@ MODEL = TransformerModel(layers=4, hidden=1024, heads=8, seq_len=512, vocab=3200
 REPLICAS, MICROBATCHES, BANDWIDTH_GBPS = 16, 4, 10.0
 
 
-def scenario_file(tmp_path, devices=1):
+def scenario_file(tmp_path, devices=1, latency_us=0.0):
     data = {
         "schema_version": 1,
         "name": "zero",
@@ -47,7 +47,7 @@ def scenario_file(tmp_path, devices=1):
             "gpu": "h100-sxm",
             "gpus_per_node": 1,
             "intra_node_link": "nvlink4",
-            "inter_node_link": {"latency_us": 0, "bandwidth_gbps": BANDWIDTH_GBPS},
+            "inter_node_link": {"latency_us": latency_us, "bandwidth_gbps": BANDWIDTH_GBPS},
         },
     }
     path = tmp_path / "zero.json"
@@ -64,8 +64,15 @@ def gather_ms(devices=1):
     ]
 
 
-def load(path, zero, overlap=False):
-    return load_scenario(path, [f"parallel.zero_stage={zero}", f"parallel.dp_overlap={overlap}"])
+def load(path, zero, overlap=False, slowdown=0.0):
+    return load_scenario(
+        path,
+        [
+            f"parallel.zero_stage={zero}",
+            f"parallel.dp_overlap={overlap}",
+            f"model.efficiency.overlap_slowdown={slowdown}",
+        ],
+    )
 
 
 def test_a_gather_is_added_to_each_pass_and_hidden_layer_by_layer_under_overlap():
@@ -150,19 +157,36 @@ def test_without_a_pipeline_every_backward_reduce_scatters(tmp_path):
     assert gather > 1.0  # the 10 GB/s network makes it matter
 
 
-def test_overlap_exposes_the_first_layer_and_what_outlasts_the_second(tmp_path):
-    # two layers a stage: the first layer's gather (half the stage's) shows whole, the
-    # second's while the first layer computes (half the pass), beyond it
+def test_overlap_exposes_the_first_unit_and_what_outlasts_the_others(tmp_path):
+    # two layers and the embedding (or the LM head) a stage: three gathers, a third of the
+    # stage's each. The first shows whole; the other two run while a third of the pass
+    # computes, and show what outlasts it, plus 10 % of what they hide.
     path = scenario_file(tmp_path, devices=2)
-    zero1, zero3 = load(path, 1, overlap=True), load(path, 3, overlap=True)
+    zero1, zero3 = load(path, 1, overlap=True), load(path, 3, overlap=True, slowdown=0.1)
     for k, gather in enumerate(gather_ms(devices=2)):
         f, b = zero1.costs.forward_ms[k], zero1.costs.backward_ms[k]
-        assert zero3.costs.forward_ms[k] == pytest.approx(f + gather / 2 + max(gather - f, 0) / 2)
-        assert zero3.costs.backward_ms[k] == pytest.approx(b + gather / 2 + max(gather - b, 0) / 2)
-        assert gather > f  # the slow network: the second gather outlasts the first forward
+        assert gather > b > f  # the slow network: each gather outlasts its unit's compute
+        assert zero3.costs.forward_ms[k] == pytest.approx(
+            f + gather / 3 + 2 * ((gather - f) / 3 + 0.1 * f / 3)
+        )
+        assert zero3.costs.backward_ms[k] == pytest.approx(
+            b + gather / 3 + 2 * ((gather - b) / 3 + 0.1 * b / 3)
+        )
     step1 = run_scenario(zero1).report.makespan_ms
     step3 = run_scenario(zero3).report.makespan_ms
     assert step3 > step1
+
+
+@pytest.mark.parametrize(("devices", "units"), [(2, (3, 3)), (1, (5,))])
+def test_every_layer_gathers_on_its_own_and_pays_its_own_latency(tmp_path, devices, units):
+    # a 5 us network: a ring all-gather over the 16 replicas pays 15 latencies, once per
+    # layer and once for the embedding and LM head together, not once per stage
+    path = scenario_file(tmp_path, devices=devices, latency_us=5.0)
+    zero1, zero3 = load(path, 1), load(path, 3)
+    for k, (gather, count) in enumerate(zip(gather_ms(devices), units, strict=True)):
+        latencies = count * (REPLICAS - 1) * 0.005
+        added = zero3.costs.forward_ms[k] - zero1.costs.forward_ms[k]
+        assert added == pytest.approx(gather + latencies, rel=1e-12)
 
 
 # Each stage of the two-stage split holds 2 layers of 12 h^2 + 13 h = 12,596,224 weights
