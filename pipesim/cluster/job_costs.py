@@ -23,6 +23,7 @@ from pipesim.cluster.model import (
     stage_costs,
     time_loads,
 )
+from pipesim.cluster.parallel import megatron_bucket_params
 from pipesim.cluster.pass_time import (
     TensorParallel,
     exposed_data_parallel_ms,
@@ -177,18 +178,7 @@ def _step_tail(
     if group > 1 and par.zero_stage < 3:
         reduction = _gradient_reduction_ms(job, schedule, partition)
     elif group > 1:
-        # Every pass gathers its weights, unit by unit; the gradients are reduce-scattered
-        # unit by unit too, at the end of the step or after every backward.
-        gathers, reduction, units = _zero3_unit_collectives(job, schedule, partition)
-        if any(post.kind == UNSHARD for placed in schedule.posts for _, post in placed):
-            costs = replace(costs, unshard_ms=gathers)  # torch's posts say where
-        elif _reduces_every_backward(schedule):
-            costs = with_parameter_gathers(
-                costs, gathers, par.dp_overlap, units, reduction, slowdown=slowdown
-            )
-            reduction = (0.0,) * len(reduction)
-        else:  # torch.distributed.pipelining: one reduce-scatter, at REDUCE_GRAD
-            costs = with_parameter_gathers(costs, gathers, par.dp_overlap, units, slowdown=slowdown)
+        costs, reduction = _zero3_costs(job, schedule, partition, costs)
     if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
         return _at_reduce_grad_posts(schedule, costs, reduction, optimizer, stages_on), None, None
     tail, steps = [], []
@@ -206,6 +196,23 @@ def _step_tail(
     if not any(tail):
         return costs, None, None
     return costs, tuple(tail), tuple(steps)
+
+
+def _zero3_costs(
+    job: Job, schedule: Schedule, partition: tuple[int, ...], costs: Costs
+) -> tuple[Costs, tuple[float, ...]]:
+    """ZeRO-3's stage costs and the reduction left for the end of the step: every pass
+    gathers its weights, unit by unit, and the gradients are reduce-scattered unit by unit
+    too, at the end of the step or after every backward (then nothing is left for it)."""
+    overlap, slowdown = job.parallel.dp_overlap, job.efficiency.overlap_slowdown
+    gathers, reduction, units = _zero3_unit_collectives(job, schedule, partition)
+    if any(post.kind == UNSHARD for placed in schedule.posts for _, post in placed):
+        return replace(costs, unshard_ms=gathers), reduction  # torch's posts say where
+    if _reduces_every_backward(schedule):
+        costs = with_parameter_gathers(costs, gathers, overlap, units, reduction, slowdown=slowdown)
+        return costs, (0.0,) * len(reduction)
+    # torch.distributed.pipelining: one reduce-scatter, at REDUCE_GRAD
+    return with_parameter_gathers(costs, gathers, overlap, units, slowdown=slowdown), reduction
 
 
 def _gradient_reduction_ms(
@@ -235,8 +242,13 @@ def _gradient_reduction_ms(
         )
     total = [0.0] * len(partition)
     for level in allreduce_levels(span, intra, inter, hw.fabric or Fabric()):
-        part = data_parallel_allreduce_ms(
-            model, partition, level.ranks, level.link, par.tensor * level.share
+        part = data_parallel_allreduce_ms(  # each bucket of the whole group, level by level
+            model,
+            partition,
+            level.ranks,
+            level.link,
+            par.tensor * level.share,
+            bucket_params=megatron_bucket_params(span.ranks) / level.share,
         )
         total = [t + p for t, p in zip(total, part, strict=True)]
     return tuple(total)

@@ -21,12 +21,7 @@ from pipesim.cluster.context_parallel import RING, ContextParallel, local_model,
 from pipesim.cluster.efficiency import FLOPS_ONLY, Efficiency, compute_ms
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
 from pipesim.cluster.layout import layout_partition
-from pipesim.cluster.parallel import (
-    hierarchical_allreduce_ms,
-    megatron_bucket_params,
-    ring_allreduce_ms,
-    tensor_parallel_comm_ms,
-)
+from pipesim.cluster.parallel import data_parallel_allreduce_ms, tensor_parallel_comm_ms
 from pipesim.cluster.pass_time import TensorParallel, stage_pass_times
 from pipesim.cluster.static_memory import StaticMemory, static_memory
 from pipesim.cluster.transformer import (
@@ -358,48 +353,3 @@ def stage_activation_memory_bytes(
         act.append(layers * layer_mem + extra_mem)
         wgrad.append(layers * layer_w + extra_w)
     return tuple(act), tuple(wgrad)
-
-
-def data_parallel_allreduce_ms(
-    model: TransformerModel,
-    partition: Sequence[int],
-    data_parallel: int,
-    link: Link,
-    tensor: int = 1,
-    *,
-    ranks_per_node: int = 1,
-    intra_node_link: Link | None = None,
-    bucket_params: float | None = None,
-) -> tuple[float, ...]:
-    """End-of-step gradient reduction per stage: each GPU's share of the stage's gradients
-    (``params / tensor * dtype_bytes`` bytes) all-reduced over the ``data_parallel``
-    replicas: a ring over ``link`` (pick it with ``pipesim.parallel.data_parallel_link``),
-    or, when ``ranks_per_node`` replicas share a node, over ``intra_node_link`` inside the
-    node and ``link`` across nodes (``hierarchical_allreduce_ms``).
-
-    The gradients go in buckets of at most ``bucket_params`` parameters, one all-reduce
-    each, so every bucket pays the collective's latency. The default is Megatron-LM's:
-    ``DistributedDataParallelConfig.bucket_size`` unset means ``max(40_000_000, 1_000_000 *
-    data_parallel)`` parameters (NVIDIA/Megatron-LM,
-    megatron/core/distributed/distributed_data_parallel_config.py). torch's DDP buckets by
-    bytes instead, ``bucket_cap_mb=25`` (torch/nn/parallel/distributed.py): pass
-    ``25 * 2**20 / dtype_bytes``."""
-    if ranks_per_node > 1 and intra_node_link is None:
-        raise ValueError("ranks_per_node > 1 needs intra_node_link, the link inside a node")
-    bucket = bucket_params or megatron_bucket_params(data_parallel)
-    if bucket <= 0:
-        raise ValueError(f"bucket_params must be > 0, got {bucket_params}")
-
-    def reduce_ms(nbytes: float) -> float:
-        if ranks_per_node > 1:
-            return hierarchical_allreduce_ms(
-                nbytes, data_parallel, ranks_per_node, intra_node_link, link
-            )
-        return ring_allreduce_ms(nbytes, data_parallel, link)
-
-    times = []
-    for params in stage_parameters(model, partition):
-        full, rest = divmod(params / tensor, bucket)
-        rest_ms = reduce_ms(rest * model.dtype_bytes) if rest else 0.0
-        times.append(full * reduce_ms(bucket * model.dtype_bytes) + rest_ms)
-    return tuple(times)

@@ -43,7 +43,6 @@ from pipesim.scenario.fields import (
     SMALLEST,
     Bytes,
     Count,
-    Factor,
     FilePath,
     Index,
     Microseconds,
@@ -54,6 +53,7 @@ from pipesim.scenario.fields import (
 from pipesim.scenario.fields import Strict as _Strict
 from pipesim.scenario.serving_schema import DecodeSpec, ServingSpec
 from pipesim.scenario.topology_schema import TopologySpec
+from pipesim.scenario.variability_schema import VariabilitySpec
 from pipesim.schedules import POLICIES
 from pipesim.search import AUTO_POLICIES
 from pipesim.sim.costs import StageCountError, per_stage
@@ -279,38 +279,6 @@ class ParallelSpec(_Strict):
     @classmethod
     def _sharding(cls, value: str, info: ValidationInfo) -> str:
         return check_sharding(value, info.data.get("zero_stage", 0))
-
-
-class NoiseSpec(_Strict):
-    """Random factors with mean 1: lognormal or normal with ``cv``, or ``empirical`` draws
-    from ``samples``; ``profile`` (a profile file) takes a per-stage cv from its spread."""
-
-    distribution: Literal["lognormal", "normal", "empirical"] = "lognormal"
-    cv: float = Field(default=0.0, ge=0, le=100)
-    samples: list[Factor] | None = None
-    profile: FilePath | None = None
-
-    @model_validator(mode="after")
-    def _samples_for_empirical(self) -> NoiseSpec:
-        if self.distribution == "empirical" and not self.samples:
-            raise ValueError("the empirical distribution needs a non-empty list of samples")
-        return self
-
-
-class StragglerSpec(_Strict):
-    device: Index
-    factor: Factor  # 1.1: 10% slower
-    probability: float = Field(default=1.0, ge=0, le=1)  # per step
-
-
-class VariabilitySpec(_Strict):
-    forward: NoiseSpec | None = None
-    backward: NoiseSpec | None = None  # B, I and W
-    backward_input: NoiseSpec | None = None
-    backward_weight: NoiseSpec | None = None
-    stragglers: list[StragglerSpec] = []
-    link_jitter: NoiseSpec | None = None
-    microbatch_scale: list[Factor] | NoiseSpec | None = None
 
 
 class ScenarioSpec(_Strict):

@@ -113,12 +113,12 @@ def _layout(row: dict) -> tuple[int, int, int]:
 
 
 def test_the_plan_changes_when_the_pods_are_oversubscribed(tmp_path):
-    # Each node of 4 is its own pod. Non-blocking, TP2 x DP4 wins: its data-parallel
-    # groups (ranks 0, 2, 4, 6) reduce over both nodes. At 1:16 above the pods that
+    # Each node of 4 is its own pod. Non-blocking, plain data parallelism (DP8) wins: its
+    # one data-parallel group reduces over both nodes. At 1:16 above the pods that
     # reduction slows 16-fold, and the winner keeps its data-parallel groups inside a node
     # (TP1 x PP2 x DP4: ranks 0-3), sending only activations across the pods.
     flat = _winner(scenario(tmp_path, {"nodes_per_pod": 1}, "flat.yaml"))
-    assert _layout(flat) == (2, 1, 4)
+    assert _layout(flat) == (1, 1, 8)
     tapered = _winner(scenario(tmp_path, {"nodes_per_pod": 1, "oversubscription": 16}))
     assert _layout(tapered) == (1, 2, 4)
     assert tapered["step_time_ms"] > flat["step_time_ms"]
