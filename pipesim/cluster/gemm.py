@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from pipesim.cluster.efficiency import Efficiency
+from pipesim.cluster.efficiency import Efficiency, step_gemm_fraction
 from pipesim.cluster.gpus import GpuProfile
 
 TILE_M = 128
@@ -83,7 +83,7 @@ def gemm_ms(
     GEMM takes no time."""
     if min(m, n, k) <= 0:
         return 0.0
-    rate = gemm_tflops(gpu, fp8) * 1e12 * efficiency.gemm_fraction
+    rate = gemm_tflops(gpu, fp8) * 1e12 * step_gemm_fraction(efficiency, gpu)
     work_ms = 2 * m * n * k / (rate * shape_efficiency(m, n, k, gpu, efficiency)) * 1e3
     if fp8 == "blockwise":
         work_ms *= 1 + efficiency.fp8_blockwise_overhead

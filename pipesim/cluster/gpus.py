@@ -37,7 +37,10 @@ class GpuProfile:
     * ``fp8_peak_tflops`` and ``fp8_achievable_tflops``: the same for FP8 (E4M3/E5M2) GEMMs;
       ``None`` where the GPU has no FP8 tensor cores (A100);
     * ``kernel_launch_us``: the shortest time any kernel takes on the GPU (launch and
-      teardown): a small kernel costs at least this.
+      teardown): a small kernel costs at least this;
+    * ``step_gemm_fraction``: the share of ``gemm_tflops`` a training step's GEMMs keep on
+      this GPU, fitted on the published runs of this GPU (``None``: the fraction fitted on
+      H100 runs, ``pipesim.cluster.efficiency.CALIBRATED_STEP_GEMM_FRACTION``).
     """
 
     name: str
@@ -50,6 +53,7 @@ class GpuProfile:
     fp8_peak_tflops: float | None = None
     fp8_achievable_tflops: float | None = None
     kernel_launch_us: float = 0.0
+    step_gemm_fraction: float | None = None
 
     @property
     def gemm_tflops(self) -> float:
@@ -94,12 +98,16 @@ _BW_RATIO = 0.92  # [BW]
 _LAUNCH_US = 2.0  # [LAUNCH]
 _HOPPER_BF16_RATIO = 792.1 / 989.4  # [MAMF], H100 SXM
 _HOPPER_FP8_RATIO = 1453.4 / 1978.9  # [MAMF-B200], H200 (same die and clocks as H100 SXM)
+# The share of the measured GEMM rate an A100 training step keeps, fitted on the ledger's A100
+# calibration rows (python -m tests.cluster.published_runs --fit; docs/validation.md).
+A100_STEP = 0.81
 
 
 def _gpu(
     name: str,
     sheet: tuple[float, float, float | None, int, int],
     measured: tuple[float, float | None],
+    step_gemm_fraction: float | None = None,
 ) -> GpuProfile:
     """A profile from its data sheet ``(bf16 TFLOP/s, GB/s, fp8 TFLOP/s, GiB, SMs)`` and its
     measured ``(bf16 TFLOP/s, fp8 TFLOP/s)``; bandwidth and launch cost by the rules above."""
@@ -116,6 +124,7 @@ def _gpu(
         fp8_peak_tflops=fp8_peak,
         fp8_achievable_tflops=None if fp8 is None else round(fp8, 1),
         kernel_launch_us=_LAUNCH_US,
+        step_gemm_fraction=step_gemm_fraction,
     )
 
 
@@ -140,8 +149,10 @@ GPU_PROFILES: dict[str, GpuProfile] = {
         ),
         # A100 SXM4: 312 TFLOP/s bf16 dense, no FP8; 40 GB at 1,555 GB/s, 80 GB at 2,039 GB/s,
         # 108 SMs (NVIDIA A100 data sheet). Achievable bf16 267.9 [MAMF].
-        _gpu("a100-sxm-40gb", (312.0, 1555.0, None, 40, 108), (267.9, None)),
-        _gpu("a100-sxm-80gb", (312.0, 2039.0, None, 80, 108), (267.9, None)),
+        # Its step fraction is fitted on the ledger's A100 calibration rows (docs/
+        # validation.md), all from 2021-2022 software (Megatron-LM, Megatron-DeepSpeed).
+        _gpu("a100-sxm-40gb", (312.0, 1555.0, None, 40, 108), (267.9, None), A100_STEP),
+        _gpu("a100-sxm-80gb", (312.0, 2039.0, None, 80, 108), (267.9, None), A100_STEP),
         # H200 SXM: the Hopper die (989.4 bf16, 1,978.9 fp8, 132 SMs), 141 GB HBM3e at
         # 4.8 TB/s (NVIDIA H200 data sheet). Achievable bf16 794.5, fp8 1,453.4 [MAMF-B200].
         _gpu("h200", (989.4, 4800.0, 1978.9, 141, 132), (794.5, 1453.4)),

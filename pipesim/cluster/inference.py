@@ -76,18 +76,21 @@ ACHIEVABLE_BANDWIDTH_FRACTION = 0.88
 DECODE_KERNELS_PER_LAYER = 9
 # The fixed cost of one kernel without CUDA graphs (launch, ramp-up and tail), fitted, and
 # inside a replayed CUDA graph (no launch from the host: ramp-up and tail only), fitted.
-KERNEL_OVERHEAD_US = 9.0
-GRAPH_KERNEL_OVERHEAD_US = 6.5
+KERNEL_OVERHEAD_US = 10.0
+GRAPH_KERNEL_OVERHEAD_US = 7.5
 # One all-reduce of a few KB inside a node, as NCCL runs it (LL protocol, one step of
-# latency rather than the ring's 2(n-1)), fitted on the tensor-parallel calibration rows.
-SMALL_ALLREDUCE_LATENCY_US = 21.0
+# latency rather than the ring's 2(n-1)), fitted on the tensor-parallel calibration rows:
+# 11 us, below NCCL's own LL estimate (15 us on 8 GPUs, pipesim.cluster.collectives), as
+# serving engines run their own one-shot all-reduce kernels for small messages; the faster
+# of the two is taken (tensor_allreduce_ms).
+SMALL_ALLREDUCE_LATENCY_US = 11.0
 # A prefill GEMM over M prompt tokens streams its weights and then computes, the two in
 # series: 2MP / (peak x max_fraction) + P x dtype / achieved bandwidth, which is the
 # efficiency curve max_fraction x M / (M + M*) with M* the GPU's ridge point in tokens,
 # peak x max_fraction x dtype / (2 x achieved bandwidth) (113 tokens on an A100, 218 on an
 # H100). The scale on M* is fitted (training's Efficiency.half_tokens, 512, is an
 # assumption its runs never test: they all use 4096 tokens or more per microbatch).
-PREFILL_RIDGE_SCALE = 1.6
+PREFILL_RIDGE_SCALE = 1.55
 # Fused (flash) attention forward, causal, head width 128: FlashAttention-2 reaches 50-73 %
 # of an A100's peak (Dao 2023, arXiv:2307.08691, abstract); provisional, not fitted.
 PREFILL_ATTENTION_FRACTION = 0.6

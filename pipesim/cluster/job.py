@@ -61,6 +61,7 @@ class ParallelLayout:
     context: int = 1
     context_mode: str = "ring"
     optimizer: str = DEFAULT_OPTIMIZER  # pipesim.cluster.optimizers; zero_stage is its own
+    pipeline_scatter_gather: bool = False  # each TP rank sends 1/tensor of a stage's output
 
 
 @dataclass(frozen=True, slots=True)

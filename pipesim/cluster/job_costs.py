@@ -101,6 +101,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         context=par.context,
         context_mode=par.context_mode,
         context_link=context_link(par.tensor, par.context, per_node, intra, inter),
+        scatter_gather=par.pipeline_scatter_gather,
     )
     stages_on: list[list[int]] = [[] for _ in range(schedule.devices)]
     for stage, device in enumerate(schedule.placement):

@@ -249,6 +249,7 @@ def stage_costs(
     context: int = 1,
     context_mode: str = RING,
     context_link: Link | None = None,
+    scatter_gather: bool = False,
 ) -> Costs:
     """Per-stage durations and sizes of ``model`` split as ``partition``, one microbatch of
     ``microbatch_size`` sequences, on ``gpu``.
@@ -265,6 +266,9 @@ def stage_costs(
     matrix multiplications alone. Between stages each GPU sends its share of the activation:
     all ``b s h`` elements, or with ``sequence_parallel`` its ``1/tensor`` of the sequence
     (Megatron-LM's ``get_tensor_shapes``), each tensor-parallel rank over its own link.
+    ``scatter_gather`` splits a full activation the same way without sequence parallelism:
+    Megatron-LM's scatter/gather optimisation (Narayanan et al. 2021, section 4.1), on by
+    default there until Megatron-Core; the receivers' all-gather over NVLink is not counted.
     ``context`` GPUs share each sequence (``context_mode`` over ``context_link``): each
     runs ``s / context`` tokens, plus ``pipesim.cluster.context_parallel``'s attention.
     """
@@ -286,7 +290,8 @@ def stage_costs(
         backward_ms=tuple(p.backward_input_ms + p.backward_weight_ms for p in passes),
         backward_input_ms=tuple(p.backward_input_ms for p in passes),
         backward_weight_ms=tuple(p.backward_weight_ms for p in passes),
-        activation_bytes=(message / (tensor if sequence_parallel else 1),) * len(partition),
+        activation_bytes=(message / (tensor if sequence_parallel or scatter_gather else 1),)
+        * len(partition),
         activation_memory_bytes=tuple(act),
         weight_grad_memory_bytes=tuple(wgrad),
         overhead_ms=efficiency.launch_overhead_ms,

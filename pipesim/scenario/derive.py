@@ -186,6 +186,7 @@ def parallel_of(spec: ScenarioSpec) -> ParallelLayout:
         dp_overlap=par.dp_overlap,
         context=par.context,
         context_mode=par.context_mode,
+        pipeline_scatter_gather=par.pipeline_scatter_gather,
     )
 
 

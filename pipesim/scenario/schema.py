@@ -223,7 +223,7 @@ class EfficiencySpec(_Strict):
     tensor_overlap_fraction: float = Field(default=_CALIBRATED.tensor_overlap_fraction, ge=0, le=1)
     # the per-shape GEMM model (pipesim.cluster.gemm): a training step's share of the GPU's
     # measured GEMM rate, the short-reduction penalty's half point, block-wise FP8's extra cost
-    gemm_fraction: float = Field(default=_CALIBRATED.gemm_fraction, ge=SMALLEST, le=1)
+    gemm_fraction: float | None = Field(default=None, ge=SMALLEST, le=1)  # None: the GPU's
     gemm_half_dim: float = Field(default=_CALIBRATED.gemm_half_dim, ge=0, le=1e9)
     fp8_blockwise_overhead: float = Field(default=_CALIBRATED.fp8_blockwise_overhead, ge=0, le=10)
     overlap_slowdown: float = Field(default=_CALIBRATED.overlap_slowdown, ge=0, le=1)
@@ -271,6 +271,9 @@ class ParallelSpec(_Strict):
     # or all-to-all (DeepSpeed-Ulysses, TransformerEngine's "a2a")
     context: Count = 1
     context_mode: Literal["ring", "all-to-all"] = "ring"
+    # Megatron-LM's scatter/gather between stages (section 4.1 of Narayanan et al. 2021):
+    # each tensor-parallel rank sends 1/tensor of the activation without sequence parallelism
+    pipeline_scatter_gather: bool = False
 
     # The implementation and what it shards (pipesim.cluster.optimizers)
     optimizer: Literal[tuple(OPTIMIZERS)] = DEFAULT_OPTIMIZER  # type: ignore[valid-type]

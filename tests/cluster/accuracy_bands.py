@@ -115,10 +115,15 @@ def recorded_errors(
 ) -> list[tuple[str, float]]:
     """(quantity, error) of a row: its ``recorded_error`` (or the harness's), or one per
     ``recorded_<quantity>_error`` column."""
+    if raw.get("recorded_error_pct"):  # the serving ledger records percent
+        what = metric_quantity(raw.get("metric", ""), quantity)
+        return [(what, float(raw["recorded_error_pct"]) / 100)]
     found = [
         (column.removeprefix("recorded_").removesuffix("_error"), relative(value))
         for column, value in raw.items()
-        if column.startswith("recorded_") and column != "recorded_error" and value
+        if column.startswith("recorded_")
+        and column not in ("recorded_error", "recorded_error_pct")
+        and value
     ]
     if found:
         return found

@@ -62,6 +62,7 @@ class PublishedMemory:
     dtype: str
     measure: str
     peak_gib: float
+    recorded_error: float  # this row's error when last recorded (+: pipesim holds more)
 
 
 def _parse(raw: dict[str, str]) -> PublishedMemory:

@@ -16,30 +16,11 @@ from tests.cluster.published_memory import GIB, error, load_rows, predicted_peak
 
 ROWS = load_rows()
 
-# Percent; + means pipesim predicts more than was measured.
-RECORDED = {
-    "zb-1.5b-1f1b": -8.7,
-    "zb-1.5b-zb1p": -10.5,
-    "zb-1.5b-zb2p": -14.2,
-    "zb-6.2b-1f1b": -3.1,
-    "zb-6.2b-zb1p": -6.5,
-    "zb-6.2b-zb2p": -12.0,
-    "zb-14.6b-1f1b": 0.3,
-    "zb-14.6b-zb1p": -1.4,
-    "zb-14.6b-zb2p": -5.5,
-    "zb-28.3b-1f1b": -2.2,
-    "zb-28.3b-zb1p": -3.5,
-    "zb-28.3b-zb2p": -7.0,
-    "tt-8b-fsdp8-32k": -49.4,
-    "tt-70b-2d": -52.7,
-    "tt-405b-3d-1f1b": -17.6,
-    "tt-405b-3d-interleaved": 12.1,
-    "tt-405b-4d-32k": -9.8,
-}
+# Percent; + means pipesim predicts more than was measured (the data file's recorded_error).
+RECORDED = {r.id: 100 * r.recorded_error for r in ROWS}
 
 
 def test_the_ledger_holds_out_more_than_half_on_two_gpu_types():
-    assert [r.id for r in ROWS] == list(RECORDED)
     held_out = [r for r in ROWS if r.role == "held_out"]
     assert {r.role for r in ROWS} == {"calibrate", "held_out"}
     assert len(held_out) == 11 and len(ROWS) == 17

@@ -14,14 +14,21 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from pipesim.cluster.efficiency import CALIBRATED_STEP_GEMM_FRACTION
+from pipesim.cluster.gpus import A100_STEP
 from tests.cluster.ledger.evaluate import evaluate
 from tests.cluster.ledger.rows import Row
-from tests.cluster.ledger.scenarios import Parameter, efficiency_field
+from tests.cluster.ledger.scenarios import Parameter, efficiency_field, for_gpu
 
 DEFAULT_PARAMETERS: tuple[Parameter, ...] = (
-    efficiency_field("max_fraction"),
+    # the share of the measured GEMM rate a step keeps: H100's is pipesim's default for
+    # every GPU without rows of its own (CALIBRATED_STEP_GEMM_FRACTION), A100's its own
+    # (pipesim.cluster.gpus.A100_STEP)
+    for_gpu("h100-sxm", efficiency_field("gemm_fraction", start=CALIBRATED_STEP_GEMM_FRACTION)),
+    for_gpu("a100-sxm-80gb", efficiency_field("gemm_fraction", start=A100_STEP)),
     efficiency_field("memory_fraction"),
     efficiency_field("tensor_overlap_fraction", low=0.0),
+    efficiency_field("overlap_slowdown", low=0.0),
 )
 
 

@@ -65,6 +65,7 @@ class TrainingRow:
     sequence_parallel: bool
     tp_overlap: bool
     dp_overlap: bool
+    scatter_gather: bool  # Megatron-LM's pipeline scatter/gather (before Megatron-Core)
     zero_stage: int
     flops_counted: str
     metric: str

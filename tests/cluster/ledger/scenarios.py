@@ -106,6 +106,8 @@ def training_scenario(row: TrainingRow, settings: Sequence[Setting] = ()) -> dic
         "tp_overlap": row.tp_overlap,
         "dp_overlap": row.dp_overlap,
     }
+    if row.scatter_gather:
+        parallel["pipeline_scatter_gather"] = True
     if row.context > 1:
         parallel["context"] = row.context
     scenario = {
@@ -141,13 +143,17 @@ def ratio_scenario(
     return apply_settings(scenario, settings)
 
 
-def efficiency_field(name: str, low: float = 0.05, high: float = 1.0) -> Parameter:
-    """A field of ``model.efficiency`` as a fit parameter, starting at pipesim's default."""
+def efficiency_field(
+    name: str, low: float = 0.05, high: float = 1.0, start: float | None = None
+) -> Parameter:
+    """A field of ``model.efficiency`` as a fit parameter, starting at ``start``, by
+    default pipesim's default for it."""
 
     def apply(scenario: dict, value: float) -> None:
         scenario["model"]["efficiency"][name] = value
 
-    return Parameter(name, apply, low, high, float(getattr(Efficiency(), name)))
+    begin = getattr(Efficiency(), name) if start is None else start
+    return Parameter(name, apply, low, high, float(begin))
 
 
 def for_gpu(gpu: str, parameter: Parameter) -> Parameter:
