@@ -5,15 +5,27 @@ error of a cross-check on two CPU processes). On a busy 2-core machine those num
 with whatever else runs, so the default run leaves them out and CI runs them in a step
 of their own that retries and tolerates a loaded machine (``.ci/run``). Select them with
 ``-m timing`` (or any ``-m`` expression naming ``timing``).
+
+Tests marked ``ledger`` re-simulate every row of a published-runs ledger (the searched
+Zero Bubble schedules take minutes in all); the default run checks a quick subset of the
+same rows, and ``-m ledger`` runs the whole ledger on demand (docs/validation.md).
 """
 
 import pytest
 
 
+REASONS = {
+    "timing": "wall-clock judgement: run with -m timing (CI's own step)",
+    "ledger": "the whole ledger, minutes: run with -m ledger",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if "timing" in (config.getoption("markexpr") or ""):
-        return
-    skip = pytest.mark.skip(reason="wall-clock judgement: run with -m timing (CI's own step)")
-    for item in items:
-        if "timing" in item.keywords:
-            item.add_marker(skip)
+    named = config.getoption("markexpr") or ""
+    for marker, reason in REASONS.items():
+        if marker in named:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
