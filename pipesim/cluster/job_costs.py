@@ -75,10 +75,9 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
     (``job.batch.microbatch_size`` samples per microbatch).
 
     The tail of each device is its optimizer step plus the data-parallel gradient
-    reduction it waits for (all of it, or with ``dp_overlap`` what outlasts its last
-    backward and first forward). Forward-only (``job.training`` False, inference) counts
-    forward FLOPs for MFU, keeps the weights only in static memory (no gradients, no
-    optimizer states) and has no tail.
+    reduction it waits for (``_step_tail``). Forward-only (``job.training`` False,
+    inference) counts forward FLOPs for MFU, keeps the weights only in static memory (no
+    gradients, no optimizer states) and has no tail.
     """
     hw, par, size = job.hardware, job.parallel, job.batch.microbatch_size
     gpu = hw.gpu

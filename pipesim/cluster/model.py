@@ -266,9 +266,8 @@ def stage_costs(
     matrix multiplications alone. Between stages each GPU sends its share of the activation:
     all ``b s h`` elements, or with ``sequence_parallel`` its ``1/tensor`` of the sequence
     (Megatron-LM's ``get_tensor_shapes``), each tensor-parallel rank over its own link.
-    ``scatter_gather`` splits a full activation the same way without sequence parallelism:
-    Megatron-LM's scatter/gather optimisation (Narayanan et al. 2021, section 4.1), on by
-    default there until Megatron-Core; the receivers' all-gather over NVLink is not counted.
+    ``scatter_gather`` splits it so without sequence parallelism too (Megatron-LM's
+    scatter/gather, Narayanan et al. 2021, 4.1; the receivers' all-gather is not counted).
     ``context`` GPUs share each sequence (``context_mode`` over ``context_link``): each
     runs ``s / context`` tokens, plus ``pipesim.cluster.context_parallel``'s attention.
     """

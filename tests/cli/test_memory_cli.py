@@ -111,8 +111,8 @@ def test_sweep_shows_peak_memory_static_and_oom_per_point(tmp_path, run_devices)
     args += ["--set", "pipeline.virtual_stages=1", "--no-progress"]
     assert invoke(*args).stdout.splitlines() == [
         "pipeline.schedule  makespan ms  bubble  samples/s  peak memory     static  on GPU",
-        "            gpipe     4895.819  0.1039        6.5   128.28 GiB  32.37 GiB     OOM",
-        "             1f1b     4895.819  0.1039        6.5    45.78 GiB  32.37 GiB    fits",
+        "            gpipe     4830.572  0.1000        6.6   128.28 GiB  32.37 GiB     OOM",
+        "             1f1b     4830.572  0.1000        6.6    45.78 GiB  32.37 GiB    fits",
     ]
     invoke(*args, "-o", str(tmp_path / "sweep.csv"))
     rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))

@@ -191,8 +191,9 @@ def test_inference_counts_forward_flops_and_weights_only():
     peak = gpu_profile("h100-sxm").peak_tflops * 1e12 * gpus
     forward_flops = model_flops_per_step(LLAMA_MODEL, 32, forward_only=True)
     assert served.mfu == pytest.approx(forward_flops / (served.makespan_ms / 1e3) / peak)
-    # was 119 % counting the backward too; 36.1 % before GEMMs were priced by shape
-    assert served.mfu == pytest.approx(0.354, abs=5e-4)
+    # was 119 % counting the backward too; 36.1 % before GEMMs were priced by shape, 35.4 %
+    # before collectives were priced as NCCL runs them and the model refitted (issue 19)
+    assert served.mfu == pytest.approx(0.356, abs=5e-4)
     assert trained.mfu == pytest.approx(
         model_flops_per_step(LLAMA_MODEL, 32) / (trained.makespan_ms / 1e3) / peak
     )
