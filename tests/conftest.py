@@ -13,7 +13,6 @@ same rows, and ``-m ledger`` runs the whole ledger on demand (docs/validation.md
 
 import pytest
 
-
 REASONS = {
     "timing": "wall-clock judgement: run with -m timing (CI's own step)",
     "ledger": "the whole ledger, minutes: run with -m ledger",
