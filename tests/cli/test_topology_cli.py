@@ -139,3 +139,19 @@ def test_plan_explain_names_what_crosses_pods_and_the_headroom(tmp_path):
     )
     runner_up = data["explain"]["runner_up"]["network"]
     assert runner_up.startswith("across pods: ")
+
+
+def test_plan_sets_its_own_split_over_a_megatron_layout_string(tmp_path):
+    # A layout string fixes one stage count (here 2: the embedding with 8 layers, 8 layers
+    # with the head); every candidate brings its own pipeline depth and model.partition,
+    # so the planner drops the string rather than refuse every candidate.
+    data = small_base()
+    data["model"]["pipeline_layout"] = "Et*8|t*8L"
+    path = tmp_path / "layout.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = invoke("plan", path, "--gpus", 8, *SPACE, "--format", "json", "--no-progress")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["results"], report
+    depths = {row["pipeline.devices"] for row in report["results"]}
+    assert depths - {2}, depths  # depths the string could not have described

@@ -74,7 +74,9 @@ def pareto(ranked: Sequence[PlanRow]) -> list[PlanRow]:
 
 # What a candidate's scenario leaves out: the pipeline section gives the microbatch size,
 # and a planned schedule is a policy, never a file.
-DROPPED = ("model.microbatch_size", "pipeline.schedule_file")
+# What a candidate replaces: its microbatch size, schedule and the split of its layers
+# (model.partition; a Megatron layout string fixes one stage count, which candidates vary).
+DROPPED = ("model.microbatch_size", "pipeline.schedule_file", "model.pipeline_layout")
 
 
 def emit_mapping(
