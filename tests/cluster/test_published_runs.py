@@ -49,6 +49,9 @@ EXPECTED_MISSES = {
     "mtnlg-530b-2800": "DeepSpeed's pipeline engine runs the same layout ~20 % slower than "
     "Megatron-LM's (SC21's 530B): a framework pipesim does not tell apart",
     "opt-175b": "FSDP over 124 replicas with TP 8; microbatch and FLOPs counting not published",
+    "torchtitan-h200-8b-fp8-64": "torchtitan's FSDP2 float8 step on 64 H200 predicted ~22 % "
+    "fast: compile's per-op overheads, the float8 casts and FSDP2's exposed all-gathers are "
+    "priced below what the run showed (its 32-GPU calibration row misses as much)",
     "zb-1.5b-m32-2p": "ZB-2p's gain under-predicted: W passes modelled too short on A100",
     "zb-6.2b-m32-1p": "ZB-1p's gain over-predicted by 3.3 points",
     "zb-6.2b-m32-2p": "ZB-2p's gain under-predicted",
@@ -57,7 +60,11 @@ EXPECTED_MISSES = {
     "zb-28.3b-m256-1p": "1F1B's bubble at m = 8p too small: its throughput over-predicted",
     "zb-28.3b-m256-2p": "1F1B's bubble at m = 8p too small: its throughput over-predicted",
 }
-EXPECTED_REGIME_MISSES: dict[str, str] = {}
+EXPECTED_REGIME_MISSES: dict[str, str] = {
+    "b200 training": "one held-out row (Llama 3.1 405B FP8, TP 4 PP 8 CP 2) at -9.9 %: "
+    "pipesim's B200 step too fast where the 8B calibration row is within 1 %",
+    "h200 training": "one held-out row, torchtitan's FSDP2 float8 8B at -21.7 %",
+}
 
 # Quick ratio rows: a calibrate pair and a held-out pair, the fastest searches.
 QUICK_RATIOS = ("zb-6.2b-m24-1p", "zb-6.2b-m24-2p", "zb-1.5b-m32-1p", "zb-1.5b-m32-2p")
@@ -80,13 +87,13 @@ def _table(outcomes) -> str:
 
 def test_the_ledger_holds_enough_rows_of_every_kind_with_sources():
     rows, excluded = load_rows(), excluded_rows()
-    assert len(rows) == 55 and len(excluded) == 12
+    assert len(rows) == 62 and len(excluded) == 5
     assert len({r.id for r in rows} | {r["id"] for r in excluded}) == 67
     assert {r.kind for r in rows} == {"training", "ratio"}
-    assert {r.gpu for r in rows} == {"h100-sxm", "a100-sxm-80gb"}
-    assert {r["gpu"] for r in excluded} >= {"h200", "b200", "h800"}
+    assert {r.gpu for r in rows} == {"h100-sxm", "a100-sxm-80gb", "h200", "b200"}
+    assert {r["gpu"] for r in excluded} >= {"h800"}
     held_out = sum(r.role == "held_out" for r in rows)
-    assert (held_out, len(rows) - held_out) == (26, 29)
+    assert (held_out, len(rows) - held_out) == (30, 32)
     for raw in [*read_raw(TRAINING_FILE), *read_raw(RATIO_FILE)]:
         assert raw["source"] and raw["reference"] and raw["date"], raw["id"]
         assert raw["role_chosen"] in ("2026-12-01", "2026-12-04"), raw["id"]
@@ -143,7 +150,7 @@ def test_held_out_rows_meet_the_targets_or_are_named_misses(quick_outcomes):
     h100 = regimes[("h100-sxm", "training", "held_out")]
     print(f"\nH100 training, held out: {h100}")
     with_context = "context" in ParallelSpec.model_fields  # the 128K-token Llama 3 row
-    assert h100["count"] == 7 + with_context
+    assert h100["count"] == 9 + with_context
     assert h100["median_abs_error"] <= TRAINING_TARGET_MEDIAN
 
 
@@ -177,11 +184,11 @@ def test_the_report_as_json_names_every_regime():
         [*command, "--json", "-"], capture_output=True, text=True, check=True, cwd=root
     )
     report = json.loads(done.stdout)
-    assert len(report["rows"]) == 31 and report["parameters"] == {}
+    assert len(report["rows"]) == 38 and report["parameters"] == {}
     keys = {(s["gpu"], s["kind"], s["role"]) for s in report["regimes"]}
     assert keys == {
         (gpu, "training", role)
-        for gpu in ("h100-sxm", "a100-sxm-80gb", "all")
+        for gpu in ("h100-sxm", "a100-sxm-80gb", "h200", "b200", "all")
         for role in ("calibrate", "held_out")
     }
     pending = [r["id"] for r in report["rows"] if r["pending"]]

@@ -11,7 +11,7 @@ Two files, one row each:
 
 Every row has a ``role``: ``calibrate`` (a fit may use it), ``held_out`` (no fit ever
 sees it: chosen before any error was computed, see the files' notes) or ``excluded``
-(what pipesim does not model yet: FP8, mixture-of-experts, a GPU without a profile; kept
+(what pipesim does not model yet: mixture-of-experts, a GPU without a profile; kept
 for the record with the reason and not parsed further).
 """
 
@@ -67,6 +67,8 @@ class TrainingRow:
     dp_overlap: bool
     scatter_gather: bool  # Megatron-LM's pipeline scatter/gather (before Megatron-Core)
     zero_stage: int
+    optimizer: str | None  # parallel.optimizer where the run names one (FSDP2: fsdp)
+    fp8: str | None  # model.fp8: tensorwise or blockwise GEMMs; empty for bf16 or fp16
     flops_counted: str
     metric: str
     value: float

@@ -6,7 +6,8 @@ The schedule is the one the publication ran: 1F1B, interleaved 1F1B with
 ``virtual_stages`` > 1 (Megatron-LM's virtual pipeline), GPipe order where there is one
 stage (the same step), or a ratio row's own schedule (``zb-auto`` under a memory limit for
 the Zero Bubble paper's ZB-1p and ZB-2p). ``parallel.context`` is written only when a row
-has context parallelism, so rows without it build on every version of the schema.
+has context parallelism, and ``model.fp8`` and ``parallel.optimizer`` only when a row names
+them, so rows without them build on every version of the schema.
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def _model(row: TrainingRow | RatioRow, microbatch_size: int, global_batch: int)
         model.update(mlp=row.mlp, recompute=row.recompute)
         if row.kv_heads is not None:
             model["kv_heads"] = row.kv_heads
+        if row.fp8 is not None:
+            model["fp8"] = row.fp8
     return model
 
 
@@ -110,6 +113,8 @@ def training_scenario(row: TrainingRow, settings: Sequence[Setting] = ()) -> dic
         parallel["pipeline_scatter_gather"] = True
     if row.context > 1:
         parallel["context"] = row.context
+    if row.optimizer is not None:
+        parallel["optimizer"] = row.optimizer
     scenario = {
         "schema_version": 1,
         "name": row.id,
