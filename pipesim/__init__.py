@@ -23,25 +23,53 @@ script imports from ``pipesim`` and not from the modules behind it.
 - serving: ``load_serving``, ``run_serving``, ``find_max_rate``, ``run_serving_sweep``.
 """
 
-from pipesim.analysis.compare import compare_schedules, scenario_for_schedule
-from pipesim.analysis.critical import critical_path, explain
-from pipesim.analysis.max_rate import find_max_rate
-from pipesim.analysis.plan import Plan, PlanRow, explain_plan, plan, run_emitted
-from pipesim.analysis.run import Result, run_scenario
-from pipesim.analysis.serving_sweep import run_serving_sweep
-from pipesim.analysis.sweep import parse_grid, run_sweep
-from pipesim.scenario.build import Scenario, ScenarioError, load_scenario
-from pipesim.scenario.load import apply_overrides, read_mapping
-from pipesim.scenario.schema import Mode
-from pipesim.scenario.serving import load_serving, run_serving
-from pipesim.scenario.vary import vary
-from pipesim.schedules import get_schedule, list_schedules
-from pipesim.schedules.ir import Action, ConstraintError, Schedule, ScheduleError
-from pipesim.sim.costs import Costs, uniform_costs
-from pipesim.sim.engine import DeadlockError, simulate
-from pipesim.sim.fast import Evaluator, EvaluatorCache, simulate_with
-from pipesim.sim.links import Link, Topology
-from pipesim.sim.metrics import Report, build_report
+from pipesim.lazy import lazy_names
+
+# Each public name and the module it lives in, imported on first use (PEP 562): a command
+# that needs one corner of pipesim, or ``import pipesim`` itself, loads only that corner.
+_PUBLIC = {
+    "Action": "pipesim.schedules.ir",
+    "apply_overrides": "pipesim.scenario.load",
+    "build_report": "pipesim.sim.metrics",
+    "compare_schedules": "pipesim.analysis.compare",
+    "ConstraintError": "pipesim.schedules.ir",
+    "Costs": "pipesim.sim.costs",
+    "critical_path": "pipesim.analysis.critical",
+    "DeadlockError": "pipesim.sim.engine",
+    "Evaluator": "pipesim.sim.fast",
+    "EvaluatorCache": "pipesim.sim.fast",
+    "explain": "pipesim.analysis.critical",
+    "explain_plan": "pipesim.analysis.plan",
+    "find_max_rate": "pipesim.analysis.max_rate",
+    "get_schedule": "pipesim.schedules",
+    "Link": "pipesim.sim.links",
+    "list_schedules": "pipesim.schedules",
+    "load_scenario": "pipesim.scenario.build",
+    "load_serving": "pipesim.scenario.serving",
+    "Mode": "pipesim.scenario.schema",
+    "parse_grid": "pipesim.analysis.sweep",
+    "Plan": "pipesim.analysis.plan",
+    "plan": "pipesim.analysis.plan",
+    "PlanRow": "pipesim.analysis.plan",
+    "read_mapping": "pipesim.scenario.load",
+    "Report": "pipesim.sim.metrics",
+    "Result": "pipesim.analysis.run",
+    "run_emitted": "pipesim.analysis.plan",
+    "run_scenario": "pipesim.analysis.run",
+    "run_serving": "pipesim.scenario.serving",
+    "run_serving_sweep": "pipesim.analysis.serving_sweep",
+    "run_sweep": "pipesim.analysis.sweep",
+    "Scenario": "pipesim.scenario.build",
+    "scenario_for_schedule": "pipesim.analysis.compare",
+    "ScenarioError": "pipesim.scenario.build",
+    "Schedule": "pipesim.schedules.ir",
+    "ScheduleError": "pipesim.schedules.ir",
+    "simulate": "pipesim.sim.engine",
+    "simulate_with": "pipesim.sim.fast",
+    "Topology": "pipesim.sim.links",
+    "uniform_costs": "pipesim.sim.costs",
+    "vary": "pipesim.scenario.vary",
+}
 
 __version__ = "0.1.0"
 
@@ -88,3 +116,6 @@ __all__ = [
     "uniform_costs",
     "vary",
 ]
+
+
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from pipesim.analysis.errors import CompareError
 from pipesim.analysis.monte_carlo import Progress
 from pipesim.analysis.run import Result, memory_capacity_bytes, run_scenario
 from pipesim.scenario.build import Scenario, build_scenario, parse_spec, with_schedule
@@ -32,10 +33,6 @@ from pipesim.schedules import POLICIES, fit_virtual_stages
 from pipesim.schedules.ir import ScheduleError
 from pipesim.search import AUTO_POLICIES
 from pipesim.sim.engine import DeadlockError
-
-
-class CompareError(ValueError):
-    """A comparison that cannot start (no schedule, an unknown one); one line."""
 
 
 def scenario_for_schedule(data: dict, source: str, name: str | None = None) -> tuple[Scenario, str]:

@@ -33,16 +33,13 @@ import pandas as pd
 import yaml
 
 from pipesim.analysis.compare import scenario_for_schedule
+from pipesim.analysis.errors import SweepError
 from pipesim.analysis.executor import run_chunks
 from pipesim.analysis.run import run_scenario
 from pipesim.scenario.load import load_yaml
 from pipesim.scenario.schema import ScenarioError
 from pipesim.scenario.vary import vary
 from pipesim.sim.fast import EvaluatorCache
-
-
-class SweepError(ValueError):
-    """A grid that cannot be swept (bad syntax, a repeated key); one line."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,11 +31,10 @@ from pathlib import Path
 
 import click
 
-from pipesim.analysis.compare import CompareError
-from pipesim.analysis.sweep import SweepError
+from pipesim.analysis.errors import CompareError, SweepError
 from pipesim.cli.signals import Stopped, held
 from pipesim.cli.temporaries import remove_stale, temporary_prefix
-from pipesim.plot.figures import save_figure
+from pipesim.plot.save import save_figure
 from pipesim.scenario.build import ScenarioError, apply_overrides, read_mapping
 from pipesim.schedules.ir import ScheduleError
 from pipesim.sim.engine import DeadlockError

@@ -17,12 +17,16 @@ the p99 latencies against the first grid key, one line per combination of the ot
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from pipesim.plot.style import CRITICAL, FONT, TITLE_FONT, pyplot
 from pipesim.plot.sweep import draw_metric, grid_keys, layout
 from pipesim.serving.results import ServeResult
+
+if TYPE_CHECKING:  # frames come in; pandas itself is not needed to draw them
+    import pandas as pd
 
 MEDIAN = 50
 DEFAULT_PERCENTILE = 99.0  # the SLO's percentile where a scenario names none

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from pipesim.analysis.sweep import pareto_front
 from pipesim.plot.style import CRITICAL, FONT, TITLE_FONT, pyplot
 from pipesim.schedules import closed_form_of
+
+if TYPE_CHECKING:  # frames come in; pandas itself is not needed to draw them
+    import pandas as pd
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 REFERENCE_STYLES = ("--", ":", "-.", (0, (5, 1)), (0, (1, 3)))
@@ -268,6 +270,10 @@ def draw_closed_forms(ax, ok: pd.DataFrame, where: Layout) -> None:
 def draw_tradeoff(ax, ok: pd.DataFrame, where: Layout, colours: dict[str, str]) -> None:
     """Throughput against peak activation memory, coloured as the lines, front in red;
     against x instead where no point holds any activation memory."""
+    import pandas as pd
+
+    from pipesim.analysis.sweep import pareto_front
+
     memory = ok["peak_activation_bytes_max"].to_numpy(dtype=float)
     if not np.nanmax(memory, initial=0.0) > 0:
         draw_metric(ax, ok, where, "samples_per_second", "throughput (samples/s)")
@@ -295,7 +301,8 @@ def draw_tradeoff(ax, ok: pd.DataFrame, where: Layout, colours: dict[str, str]) 
 
 def heading(frame: pd.DataFrame, ok: pd.DataFrame) -> str:
     """``decode-pipeline-fill: 8 points`` (and how many did not run)."""
-    names = list(dict.fromkeys(str(s) for s in frame.get("scenario", pd.Series()).dropna()))
+    scenarios = frame["scenario"].dropna() if "scenario" in frame.columns else ()
+    names = list(dict.fromkeys(str(s) for s in scenarios))
     failed = len(frame) - len(ok)
     text = f"{', '.join(names) + ': ' if names else ''}{len(frame)} points"
     return text + (f", {failed} did not run (see the error column)" if failed else "")

@@ -41,11 +41,14 @@ import itertools
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from pipesim.schedules.ir import Action, Kind, Schedule
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: a table-only run needs none
+    import pandas as pd
 
 
 class RowKind(IntEnum):
@@ -211,6 +214,8 @@ class Trace:
 
     @cached_property
     def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame(
             {
                 "device": self.device,

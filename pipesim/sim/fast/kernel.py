@@ -10,11 +10,14 @@ second and machine code at a few hundred million.
 So the loop is written once, as a plain function over indexable buffers
 (``sweep_kernel``), and run in one of two ways:
 
-* compiled by numba (an optional extra, ``pip install pipesim[fast]``) over NumPy
-  arrays, where numba is installed; it is compiled on first use and cached on disk, so
-  the compile cost (about a second) is paid once per installation;
+* compiled by numba (a dependency of pipesim, which falls back to the Python loop
+  where numba cannot be installed) over NumPy arrays; it is compiled on first use and
+  cached on disk, so the compile cost (about a second) is paid once per installation,
+  and loading it from that cache costs about 0.3 s in each new process;
 * as it is, over ``array.array`` buffers and lists (quick to index one at a time from
-  Python), where it is not.
+  Python), where numba is missing, and for small graphs: until a process has swept
+  ``COMPILE_AFTER_NODES`` nodes with it, the Python loop is cheaper than loading the
+  machine code (a table-only ``pipesim run`` of a small scenario never imports numba).
 
 Both run the same source, hence the same floating-point operations in the same order:
 their timelines agree to the bit, and both are the engine's (no fast-math, no
@@ -26,6 +29,7 @@ reassociation: numba keeps IEEE semantics unless asked otherwise).
 
 from __future__ import annotations
 
+import importlib.util
 from array import array
 from typing import Any, NamedTuple
 
@@ -42,6 +46,11 @@ _START, _DEVICE, _SENDING, _INPUT = map(
 # dispatchers per process anyway; everything a caller's calls reuse lives on objects the
 # caller holds (``SweepBuffers`` here, ``pipesim.sim.fast.cache.EvaluatorCache``).
 _compiled: dict[str, Any] = {}
+# Nodes the Python loop may sweep in a process before the compiled loop is loaded: about
+# 50 ms of Python at a few million nodes a second, against ~0.3 s to import numba and
+# load the machine code. A graph at least this large is compiled for at once.
+COMPILE_AFTER_NODES = 100_000
+_python_nodes = [0]  # nodes the Python loop swept in this process while numba was not loaded
 
 
 class SweepGraph(NamedTuple):
@@ -103,14 +112,29 @@ def compiled(function, helpers=()):
     return _compiled[function.__name__]
 
 
-def compiled_kernel(enabled: bool = True):
+def numba_installed() -> bool:
+    """Whether numba can be imported here (found, not imported: that costs ~0.3 s)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def compiled_kernel(enabled: bool | None = True, nodes: int = 0):
     """The compiled ``sweep_kernel``, or None where numba is missing or ``enabled`` is
-    False (the Python loop is asked for)."""
-    if not enabled:
+    False (the Python loop is asked for). ``enabled`` None: compiled once it pays, for a
+    sweep of ``nodes`` nodes (see ``COMPILE_AFTER_NODES``), else None."""
+    if enabled is False or (enabled is None and not _worth_compiling(nodes)):
         return None
     return compiled(
         sweep_kernel, (_first_active, _run_device, _all_sent, _group_input, _ship_group, _send)
     )
+
+
+def _worth_compiling(nodes: int) -> bool:
+    """Whether a sweep of ``nodes`` nodes should load the compiled loop: it is loaded
+    already, or this sweep or the Python loop's sweeps so far reach COMPILE_AFTER_NODES."""
+    if _compiled.get(sweep_kernel.__name__) is not None:
+        return True
+    _python_nodes[0] += nodes
+    return _python_nodes[0] >= COMPILE_AFTER_NODES
 
 
 class SweepBuffers:
@@ -120,12 +144,13 @@ class SweepBuffers:
     much as the sweep itself at a million nodes, so a repeat sweep writes into the last
     one's (every value is rewritten). For the Python loop, the graph as ``array.array``
     buffers. Only the last graph's are kept, so at most one set is held. ``compiled``:
-    run numba's loop where it is installed (False: the Python one, for the tests and
-    benchmarks that compare the two)."""
+    None (the default) runs numba's loop where it is installed and pays for itself (see
+    ``compiled_kernel``); True, numba's loop where it is installed, whatever the size;
+    False, the Python one (for the tests and benchmarks that compare the two)."""
 
     __slots__ = ("compiled", "_spare", "_python_graph")
 
-    def __init__(self, compiled: bool = True) -> None:
+    def __init__(self, compiled: bool | None = None) -> None:
         self.compiled = compiled
         self._spare: list[tuple[SweepGraph, tuple]] = []
         self._python_graph: tuple[SweepGraph, tuple] | None = None
@@ -180,7 +205,7 @@ def longest_paths(
     buffers = SweepBuffers() if buffers is None else buffers
     devices = len(graph.bounds) - 1
     sizes = _state_sizes(len(graph.input_of), len(times[1]), channels, devices)
-    kernel = compiled_kernel(buffers.compiled)
+    kernel = compiled_kernel(buffers.compiled, len(graph.input_of))
     if kernel is not None:
         state = buffers.take(graph, sizes) or tuple(
             np.empty(n, dtype=np.float64 if c == "d" else np.int64)
