@@ -16,7 +16,7 @@ from pipesim.analysis.critical import Explanation, explain
 from pipesim.analysis.monte_carlo import MonteCarlo, MonteCarloSummary, Progress, monte_carlo
 from pipesim.scenario.build import Scenario
 from pipesim.scenario.schema import Mode, ScenarioError
-from pipesim.schedules.ir import Kind
+from pipesim.schedules.ir import Kind, performed_kinds
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, decode_metrics
 from pipesim.sim.engine import DurationScale
@@ -289,9 +289,4 @@ def backward_split_in_half(scenario: Scenario) -> bool:
         or costs.backward_weight_ms is not None
     ):
         return False
-    return any(
-        atom.kind in (Kind.I, Kind.W)
-        for actions in scenario.schedule.device_actions
-        for action in actions
-        for atom in action.atoms
-    )
+    return bool({Kind.I, Kind.W} & performed_kinds(scenario.schedule))

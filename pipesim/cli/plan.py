@@ -15,6 +15,7 @@ from contextlib import ExitStack
 import click
 
 from pipesim.analysis.plan import Plan, PlanError, PlanMismatch, explain_plan, plan
+from pipesim.cli.fallback import say_if_uncompiled
 from pipesim.cli.formats import format_option, output_format
 from pipesim.cli.options import (
     WholeNumber,
@@ -175,6 +176,7 @@ def _plan_body(
     for text in (capped, f"planning over {result.space_size:,} candidates"):
         if text is not None:
             note(text)
+    say_if_uncompiled()
     if explanation is not None and fmt == "csv":
         for line in explanation.sentences():
             note(line)

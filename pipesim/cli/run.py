@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from pipesim.analysis.run import run_scenario
+from pipesim.cli.fallback import say_if_uncompiled
 from pipesim.cli.formats import format_option, output_format
 from pipesim.cli.options import (
     evaluator_option,
@@ -107,3 +108,5 @@ def run_command(
         note(text)
     files = run_files(result, gantt, trace_path, trace_csv, schedule_csv)
     write_outputs([*files, (output, RENDERERS[fmt](result))])
+    if evaluator == "fast":
+        say_if_uncompiled()

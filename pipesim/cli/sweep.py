@@ -14,6 +14,7 @@ import click
 
 from pipesim.analysis.serving_sweep import is_serving, run_serving_sweep
 from pipesim.analysis.sweep import MAX_POINTS, check_size, parse_grid, run_sweep
+from pipesim.cli.fallback import say_if_uncompiled
 from pipesim.cli.options import (
     WholeNumber,
     executor_option,
@@ -116,6 +117,7 @@ def sweep_command(
     if refused is not None:  # no point ran: a refusal, not a report of nothing
         raise UserError(f"{scenario}: {refused}")
     write_outputs(sweep_files(frame, serving, output, plot_path))
+    say_if_uncompiled()
     if capped is not None:  # notes come after the outputs, so none precedes an error line
         note(capped)
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.schedules.grid import format_grid
@@ -80,6 +82,27 @@ class Action(NamedTuple):
     def atoms(self) -> tuple[Action, ...]:
         """The simple actions this action performs (itself, or its sub-actions)."""
         return self.sub_actions if self.sub_actions is not None else (self,)
+
+
+def actions(stage: int, kind: Kind, microbatches: range) -> Iterator[Action]:
+    """``kind`` of ``stage`` for each of ``microbatches``, in order (built in bulk: a
+    policy's million actions are made without a Python call each)."""
+    return map(Action._make, zip(repeat(stage), repeat(kind), microbatches, repeat(None)))
+
+
+def performed_kinds(schedule: Schedule) -> set[Kind]:
+    """The kinds of simple action the schedule runs (a group's members counted)."""
+    kinds: set[Kind] = set()
+    for device in schedule.device_actions:
+        kinds.update(map(_kind_of, device))
+    if OVERLAP_F_B in kinds:
+        kinds.discard(OVERLAP_F_B)
+        groups = (a for device in schedule.device_actions for a in device if a.sub_actions)
+        kinds.update(atom.kind for action in groups for atom in action.sub_actions)
+    return kinds
+
+
+_kind_of = itemgetter(1)
 
 
 def overlapped(forward: Action, backward: Action) -> Action:

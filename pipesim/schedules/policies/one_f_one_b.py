@@ -14,7 +14,9 @@ every steady-state cycle, so there is no short closed form with latency.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, B, F, Schedule, single_chain
+from itertools import chain
+
+from pipesim.schedules.ir import Action, B, F, Schedule, actions, single_chain
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "1f1b"
@@ -25,11 +27,20 @@ def rank_actions(
 ) -> tuple[Action, ...]:
     """Rank ``rank``'s list; ``warmup`` overrides the ``p - r - 1`` warm-up forwards."""
     warmup = min(devices - rank - 1 if warmup is None else warmup, microbatches)
-    actions = [Action(rank, F, i) for i in range(warmup)]  # warm-up
-    for k in range(microbatches - warmup):  # steady state: 1F then 1B
-        actions += [Action(rank, F, warmup + k), Action(rank, B, k)]
-    actions += [Action(rank, B, i) for i in range(microbatches - warmup, microbatches)]  # cool-down
-    return tuple(actions)
+    steady = microbatches - warmup
+    return tuple(
+        chain(
+            actions(rank, F, range(warmup)),  # warm-up
+            chain.from_iterable(  # steady state: 1F then 1B
+                zip(
+                    actions(rank, F, range(warmup, microbatches)),
+                    actions(rank, B, range(steady)),
+                    strict=True,
+                )
+            ),
+            actions(rank, B, range(steady, microbatches)),  # cool-down
+        )
+    )
 
 
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:

@@ -12,7 +12,7 @@ So every start and end is fixed by the dependency graph alone, a longest-path pr
 ``sweep`` solves it in one pass over the graph: it visits the devices in turn and runs
 each as far as its inputs are known, so every node is computed once, after what it
 waits for, with the engine's own floating-point operations in the engine's order. The
-loop is ``pipesim.sim.fast.kernel``'s, compiled by numba where that optional extra is
+loop is ``pipesim.sim.fast.kernel``'s, compiled by numba (a dependency) where it is
 installed and plain Python otherwise, with the same results to the bit.
 Everything around the pass is bulk NumPy (``pipesim.sim.fast.rows``): the durations and
 link times it reads, and the Trace it yields, with the same rows, times and causes as

@@ -1,0 +1,33 @@
+"""One line on stderr where the fast evaluator has to run without its compiled loop.
+
+numba is a dependency of pipesim, but where it cannot be installed (a platform without
+its wheels, a Python it does not support yet) the fast evaluator falls back to the same
+sweep in plain Python: the same timelines to the bit, only slower. ``plan``, ``sweep``
+and ``run --evaluator fast`` say so once, after their outputs (an error line is never
+preceded by a note), with what it costs.
+"""
+
+from __future__ import annotations
+
+from pipesim.cli.output import note
+from pipesim.sim.fast.kernel import numba_installed
+
+# The plain-Python sweep's time over the compiled one's at 10^5 actions (1F1B,
+# interleaved, ZB-V on 8 devices): benchmarks/bench_evaluator.py --max 1e5, with and
+# without --no-numba, on 2 cores.
+SLOWDOWN = "SLOWDOWN_PLACEHOLDER"
+_said: list[bool] = []
+
+
+def say_if_uncompiled() -> None:
+    """The note, once per process, where numba cannot be imported."""
+    if _said or numba_installed():
+        return
+    _said.append(True)
+    note(
+        f"numba is not installed, so the fast evaluator sweeps in plain Python, {SLOWDOWN} "
+        "slower than compiled (same results); pip install numba"
+    )
+
+
+__all__ = ["SLOWDOWN", "say_if_uncompiled"]
