@@ -5,6 +5,7 @@
     python benchmarks/bench_evaluator.py --no-numba   # the sweep in plain Python
     python benchmarks/bench_evaluator.py --small      # per-call time at 10^3 and 10^4
     python benchmarks/bench_evaluator.py --keep-memory  # glibc keeps freed memory (see below)
+    python benchmarks/bench_evaluator.py --end-to-end   # `pipesim run` as a process, 10^6
 
 For 1F1B, interleaved 1F1B (4 chunks per device) and ZB-V on 8 devices, one run of each
 evaluator per size, each size in a fresh process. Links carry a latency and a size cost
@@ -26,6 +27,12 @@ left out of the rates: compiling the sweep on first use after an install, and lo
 the compiled code in each new process (each size runs warm, after a call on a small
 schedule). Every fast trace is checked against the engine's (same makespan to 1e-9)
 before a number is printed.
+
+``--end-to-end`` times what a user waits for: ``pipesim run SCENARIO --format json`` as a
+process, from start to exit (imports, building and validating the schedule, the step,
+the report), with ``--evaluator fast`` and ``--evaluator simpy``, on a scenario of the
+same schedule, costs and links at about 10^6 actions (``--max``); the two reports'
+makespans are checked equal first.
 """
 
 from __future__ import annotations
@@ -138,6 +145,62 @@ def compile_seconds() -> float:
         return _in_fresh_process("--one", "zbv", "100", "--no-engine", env=env)["warm_s"]
 
 
+def scenario_text(name: str, actions: int) -> str:
+    """A scenario of ``name`` on DEVICES devices with about ``actions`` actions."""
+    chunks = SCHEDULES[name]
+    schedule, _ = _schedule_and_costs(name, actions)
+    backward = (
+        "backward_ms: 2.0" if name != "zbv" else "backward_input_ms: 1.0\n  backward_weight_ms: 1.0"
+    )
+    return (
+        f"schema_version: 1\nname: e2e-{name}\npipeline:\n  schedule: {name}\n"
+        f"  devices: {DEVICES}\n  microbatches: {schedule.microbatches}\n"
+        f"  virtual_stages: {chunks}\n  microbatch_size: 1\n"
+        f"costs:\n  forward_ms: 1.0\n  {backward}\n  activation_bytes: 1000000\n"
+        "hardware:\n  link: {latency_us: 5, bandwidth_gbps: 100}\n"
+    )
+
+
+def _pipesim_run(path: str, evaluator: str) -> tuple[float, dict]:
+    """Wall seconds of ``pipesim run PATH --format json --evaluator E``, and its report."""
+    env = {**os.environ, **_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p
+        for p in (
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            env.get("PYTHONPATH"),
+        )
+        if p
+    )
+    command = [sys.executable, "-m", "pipesim", "run", path, "--format", "json"]
+    begin = time.perf_counter()
+    done = subprocess.run(
+        [*command, "--evaluator", evaluator], capture_output=True, text=True, check=True, env=env
+    )
+    return time.perf_counter() - begin, json.loads(done.stdout)
+
+
+def end_to_end(size: int) -> None:
+    """``pipesim run`` as a process on each schedule, fast against the engine."""
+    print(f"{'schedule':<18}{'actions':>9}{'engine s':>10}{'fast s':>9}{'x':>7}{'fast act/s':>13}")
+    with tempfile.TemporaryDirectory() as folder:
+        for name in SCHEDULES:
+            path = os.path.join(folder, f"{name}.yaml")
+            with open(path, "w") as file:
+                file.write(scenario_text(name, size))
+            _pipesim_run(path, "fast")  # numba's cache and the files warm
+            fast_s, fast = _pipesim_run(path, "fast")
+            engine_s, engine = _pipesim_run(path, "simpy")
+            assert fast["evaluator"] == "fast" and engine["evaluator"] == "simpy"
+            assert abs(fast["makespan_ms"] - engine["makespan_ms"]) <= 1e-9 * engine["makespan_ms"]
+            n, _ = _schedule_and_costs(name, size)
+            n = n.num_actions
+            print(
+                f"{name:<18}{n:>9}{engine_s:>10.2f}{fast_s:>9.2f}{engine_s / fast_s:>7.1f}"
+                f"{n / fast_s:>13,.0f}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--max", type=float, default=1e6)
@@ -146,6 +209,7 @@ def main() -> None:
     parser.add_argument("--keep-memory", action="store_true", help="glibc keeps freed memory")
     parser.add_argument("--no-engine", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=2, metavar=("SCHEDULE", "ACTIONS"))
+    parser.add_argument("--end-to-end", action="store_true", help="pipesim run as a process")
     args = parser.parse_args()
     flags = ["--no-numba"] if args.no_numba else []
     if args.keep_memory:
@@ -156,6 +220,9 @@ def main() -> None:
         return
     if args.small:
         small(flags)
+        return
+    if args.end_to_end:
+        end_to_end(int(args.max))
         return
     if not args.no_numba:
         print(f"numba: compiling the sweep (once per install) {compile_seconds():.2f} s")

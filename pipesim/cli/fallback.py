@@ -12,10 +12,11 @@ from __future__ import annotations
 from pipesim.cli.output import note
 from pipesim.sim.fast.kernel import numba_installed
 
-# The plain-Python sweep's time over the compiled one's at 10^5 actions (1F1B,
-# interleaved, ZB-V on 8 devices): benchmarks/bench_evaluator.py --max 1e5, with and
-# without --no-numba, on 2 cores.
-SLOWDOWN = "SLOWDOWN_PLACEHOLDER"
+# The plain-Python sweep's time over the compiled one's at 10^5 actions on 8 devices
+# (benchmarks/bench_evaluator.py --max 1e5, with and without --no-numba, 2 cores): a
+# first call on a schedule 2.3-3.1x (1F1B 2.7, interleaved 3.1, ZB-V 2.3), a repeat call
+# under new costs, as a plan or a sweep makes them, 4.6-6.7x (6.7, 4.6, 5.0).
+SLOWDOWN = "2-7x"
 _said: list[bool] = []
 
 
