@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
@@ -84,10 +85,15 @@ class Action(NamedTuple):
         return self.sub_actions if self.sub_actions is not None else (self,)
 
 
+# ``(stage, kind, microbatch, sub_actions)`` as an Action, without NamedTuple's Python-level
+# ``__new__``: what the policies map over their bulk-built columns
+make_action = partial(tuple.__new__, Action)
+
+
 def actions(stage: int, kind: Kind, microbatches: range) -> Iterator[Action]:
     """``kind`` of ``stage`` for each of ``microbatches``, in order (built in bulk: a
     policy's million actions are made without a Python call each)."""
-    return map(Action._make, zip(repeat(stage), repeat(kind), microbatches, repeat(None)))
+    return map(make_action, zip(repeat(stage), repeat(kind), microbatches, repeat(None)))
 
 
 def performed_kinds(schedule: Schedule) -> set[Kind]:

@@ -39,7 +39,7 @@ CELL_STEPS = {
 }
 """Per kind, the state its cell must be in before the action, and the state after it."""
 
-_STAGE, _KIND, _MICROBATCH = (itemgetter(k) for k in range(3))
+_STAGE, _KIND, _MICROBATCH, _SUB_ACTIONS = (itemgetter(k) for k in range(4))
 
 
 def validate(schedule: Schedule) -> None:
@@ -77,7 +77,7 @@ def schedule_fault(schedule: Schedule) -> str | None:
     nodes = list(itertools.chain.from_iterable(schedule.device_actions))
     device = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     node = None
-    if any(a.sub_actions is not None for a in nodes):
+    if any(map(_SUB_ACTIONS, nodes)):  # a group's sub-actions: a non-empty tuple
         owners = [n for n, action in enumerate(nodes) for _ in action.atoms]
         node = np.asarray(owners, dtype=np.int64)
         device = device[node]

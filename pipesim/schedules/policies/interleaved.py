@@ -29,7 +29,20 @@ p v backwards end to end).
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, B, F, Schedule, loop_placement, require, single_chain
+from itertools import repeat
+
+import numpy as np
+
+from pipesim.schedules.ir import (
+    Action,
+    B,
+    F,
+    Schedule,
+    loop_placement,
+    make_action,
+    require,
+    single_chain,
+)
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "interleaved-1f1b"
@@ -49,8 +62,8 @@ def warmup_steps(rank: int, devices: int, microbatches: int, chunks: int) -> int
     return min((chunks - 1) * per_round + 2 * (devices - rank - 1), total)
 
 
-def _step(k: int, rank: int, devices: int, chunks: int, per_round: int, forward: bool):
-    """Stage and microbatch of forward (or backward) step k on ``rank``."""
+def _steps(k: np.ndarray, rank: int, devices: int, chunks: int, per_round: int, forward: bool):
+    """Stages and microbatches of forward (or backward) steps ``k`` on ``rank``."""
     chunk = (k // per_round) % chunks
     if not forward:
         chunk = chunks - 1 - chunk
@@ -62,20 +75,23 @@ def rank_actions(rank: int, devices: int, microbatches: int, chunks: int) -> tup
     total = microbatches * chunks
     per_round = microbatches_per_round(devices, microbatches)
     warmup = warmup_steps(rank, devices, microbatches, chunks)
+    steady = total - warmup
+    # the program as steps: warm-up forwards 0..warmup-1; steady state forward warmup + k,
+    # then backward k; cool-down backwards steady..total-1
+    forward = np.concatenate([np.arange(warmup), np.full(2 * steady, -1), np.full(warmup, -1)])
+    forward[warmup : warmup + 2 * steady : 2] = np.arange(warmup, total)
+    backward = np.full(total * 2, -1)
+    backward[warmup + 1 : warmup + 2 * steady : 2] = np.arange(steady)
+    backward[warmup + 2 * steady :] = np.arange(steady, total)
+    is_forward = forward >= 0
+    stage, microbatch = np.empty(2 * total, np.int64), np.empty(2 * total, np.int64)
+    for mask, steps, ahead in ((is_forward, forward, True), (~is_forward, backward, False)):
+        stage[mask], microbatch[mask] = _steps(steps[mask], rank, devices, chunks, per_round, ahead)
+    kinds = map(_KINDS.__getitem__, is_forward.tolist())
+    return tuple(map(make_action, zip(stage.tolist(), kinds, microbatch.tolist(), repeat(None))))
 
-    def fwd(k: int) -> Action:
-        stage, mb = _step(k, rank, devices, chunks, per_round, forward=True)
-        return Action(stage, F, mb)
 
-    def bwd(k: int) -> Action:
-        stage, mb = _step(k, rank, devices, chunks, per_round, forward=False)
-        return Action(stage, B, mb)
-
-    actions = [fwd(k) for k in range(warmup)]  # warm-up
-    for k in range(total - warmup):  # steady state: 1F then 1B
-        actions += [fwd(warmup + k), bwd(k)]
-    actions += [bwd(k) for k in range(total - warmup, total)]  # cool-down
-    return tuple(actions)
+_KINDS = {True: F, False: B}
 
 
 def _valid_near(devices: int, microbatches: int) -> tuple[int, int]:

@@ -24,53 +24,54 @@ left out.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, single_chain, v_placement
+from itertools import repeat
+
+import numpy as np
+
+from pipesim.schedules.ir import Action, F, I, Schedule, W, make_action, single_chain, v_placement
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "zbv"
 
 
-class _Counters:
-    """The next microbatch for each (stage, kind); each call hands out one action."""
-
-    def __init__(self) -> None:
-        self.count: dict[tuple[int, Kind], int] = {}
-
-    def next(self, stage: int, kind: Kind) -> Action:
-        index = self.count.get((stage, kind), 0)
-        self.count[(stage, kind)] = index + 1
-        return Action(stage, kind, index)
-
-    def issued(self, stage: int, kind: Kind) -> int:
-        return self.count.get((stage, kind), 0)
-
-
 def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ...]:
     d, p = rank, devices
-    chunk0, chunk1 = d, 2 * p - 1 - d
     n = max(microbatches, 2 * p - 1)  # pad to fill the V, then drop the padding below
-    c = _Counters()
-    actions: list[Action] = []
+    # The order as (chunk, kind) steps; the k-th step of each pair is its microbatch k.
     # Warm-up: 2(D-d)-1 F0, then d x (F1 F0), then (D-d) x (F1 I1 W1)
-    actions += [c.next(chunk0, F) for _ in range(2 * (p - d) - 1)]
-    for _ in range(d):
-        actions += [c.next(chunk1, F), c.next(chunk0, F)]
-    for _ in range(p - d):
-        actions += [c.next(chunk1, F), c.next(chunk1, I), c.next(chunk1, W)]
-    # Steady state: F0 I0 W0 F1 I1 W1 until chunk 1 has caught up with chunk 0's forwards
-    while c.issued(chunk1, F) < c.issued(chunk0, F) or c.issued(chunk0, F) < n:
-        if c.issued(chunk0, F) < n:
-            actions.append(c.next(chunk0, F))
-        actions += [c.next(chunk0, I), c.next(chunk0, W)]
-        actions += [c.next(chunk1, F), c.next(chunk1, I), c.next(chunk1, W)]
+    steps = [F0] * (2 * (p - d) - 1) + [F1, F0] * d + [F1, I1, W1] * (p - d)
+    # Steady state: F0 I0 W0 F1 I1 W1 until chunk 0 has run n forwards, then I0 W0 F1 I1
+    # W1 until chunk 1 has caught up with them
+    forwards0, forwards1 = 2 * (p - d) - 1 + d, p
+    with_forward = max(0, n - forwards0)
+    rounds = max(with_forward, max(n, forwards0) - forwards1)
+    without = rounds - with_forward
+    steps += [F0, I0, W0, F1, I1, W1] * with_forward + [I0, W0, F1, I1, W1] * without
     # Cool-down: d x (I0 I1), (D-d) x (I0 W0), then the W still owed
-    for _ in range(d):
-        actions += [c.next(chunk0, I), c.next(chunk1, I)]
-    for _ in range(p - d):
-        actions += [c.next(chunk0, I), c.next(chunk0, W)]
-    for stage in (chunk1, chunk0):
-        actions += [c.next(stage, W) for _ in range(c.issued(stage, I) - c.issued(stage, W))]
-    return tuple(a for a in actions if a.microbatch < microbatches)
+    steps += [I0, I1] * d + [I0, W0] * (p - d)
+    issued = np.bincount(steps, minlength=len(_STEPS))
+    steps += [W1] * (issued[I1] - issued[W1]) + [W0] * (issued[I0] - issued[W0])
+    return _numbered(np.asarray(steps), (d, 2 * p - 1 - d), microbatches)
+
+
+# The six steps of a rank, as small codes: chunk 0's F, I, W, then chunk 1's, and the kind
+# of each
+F0, I0, W0, F1, I1, W1 = range(6)
+_STEPS = (F, I, W, F, I, W)
+
+
+def _numbered(steps: np.ndarray, stages: tuple[int, int], microbatches: int) -> tuple[Action, ...]:
+    """Each step with its microbatch (how many of its kind came before), the padding left
+    out."""
+    microbatch = np.empty(len(steps), dtype=np.int64)
+    for code in range(len(_STEPS)):
+        where = np.flatnonzero(steps == code)
+        microbatch[where] = np.arange(len(where))
+    kept = microbatch < microbatches
+    steps = steps[kept]
+    stage = np.where(steps >= F1, stages[1], stages[0]).tolist()
+    kind = map(_STEPS.__getitem__, steps.tolist())
+    return tuple(map(make_action, zip(stage, kind, microbatch[kept].tolist(), repeat(None))))
 
 
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
