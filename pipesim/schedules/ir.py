@@ -189,6 +189,9 @@ class Schedule:
     posts: tuple[tuple[Placed, ...], ...] = ()  # per device; () for a compute-only schedule
     _stage_chain: tuple[int, ...] = field(default=(), repr=False, compare=False)
     _chunks: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
+    # what is derived from the lists once and read by several passes (``columns``, the
+    # validator's verdict); a replaced schedule starts with none
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self._chunks:  # each stage's index among its device's stages, in one pass

@@ -14,17 +14,16 @@ What an action waits for is ``pipesim.schedules.dependencies``; this module only
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from operator import itemgetter
 
 import numpy as np
 
+from pipesim.schedules.columns import ATOM_CODE, columns
 from pipesim.schedules.dependencies import MESSAGE_OF, SENDER_KINDS, Dependencies, dependencies
 from pipesim.schedules.ir import Action, B, F, I, Kind, Schedule, ScheduleError, W, format_grid
 from pipesim.schedules.post_rules import post_problems
 
-ATOM_CODE = {F: 0, B: 1, I: 2, W: 3}
 """The codes of ``first_fault``'s ``kind`` column (the trace's row kinds of the same name)."""
 
 # The same-device order as a walk of each (stage, microbatch) cell, one byte a cell:
@@ -72,25 +71,17 @@ def validate_posts(schedule: Schedule) -> None:
 
 
 def schedule_fault(schedule: Schedule) -> str | None:
-    """``first_fault`` over the schedule's own actions."""
-    lengths = [len(actions) for actions in schedule.device_actions]
-    nodes = list(itertools.chain.from_iterable(schedule.device_actions))
-    device = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    node = None
-    if any(map(_SUB_ACTIONS, nodes)):  # a group's sub-actions: a non-empty tuple
-        owners = [n for n, action in enumerate(nodes) for _ in action.atoms]
-        node = np.asarray(owners, dtype=np.int64)
-        device = device[node]
-        nodes = [atom for action in nodes for atom in action.atoms]
-    count = len(nodes)
-    return first_fault(
-        schedule,
-        np.fromiter(map(_STAGE, nodes), np.int64, count),
-        np.fromiter(map(ATOM_CODE.__getitem__, map(_KIND, nodes)), np.int64, count),
-        np.fromiter(map(_MICROBATCH, nodes), np.int64, count),
-        device,
-        node,
-    )
+    """``first_fault`` over the schedule's own actions (its ``columns``), found once and
+    kept with the schedule: building a schedule validates it, and the fast evaluator asks
+    again before it lays the graph out."""
+    memo = schedule._memo
+    if "fault" not in memo:
+        found = columns(schedule)
+        node = None if found.one_each else found.node
+        memo["fault"] = first_fault(
+            schedule, found.stage, found.kind, found.microbatch, found.device, node
+        )
+    return memo["fault"]
 
 
 def first_fault(schedule: Schedule, stage, kind, microbatch, device, node=None) -> str | None:

@@ -7,8 +7,9 @@ repeated calls reuse. Inside, one idea a module:
 
 * ``choose``: which evaluator runs a step (the engine or the sweep);
 * ``evaluator``: the fast evaluator itself, durations and link times in, Trace out;
-* ``index``: a schedule's dependency graph as flat arrays (``check``: is it one the
-  engine would run);
+* ``index``: a schedule's dependency graph as flat arrays, from the schedule's columns
+  (``pipesim.schedules.columns``), where the validator's verdict says the engine would
+  run it;
 * ``kernel``: the longest-path sweep over that graph, compiled by numba where installed;
 * ``rows``: the Trace from the sweep's times;
 * ``cache``: what repeated calls reuse, on an object the caller holds.

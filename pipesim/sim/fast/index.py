@@ -26,15 +26,15 @@ evaluator hands the schedule to the engine, whose validator names the fault.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from operator import itemgetter
 
 import numpy as np
 
+from pipesim.schedules.columns import Columns, columns
 from pipesim.schedules.dependencies import Message, dependencies
 from pipesim.schedules.ir import B, F, I, Kind, Schedule
-from pipesim.sim.fast.check import schedule_fault
+from pipesim.schedules.validity import schedule_fault
 from pipesim.sim.fast.kernel import SweepGraph
 from pipesim.sim.trace import KIND_CODE, KIND_CODES, RowKind
 
@@ -98,27 +98,12 @@ class _Atoms:
     is_group: np.ndarray  # per node: a group of atoms run as one
 
 
-def _atoms(node_action: list) -> _Atoms:
-    if not node_action:
-        none = np.zeros(0, dtype=np.int64)
-        return _Atoms(none, none, none, none, [], np.zeros(0, dtype=bool))
-    count = len(node_action)
-    kind = np.fromiter(map(KIND_CODE.__getitem__, map(_KIND, node_action)), np.int64, count)
-    is_group = kind == _GROUP
-    if not is_group.any():  # one atom per node
-        atoms = node_action
-        node = np.arange(count, dtype=np.int64)
-    else:
-        atoms, owners = [], []
-        for n, action in enumerate(node_action):
-            for atom in action.atoms:
-                atoms.append(atom)
-                owners.append(n)
-        node = np.asarray(owners, dtype=np.int64)
-        kind = np.fromiter(map(KIND_CODE.__getitem__, map(_KIND, atoms)), np.int64, len(atoms))
-    stage = np.fromiter(map(_STAGE, atoms), np.int64, len(atoms))
-    microbatch = np.fromiter(map(_MICROBATCH, atoms), np.int64, len(atoms))
-    return _Atoms(node, stage, kind, microbatch, atoms, is_group)
+def _atoms(found: Columns) -> _Atoms:
+    """The schedule's columns as the graph's builder reads them (``kind``: the RowKind
+    codes, which are ``ATOM_CODE``'s for simple actions)."""
+    return _Atoms(
+        found.node, found.stage, found.kind, found.microbatch, found.atoms, found.is_group
+    )
 
 
 def build_index(schedule: Schedule) -> ScheduleIndex:
@@ -126,10 +111,10 @@ def build_index(schedule: Schedule) -> ScheduleIndex:
     devices, stages = schedule.devices, schedule.stages
     lengths = [len(actions) for actions in schedule.device_actions]
     bounds = (0, *np.cumsum(lengths).tolist())
-    node_action = list(itertools.chain.from_iterable(schedule.device_actions))
-    node_device = np.repeat(np.arange(devices, dtype=np.int64), lengths)
-    atoms = _atoms(node_action)
-    fault = schedule_fault(schedule, atoms, node_device)
+    found = columns(schedule)
+    node_action, node_device = found.nodes, found.node_device
+    atoms = _atoms(found)
+    fault = schedule_fault(schedule)
     model_stage = np.array([_model_stage(schedule, s) for s in range(stages)] + [-1])
     chunk_of = np.array([schedule.chunk(s) for s in range(stages)] + [-1], dtype=np.int64)
     node_object = np.fromiter(node_action, dtype=object, count=len(node_action))

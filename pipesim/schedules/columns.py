@@ -1,0 +1,83 @@
+"""A schedule as columns: one entry per simple action, in program order, device by device.
+
+The device lists of ``Action`` are the schedule's text-like form; the passes that look at
+every action at once (the validator's bulk check, the fast evaluator's graph) want arrays.
+``columns`` builds them once per schedule and keeps them with it, so that building,
+validating and evaluating a schedule of a million actions reads its actions once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from operator import itemgetter
+from typing import NamedTuple
+
+import numpy as np
+
+from pipesim.schedules.ir import Kind, Schedule
+
+ATOM_CODE = {Kind.F: 0, Kind.B: 1, Kind.I: 2, Kind.W: 3}  # a simple action's kind, as a code
+GROUP_CODE = 4  # a node that runs a group (OVERLAP_F_B)
+NODE_CODE = ATOM_CODE | {Kind.OVERLAP_F_B: GROUP_CODE}
+_STAGE, _KIND, _MICROBATCH, _SUB_ACTIONS = (itemgetter(k) for k in range(4))
+
+
+class Columns(NamedTuple):
+    """Nodes (the entries of the device lists, chained) and atoms (the simple actions they
+    run: a group's members, or the node itself). Per atom: ``node`` (which node runs it),
+    ``stage``, ``kind`` (``ATOM_CODE``), ``microbatch``, ``device``; ``atoms`` the Actions.
+    Per node: ``nodes`` (the Actions), ``node_device`` and ``is_group``. ``one_each``: no
+    groups, so atoms and nodes are the same entries."""
+
+    node: np.ndarray
+    stage: np.ndarray
+    kind: np.ndarray
+    microbatch: np.ndarray
+    device: np.ndarray
+    atoms: list
+    nodes: list
+    node_device: np.ndarray
+    is_group: np.ndarray
+    one_each: bool
+
+
+def columns(schedule: Schedule) -> Columns:
+    """The schedule's columns, built on first use and kept with the schedule."""
+    found = schedule._memo.get("columns")
+    if found is None:
+        found = schedule._memo["columns"] = _build(schedule)
+    return found
+
+
+def _build(schedule: Schedule) -> Columns:
+    lengths = [len(actions) for actions in schedule.device_actions]
+    nodes = list(itertools.chain.from_iterable(schedule.device_actions))
+    node_device = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    count = len(nodes)
+    if not any(map(_SUB_ACTIONS, nodes)):  # a group's sub-actions: a non-empty tuple
+        atoms, node, device = nodes, np.arange(count, dtype=np.int64), node_device
+        is_group = np.zeros(count, dtype=bool)
+        one_each = True
+    else:
+        owners = [n for n, action in enumerate(nodes) for _ in action.atoms]
+        node = np.asarray(owners, dtype=np.int64)
+        device = node_device[node]
+        atoms = [atom for action in nodes for atom in action.atoms]
+        is_group = np.fromiter((a.sub_actions is not None for a in nodes), bool, count)
+        one_each = False
+    size = len(atoms)
+    return Columns(
+        node=node,
+        stage=np.fromiter(map(_STAGE, atoms), np.int64, size),
+        kind=np.fromiter(map(ATOM_CODE.__getitem__, map(_KIND, atoms)), np.int64, size),
+        microbatch=np.fromiter(map(_MICROBATCH, atoms), np.int64, size),
+        device=device,
+        atoms=atoms,
+        nodes=nodes,
+        node_device=node_device,
+        is_group=is_group,
+        one_each=one_each,
+    )
+
+
+__all__ = ["ATOM_CODE", "GROUP_CODE", "NODE_CODE", "Columns", "columns"]
