@@ -23,7 +23,7 @@ script imports from ``pipesim`` and not from the modules behind it.
 - serving: ``load_serving``, ``run_serving``, ``find_max_rate``, ``run_serving_sweep``.
 """
 
-from pipesim.lazy import lazy_names
+import importlib
 
 # Each public name and the module it lives in, imported on first use (PEP 562): a command
 # that needs one corner of pipesim, or ``import pipesim`` itself, loads only that corner.
@@ -118,4 +118,13 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_names(__name__, _PUBLIC)
+def __getattr__(name: str) -> object:
+    """A public name, imported from its module on first use and kept here (PEP 562)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_PUBLIC[name]), name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

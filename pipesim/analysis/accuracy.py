@@ -17,16 +17,14 @@ import json
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pipesim.analysis.plan import Plan, distinct
 from pipesim.cluster.hardware import GPU_PROFILES
 from pipesim.cluster.transformer import stage_parameters
 from pipesim.scenario.build import Scenario, parse_spec
 from pipesim.scenario.derive import build_job
 from pipesim.scenario.schema import Mode, ScenarioSpec
-
-if TYPE_CHECKING:  # a plan's band is read only by plan; a run does not load the planner
-    from pipesim.analysis.plan import Plan
 
 FORMAT, VERSION = "pipesim-accuracy", 1
 # What each quantity is called in a sentence, and what one ledger row of it is.
@@ -290,8 +288,6 @@ class PlanAccuracy:
 def plan_accuracy(result: Plan) -> PlanAccuracy | None:
     """The band of a plan's winner (None when no candidate fits): every candidate has the
     same GPUs and model, so one band holds for the whole ranking."""
-    from pipesim.analysis.plan import distinct
-
     if not result.results:
         return None
     winner = result.results[0].candidate

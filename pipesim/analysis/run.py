@@ -16,7 +16,8 @@ from pipesim.analysis.critical import Explanation, explain
 from pipesim.analysis.monte_carlo import MonteCarlo, MonteCarloSummary, Progress, monte_carlo
 from pipesim.scenario.build import Scenario
 from pipesim.scenario.schema import Mode, ScenarioError
-from pipesim.schedules.ir import Kind, performed_kinds
+from pipesim.schedules.columns import performed_kinds
+from pipesim.schedules.ir import Kind
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, decode_metrics
 from pipesim.sim.engine import DurationScale

@@ -10,7 +10,7 @@ preceded by a note), with what it costs.
 from __future__ import annotations
 
 from pipesim.cli.output import note
-from pipesim.sim.fast.kernel import numba_installed
+from pipesim.sim.fast.jit import numba_installed
 
 # The plain-Python sweep's time over the compiled one's at 10^5 actions on 8 devices
 # (benchmarks/bench_evaluator.py --max 1e5, with and without --no-numba, 2 cores): a

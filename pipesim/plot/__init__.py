@@ -2,7 +2,7 @@
 cross-checks. Each builder returns a figure (matplotlib is imported when one is drawn);
 ``save_figure`` writes one whole or not at all."""
 
-from pipesim.lazy import lazy_names
+import importlib
 
 _PUBLIC = {
     "crosscheck_figure": "pipesim.plot.figures",
@@ -14,7 +14,19 @@ _PUBLIC = {
     "stacked_gantt_figure": "pipesim.plot.figures",
     "sweep_figure": "pipesim.plot.figures",
 }
-__getattr__, __dir__ = lazy_names(__name__, _PUBLIC)
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported from its module on first use and kept here (PEP 562)."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_PUBLIC[name]), name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
 
 __all__ = [
     "crosscheck_figure",

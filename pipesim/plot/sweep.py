@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pipesim.analysis.sweep import pareto_front
 from pipesim.plot.style import CRITICAL, FONT, TITLE_FONT, pyplot
 from pipesim.schedules import closed_form_of
 
@@ -271,8 +272,6 @@ def draw_tradeoff(ax, ok: pd.DataFrame, where: Layout, colours: dict[str, str]) 
     """Throughput against peak activation memory, coloured as the lines, front in red;
     against x instead where no point holds any activation memory."""
     import pandas as pd
-
-    from pipesim.analysis.sweep import pareto_front
 
     memory = ok["peak_activation_bytes_max"].to_numpy(dtype=float)
     if not np.nanmax(memory, initial=0.0) > 0:

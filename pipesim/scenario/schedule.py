@@ -16,7 +16,8 @@ from pipesim.scenario import searched
 from pipesim.scenario.load import read_text_file
 from pipesim.scenario.schema import Mode, PipelineSpec, ScenarioError, ScenarioSpec, first_line
 from pipesim.schedules import get_schedule
-from pipesim.schedules.ir import Schedule, ScheduleError, forward_only
+from pipesim.schedules.forward import forward_only
+from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.schedules.torch_csv import read_torch_csv
 from pipesim.schedules.validity import validate
 

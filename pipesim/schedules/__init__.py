@@ -19,14 +19,8 @@ its own), builds, and validates the result.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import (
-    Action,
-    ConstraintError,
-    Kind,
-    Schedule,
-    ScheduleError,
-    forward_only,
-)
+from pipesim.schedules.forward import forward_only
+from pipesim.schedules.ir import Action, ConstraintError, Kind, Schedule, ScheduleError
 from pipesim.schedules.policies import POLICIES, ChunkRule, ClosedForm, Policy, Registry
 from pipesim.schedules.validity import validate
 

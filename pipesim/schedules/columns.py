@@ -9,17 +9,31 @@ validating and evaluating a schedule of a million actions reads its actions once
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
+from functools import partial
+from itertools import repeat
 from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
 
-from pipesim.schedules.ir import Kind, Schedule
+from pipesim.schedules.ir import Action, Kind, Schedule
 
 ATOM_CODE = {Kind.F: 0, Kind.B: 1, Kind.I: 2, Kind.W: 3}  # a simple action's kind, as a code
 GROUP_CODE = 4  # a node that runs a group (OVERLAP_F_B)
 NODE_CODE = ATOM_CODE | {Kind.OVERLAP_F_B: GROUP_CODE}
 _STAGE, _KIND, _MICROBATCH, _SUB_ACTIONS = (itemgetter(k) for k in range(4))
+_KIND_OF_CODE = tuple(ATOM_CODE)  # code -> Kind
+
+# ``(stage, kind, microbatch, sub_actions)`` as an Action, without NamedTuple's Python-level
+# ``__new__``: what the policies map over the columns they build in bulk
+make_action = partial(tuple.__new__, Action)
+
+
+def actions(stage: int, kind: Kind, microbatches: range) -> Iterator[Action]:
+    """``kind`` of ``stage`` for each of ``microbatches``, in order (built in bulk: a
+    policy's million actions are made without a Python call each)."""
+    return map(make_action, zip(repeat(stage), repeat(kind), microbatches, repeat(None)))
 
 
 class Columns(NamedTuple):
@@ -43,10 +57,12 @@ class Columns(NamedTuple):
 
 def columns(schedule: Schedule) -> Columns:
     """The schedule's columns, built on first use and kept with the schedule."""
-    found = schedule._memo.get("columns")
-    if found is None:
-        found = schedule._memo["columns"] = _build(schedule)
-    return found
+    return schedule.derived("columns", _build)
+
+
+def performed_kinds(schedule: Schedule) -> set[Kind]:
+    """The kinds of simple action the schedule runs (a group's members counted)."""
+    return {_KIND_OF_CODE[code] for code in np.unique(columns(schedule).kind).tolist()}
 
 
 def _build(schedule: Schedule) -> Columns:
@@ -80,4 +96,13 @@ def _build(schedule: Schedule) -> Columns:
     )
 
 
-__all__ = ["ATOM_CODE", "GROUP_CODE", "NODE_CODE", "Columns", "columns"]
+__all__ = [
+    "ATOM_CODE",
+    "GROUP_CODE",
+    "NODE_CODE",
+    "Columns",
+    "actions",
+    "columns",
+    "make_action",
+    "performed_kinds",
+]

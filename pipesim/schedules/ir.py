@@ -24,16 +24,13 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import partial
-from itertools import repeat
-from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.schedules.grid import format_grid
-from pipesim.schedules.posts import P2P_KINDS, REDUCE_GRAD, Placed, Post, PostKind
+from pipesim.schedules.posts import P2P_KINDS, REDUCE_GRAD, Placed, Post
 
 
 class ScheduleError(ValueError):
@@ -83,32 +80,6 @@ class Action(NamedTuple):
     def atoms(self) -> tuple[Action, ...]:
         """The simple actions this action performs (itself, or its sub-actions)."""
         return self.sub_actions if self.sub_actions is not None else (self,)
-
-
-# ``(stage, kind, microbatch, sub_actions)`` as an Action, without NamedTuple's Python-level
-# ``__new__``: what the policies map over their bulk-built columns
-make_action = partial(tuple.__new__, Action)
-
-
-def actions(stage: int, kind: Kind, microbatches: range) -> Iterator[Action]:
-    """``kind`` of ``stage`` for each of ``microbatches``, in order (built in bulk: a
-    policy's million actions are made without a Python call each)."""
-    return map(make_action, zip(repeat(stage), repeat(kind), microbatches, repeat(None)))
-
-
-def performed_kinds(schedule: Schedule) -> set[Kind]:
-    """The kinds of simple action the schedule runs (a group's members counted)."""
-    kinds: set[Kind] = set()
-    for device in schedule.device_actions:
-        kinds.update(map(_kind_of, device))
-    if OVERLAP_F_B in kinds:
-        kinds.discard(OVERLAP_F_B)
-        groups = (a for device in schedule.device_actions for a in device if a.sub_actions)
-        kinds.update(atom.kind for action in groups for atom in action.sub_actions)
-    return kinds
-
-
-_kind_of = itemgetter(1)
 
 
 def overlapped(forward: Action, backward: Action) -> Action:
@@ -256,6 +227,12 @@ class Schedule:
         """Index of ``stage`` among the stages its device holds (the virtual-stage index)."""
         return self._chunks[stage]
 
+    def derived(self, key: str, build: Callable[[Schedule], object]) -> object:
+        """``build(self)``, built once and kept with the schedule under ``key``."""
+        if key not in self._memo:
+            self._memo[key] = build(self)
+        return self._memo[key]
+
     def program(self, device: int) -> list[Action | Post]:
         """The device's compute actions and posts in the order its runtime meets them."""
         actions, items, cursor = self.device_actions[device], [], 0
@@ -295,35 +272,6 @@ def loop_placement(devices: int, virtual_stages: int) -> tuple[int, ...]:
 def v_placement(devices: int) -> tuple[int, ...]:
     """V placement (ZB-V, DualPipeV): stage s on device s for s < D, else 2D-1-s."""
     return tuple(s if s < devices else 2 * devices - 1 - s for s in range(2 * devices))
-
-
-def forward_only(schedule: Schedule) -> Schedule:
-    """The same schedule with every backward dropped (inference: forward passes only).
-
-    Posts that belong to backwards (``SEND_B``, ``RECV_B``, ``REDUCE_GRAD``) go with them;
-    the others keep their place before the next remaining forward."""
-    device_actions, posts = [], []
-    for device, actions in enumerate(schedule.device_actions):
-        kept, new_index = [], []
-        for action in actions:
-            new_index.append(len(kept))
-            kept.extend(a for a in action.atoms if a.kind == F)
-        new_index.append(len(kept))
-        device_actions.append(tuple(kept))
-        if schedule.posts:
-            posts.append(
-                tuple(
-                    (new_index[at], post)
-                    for at, post in schedule.posts[device]
-                    if post.kind not in _BACKWARD_POSTS
-                )
-            )
-    return Schedule(
-        tuple(device_actions), schedule.placement, schedule.chains, schedule.name, tuple(posts)
-    )
-
-
-_BACKWARD_POSTS = frozenset((PostKind.SEND_B, PostKind.RECV_B, REDUCE_GRAD))
 
 
 # ---------------------------------------------------------------------------

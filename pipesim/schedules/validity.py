@@ -74,14 +74,13 @@ def schedule_fault(schedule: Schedule) -> str | None:
     """``first_fault`` over the schedule's own actions (its ``columns``), found once and
     kept with the schedule: building a schedule validates it, and the fast evaluator asks
     again before it lays the graph out."""
-    memo = schedule._memo
-    if "fault" not in memo:
-        found = columns(schedule)
-        node = None if found.one_each else found.node
-        memo["fault"] = first_fault(
-            schedule, found.stage, found.kind, found.microbatch, found.device, node
-        )
-    return memo["fault"]
+    return schedule.derived("fault", _bulk_fault)
+
+
+def _bulk_fault(schedule: Schedule) -> str | None:
+    found = columns(schedule)
+    node = None if found.one_each else found.node
+    return first_fault(schedule, found.stage, found.kind, found.microbatch, found.device, node)
 
 
 def first_fault(schedule: Schedule, stage, kind, microbatch, device, node=None) -> str | None:

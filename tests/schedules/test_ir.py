@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from pipesim.schedules.forward import forward_only
 from pipesim.schedules.ir import (
     Action,
     B,
@@ -13,7 +14,6 @@ from pipesim.schedules.ir import (
     Schedule,
     ScheduleError,
     W,
-    forward_only,
     from_csv,
     group,
     overlapped,

@@ -176,17 +176,17 @@ def test_a_repeat_call_gives_the_trace_of_a_first_call():
 def test_the_default_runner_is_python_until_compiling_pays(monkeypatch):
     """None (the default) sweeps small graphs with the Python loop until the process has
     swept COMPILE_AFTER_NODES nodes; a graph that large is compiled for at once."""
-    from pipesim.sim.fast import kernel
+    from pipesim.sim.fast import jit, kernel
 
-    monkeypatch.setattr(kernel, "_compiled", {})
-    monkeypatch.setattr(kernel, "_python_nodes", [0])
-    small = kernel.COMPILE_AFTER_NODES // 3
+    monkeypatch.setattr(jit, "_compiled", {})
+    monkeypatch.setattr(jit, "_python_nodes", [0])
+    small = jit.COMPILE_AFTER_NODES // 3
     assert kernel.compiled_kernel(None, small) is None
     assert kernel.compiled_kernel(None, small) is None
     assert kernel.compiled_kernel(None, small) is None
     assert kernel.compiled_kernel(None, small) is not None  # 4/3 of the threshold swept
     assert kernel.compiled_kernel(None, 1) is not None  # loaded: used from now on
-    monkeypatch.setattr(kernel, "_compiled", {})
-    monkeypatch.setattr(kernel, "_python_nodes", [0])
-    assert kernel.compiled_kernel(None, kernel.COMPILE_AFTER_NODES) is not None
+    monkeypatch.setattr(jit, "_compiled", {})
+    monkeypatch.setattr(jit, "_python_nodes", [0])
+    assert kernel.compiled_kernel(None, jit.COMPILE_AFTER_NODES) is not None
     assert kernel.compiled_kernel(False, 10**9) is None

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pipesim.analysis.sweep import parse_grid
+from pipesim.analysis.grid import parse_grid
 from pipesim.cluster.fabric import DEFAULT_ORDER, FabricError, rank_layout
 from pipesim.scenario.derive import check_context_parallel
 from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec

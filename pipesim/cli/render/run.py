@@ -18,7 +18,7 @@ from pipesim.analysis.run import Result
 from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.cli.render.explain import path_lines
 from pipesim.cli.render.units import format_bytes
-from pipesim.plot.figures import gantt_figure
+from pipesim.plot.gantt import gantt_figure
 from pipesim.plot.memory import Runtime
 from pipesim.schedules.torch_csv import to_torch_csv
 from pipesim.search import SearchResult

@@ -33,13 +33,13 @@ from itertools import repeat
 
 import numpy as np
 
+from pipesim.schedules.columns import make_action
 from pipesim.schedules.ir import (
     Action,
     B,
     F,
     Schedule,
     loop_placement,
-    make_action,
     require,
     single_chain,
 )

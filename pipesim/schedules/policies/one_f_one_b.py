@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from itertools import chain
 
-from pipesim.schedules.ir import Action, B, F, Schedule, actions, single_chain
+from pipesim.schedules.columns import actions
+from pipesim.schedules.ir import Action, B, F, Schedule, single_chain
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "1f1b"

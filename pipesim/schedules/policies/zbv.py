@@ -28,7 +28,8 @@ from itertools import repeat
 
 import numpy as np
 
-from pipesim.schedules.ir import Action, F, I, Schedule, W, make_action, single_chain, v_placement
+from pipesim.schedules.columns import make_action
+from pipesim.schedules.ir import Action, F, I, Schedule, W, single_chain, v_placement
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "zbv"

@@ -29,28 +29,17 @@ reassociation: numba keeps IEEE semantics unless asked otherwise).
 
 from __future__ import annotations
 
-import importlib.util
 from array import array
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from pipesim.sim.fast.jit import compiled, worth_compiling
 from pipesim.sim.trace import Cause
 
 _START, _DEVICE, _SENDING, _INPUT = map(
     int, (Cause.START, Cause.DEVICE, Cause.SENDING, Cause.INPUT)
 )
-# The one process-wide store of the fast evaluator: numba's machine code, by function name
-# (None where numba is missing). It is the same code for every caller, compiled or loaded
-# from numba's disk cache once per process (about a second), and numba keeps its own
-# dispatchers per process anyway; everything a caller's calls reuse lives on objects the
-# caller holds (``SweepBuffers`` here, ``pipesim.sim.fast.cache.EvaluatorCache``).
-_compiled: dict[str, Any] = {}
-# Nodes the Python loop may sweep in a process before the compiled loop is loaded: about
-# 50 ms of Python at a few million nodes a second, against ~0.3 s to import numba and
-# load the machine code. A graph at least this large is compiled for at once.
-COMPILE_AFTER_NODES = 100_000
-_python_nodes = [0]  # nodes the Python loop swept in this process while numba was not loaded
 
 
 class SweepGraph(NamedTuple):
@@ -93,48 +82,15 @@ class SweepResult(NamedTuple):
     state: tuple  # the buffers behind these views, to hand back for the next sweep (or ())
 
 
-def compiled(function, helpers=()):
-    """``function`` compiled by numba (with the plain functions it calls, ``helpers``),
-    or None where numba is not installed. numba is imported here, on first use, as an
-    optional extra; the machine code is cached on disk. No reference counting
-    (``_nrt=False``): the loops allocate nothing, and counting every array taken out of a
-    tuple at each device visit cost 20x the work."""
-    if function.__name__ not in _compiled:
-        try:
-            import numba
-        except ImportError:
-            _compiled[function.__name__] = None
-        else:
-            for helper in helpers:
-                numba.extending.register_jitable(_nrt=False)(helper)
-            jitted = numba.njit(cache=True, nogil=True, _nrt=False)(function)
-            _compiled[function.__name__] = jitted
-    return _compiled[function.__name__]
-
-
-def numba_installed() -> bool:
-    """Whether numba can be imported here (found, not imported: that costs ~0.3 s)."""
-    return importlib.util.find_spec("numba") is not None
-
-
 def compiled_kernel(enabled: bool | None = True, nodes: int = 0):
     """The compiled ``sweep_kernel``, or None where numba is missing or ``enabled`` is
     False (the Python loop is asked for). ``enabled`` None: compiled once it pays, for a
     sweep of ``nodes`` nodes (see ``COMPILE_AFTER_NODES``), else None."""
-    if enabled is False or (enabled is None and not _worth_compiling(nodes)):
+    if enabled is False or (enabled is None and not worth_compiling(sweep_kernel, nodes)):
         return None
     return compiled(
         sweep_kernel, (_first_active, _run_device, _all_sent, _group_input, _ship_group, _send)
     )
-
-
-def _worth_compiling(nodes: int) -> bool:
-    """Whether a sweep of ``nodes`` nodes should load the compiled loop: it is loaded
-    already, or this sweep or the Python loop's sweeps so far reach COMPILE_AFTER_NODES."""
-    if _compiled.get(sweep_kernel.__name__) is not None:
-        return True
-    _python_nodes[0] += nodes
-    return _python_nodes[0] >= COMPILE_AFTER_NODES
 
 
 class SweepBuffers:
