@@ -136,10 +136,20 @@ class Command:
         else:
             self.process.send_signal(signal.SIGINT)
         try:
-            self.process.wait(timeout=PATIENCE_S)
+            self._wait(time.monotonic() + PATIENCE_S)
         finally:
             self._kill_leftovers()
         return time.monotonic() - sent
+
+    def _wait(self, deadline: float) -> None:
+        """Wait for the process to end, reading its terminal meanwhile (a terminal nobody
+        reads fills up, and blocks whoever writes to it)."""
+        while self.process.poll() is None:
+            assert time.monotonic() < deadline, "still running"
+            if self.terminal is None:
+                time.sleep(0.01)
+            elif not self._read(0.01):
+                self.process.wait(timeout=max(deadline - time.monotonic(), 0))
 
     def outcome(self) -> tuple[int, str, str]:
         """Exit code, output, and errors (the terminal's text, with its line ends)."""
