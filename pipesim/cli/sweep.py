@@ -110,20 +110,7 @@ def sweep_command(
     (a point that cannot run is a row with its reason, never an aborted sweep). Ctrl-C
     stops it with exit code 130 (--partial-on-interrupt keeps the points that finished).
     """
-    check_outputs(
-        Output("-o", output, SWEEP_SUFFIXES),
-        Output("--plot", plot_path, FIGURE_SUFFIXES),
-        inputs=scenario_inputs(scenario, overrides),
-    )
-    if output and suffix_of(output) == ".parquet" and not _has_parquet():
-        raise UserError(
-            f"-o {output}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'"
-        )
-    if partial_on_interrupt and output and suffix_of(output) == ".parquet":
-        raise UserError(
-            f"-o {output}: --partial-on-interrupt writes .csv or .json (a parquet table has "
-            "no place a reader would see the partial mark)"
-        )
+    _check_outputs(scenario, overrides, output, plot_path, partial_on_interrupt)
     axes = parse_grid(grids)
     total = check_size(axes, max_points)
     base = apply_overrides(read_mapping(scenario), list(overrides))
@@ -155,6 +142,24 @@ def sweep_command(
     write_outputs(sweep_files(frame, serving, output, plot_path))
     if capped is not None:  # notes come after the outputs, so none precedes an error line
         note(capped)
+
+
+def _check_outputs(scenario, overrides, output, plot_path, partial_on_interrupt: bool) -> None:
+    """Every output path, before any point runs (one line, exit code 2, for a bad one)."""
+    check_outputs(
+        Output("-o", output, SWEEP_SUFFIXES),
+        Output("--plot", plot_path, FIGURE_SUFFIXES),
+        inputs=scenario_inputs(scenario, overrides),
+    )
+    if output and suffix_of(output) == ".parquet" and not _has_parquet():
+        raise UserError(
+            f"-o {output}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'"
+        )
+    if partial_on_interrupt and output and suffix_of(output) == ".parquet":
+        raise UserError(
+            f"-o {output}: --partial-on-interrupt writes .csv or .json (a parquet table has "
+            "no place a reader would see the partial mark)"
+        )
 
 
 def _write_partial(
