@@ -150,6 +150,9 @@ ALLOWED_PRIVATE = {
     ("pipesim.calibrate.realrun", "_load_csv"),
     # the real-run recorder times torch's wait for a receive, which has no public hook
     ("pipesim.calibrate.realrun", "_wait_batch_p2p"),
+    # os._exit is the standard library's documented way to end a process without its
+    # teardown: a command stopped by a signal leaves at once once it has cleaned up
+    ("pipesim.cli.signals", "_exit"),
 }
 
 

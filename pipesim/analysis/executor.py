@@ -16,7 +16,14 @@ optional extra, imported only when asked for.
 Local workers never outlive the call: when it ends by an exception (a failed point, a
 signal turned into one at the command line, Ctrl-C) they are killed, not waited for; on
 Linux the kernel kills them when their parent dies, even by SIGKILL; and they ignore
-Ctrl-C, which the terminal sends to every one of them, so only the caller reports it.
+Ctrl-C, which the terminal sends to every one of them, so only the caller reports it. The
+terminating signals are blocked while a worker starts, until it has set its own handlers,
+so a Ctrl-C that comes just as the pool forks finds no copy of the caller's handler in a
+worker (which would print a traceback of its own). On Dask, an exception while the results
+are gathered cancels every future of the call before the client is closed.
+
+``into``: a list the results are appended to as they arrive (the one returned), so a caller
+that a signal stops midway still holds every result that had come back.
 """
 
 from __future__ import annotations
@@ -27,10 +34,18 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 
 EXECUTORS = ("local", "dask")
+# blocked while a pool's workers start (see the module's docstring); the caller's own mask
+# comes back as soon as they are started
+STARTING_BLOCKED = frozenset(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+    if hasattr(signal, name)
+)
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
 CONNECT_TIMEOUT_S = 3  # an unreachable scheduler is one line after this long, not a hang
 
@@ -52,17 +67,19 @@ def run_chunks(
     scheduler: str | None = None,
     progress: Callable[[int], None] | None = None,
     error: type[Exception] = ValueError,
+    into: list | None = None,
 ) -> list:
     """Every result of ``work`` over ``split(items, workers)``, in the order they arrive.
 
     ``jobs``: local processes (1: this process). ``executor="dask"``: the cluster at
     ``scheduler`` (``tcp://host:port``). A bad choice raises ``error`` with one line.
+    ``into``: the list the results are appended to as they arrive (default: a new one).
     """
     check_executor(executor, scheduler, error)
+    results: list = [] if into is None else into
     if executor == "dask":
-        return _on_dask(work, items, split, scheduler, progress, error)
+        return _on_dask(work, items, split, scheduler, progress, error, results)
     if jobs <= 1 or len(items) <= 1:
-        results: list = []
         for chunk in split(items, 1):
             done = work(chunk)
             results += done
@@ -74,22 +91,37 @@ def run_chunks(
     # Each worker receives ``work`` once, when it starts, and keeps it for every chunk it
     # is given, so whatever ``work`` caches (the planner's Scorer) serves all of them; the
     # copy dies with the pool, at the end of this call.
-    return _on_pool(work, chunks, min(jobs, len(chunks)), progress)
+    return _on_pool(work, chunks, min(jobs, len(chunks)), progress, results)
 
 
-def _on_pool(work, chunks: list[list], workers: int, progress) -> list:
+def _on_pool(work, chunks: list[list], workers: int, progress, results: list) -> list:
     """``chunks`` on a pool of ``workers`` local processes; on any exception the pool's
     processes (the children this process did not have before it) are killed."""
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(workers, initializer=_install, initargs=(work,))
     try:
-        futures = [pool.submit(_run_installed, chunk) for chunk in chunks]
-        results = _gather(as_completed(futures), progress)
+        with _signals_blocked():  # the workers start at the first submit
+            futures = [pool.submit(_run_installed, chunk) for chunk in chunks]
+        _gather(as_completed(futures), progress, results)
         pool.shutdown()
     except BaseException:
         _kill_workers(pool, before)
         raise
     return results
+
+
+@contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """``STARTING_BLOCKED`` held back in this thread (and in the processes and threads it
+    starts) inside the block; one that came meanwhile is delivered as it ends."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STARTING_BLOCKED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _kill_workers(pool: ProcessPoolExecutor, before: set) -> None:
@@ -137,6 +169,8 @@ def _install(work: Callable[[list], list]) -> None:
     for signum in signal.valid_signals():
         if callable(signal.getsignal(signum)) and signum != signal.SIGINT:
             signal.signal(signum, signal.SIG_DFL)  # a handler copied from the caller by fork
+    if hasattr(signal, "pthread_sigmask"):  # blocked by the caller while we started
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STARTING_BLOCKED)
     _die_with_parent()
     _worker_work[:] = [work]
 
@@ -160,8 +194,7 @@ def _run_installed(chunk: list) -> list:
     return _worker_work[0](chunk)
 
 
-def _gather(finished: Iterable, progress: Callable[[int], None] | None) -> list:
-    results: list = []
+def _gather(finished: Iterable, progress: Callable[[int], None] | None, results: list) -> list:
     for future in finished:
         done = future.result()
         results += done
@@ -170,7 +203,7 @@ def _gather(finished: Iterable, progress: Callable[[int], None] | None) -> list:
     return results
 
 
-def _on_dask(work, items, split, scheduler, progress, error) -> list:
+def _on_dask(work, items, split, scheduler, progress, error, results: list) -> list:
     try:
         from distributed import Client
         from distributed import as_completed as dask_completed
@@ -185,4 +218,8 @@ def _on_dask(work, items, split, scheduler, progress, error) -> list:
     with client:
         workers = max(1, len(client.scheduler_info().get("workers", {})))
         futures = [client.submit(work, chunk, pure=False) for chunk in split(items, workers)]
-        return _gather(dask_completed(futures, loop=client.loop), progress)
+        try:
+            return _gather(dask_completed(futures, loop=client.loop), progress, results)
+        except BaseException:
+            client.cancel(futures, force=True)  # nothing left queued or held for us
+            raise

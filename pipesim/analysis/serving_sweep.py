@@ -53,10 +53,11 @@ def run_serving_sweep(
     executor: str = "local",
     scheduler: str | None = None,
     progress: Progress | None = None,
+    into: list | None = None,
 ) -> pd.DataFrame:
     """Serve every point of the grid over ``base`` (a scenario mapping read from
     ``source``) on ``jobs`` local processes or the Dask cluster at ``scheduler``;
-    ``progress(n)`` as ``n`` more points finish."""
+    ``progress(n)`` as ``n`` more points finish; ``into`` as ``run_sweep``'s."""
     return run_sweep(
         base,
         source,
@@ -66,6 +67,7 @@ def run_serving_sweep(
         scheduler=scheduler,
         progress=progress,
         runner=run_serving_chunk,
+        into=into,
     )
 
 

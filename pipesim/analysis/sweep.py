@@ -112,6 +112,7 @@ def error_line(exc: BaseException, source: str) -> str:
 # Running a sweep
 
 Progress = Callable[[int], None]
+CHUNK_POINTS = 8  # points of one chunk at most (they share one evaluator cache)
 
 
 def run_sweep(
@@ -125,6 +126,7 @@ def run_sweep(
     progress: Progress | None = None,
     runner: Callable[..., list] | None = None,
     max_points: int = MAX_POINTS,
+    into: list | None = None,
 ) -> pd.DataFrame:
     """Run every point of the grid over ``base`` (a scenario mapping read from ``source``).
 
@@ -133,7 +135,9 @@ def run_sweep(
     a chunk's rows (default ``run_chunk``: one training step per point; a module-level
     function, so worker processes can find it). ``progress(n)`` is called as ``n`` more
     points finish. A grid of more than ``max_points`` points raises ``SweepError`` before
-    any point runs (``check_size``).
+    any point runs (``check_size``). ``into``: a list each ``(index, row)`` is appended to
+    as it comes back, so a caller stopped midway can still tabulate what finished
+    (``finished_frame``).
     """
     check_size(axes, max_points)
     keys = [axis.key for axis in axes]
@@ -148,15 +152,24 @@ def run_sweep(
         scheduler=scheduler,
         progress=progress,
         error=SweepError,
+        into=into,
     )
-    rows = [row for _, row in sorted(results, key=lambda item: item[0])]
-    return sweep_frame(axes, [raw for _, raw in points], rows)
+    return finished_frame(axes, results)
+
+
+def finished_frame(axes: Sequence[GridAxis], results: Sequence[tuple[int, dict]]) -> pd.DataFrame:
+    """The table of the points in ``results`` (``(index, row)`` in any order), in grid
+    order: the whole sweep once every point is back, else the part that finished."""
+    raw = grid_points(axes)
+    done = sorted(results, key=lambda item: item[0])
+    return sweep_frame(axes, [raw[index] for index, _ in done], [row for _, row in done])
 
 
 def chunks(points: list, parts: int) -> list[list]:
-    """Contiguous chunks, about four per worker: few enough that process start-up and
-    pickling stay small next to the work, enough to balance slow and fast points."""
-    size = max(1, math.ceil(len(points) / (parts * 4)))
+    """Contiguous chunks, about four per worker and at most ``CHUNK_POINTS``: few enough
+    that pickling stays small next to the work, enough to balance slow and fast points,
+    keep a progress bar moving and lose little to a stop."""
+    size = max(1, min(CHUNK_POINTS, math.ceil(len(points) / (parts * 4))))
     return [points[i : i + size] for i in range(0, len(points), size)]
 
 

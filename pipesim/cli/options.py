@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import click
 
 from pipesim.cli.output import error, exits_on_signals
-from pipesim.cli.signals import interrupts_pass_click, signals_raise
+from pipesim.cli.signals import StoppedExit, interrupts_pass_click, leave_now, signals_raise
 from pipesim.sim.fast import Evaluator
 
 # Click >= 8.2 shows a bare ``pipesim`` (no command) as a usage error that prints the help;
@@ -132,11 +132,17 @@ class PipesimGroup(click.Group):
 
     A signal that stops a command (Ctrl-C, SIGTERM, SIGHUP, ...) lets it clean up, then is
     one line and exit code 128 + its number (``pipesim.cli.signals``), not click's
-    ``Aborted!`` and exit code 1."""
+    ``Aborted!`` and exit code 1; run on the process's own command line (no ``args``), it
+    then ends the process at once (``leave_now``)."""
 
-    def main(self, *args, **kwargs):
-        with signals_raise(), exits_on_signals():
-            return super().main(*args, **kwargs)
+    def main(self, args=None, *rest, **kwargs):
+        try:
+            with signals_raise(), exits_on_signals():
+                return super().main(args, *rest, **kwargs)
+        except StoppedExit as stopped:
+            if args is not None:  # called with arguments (a test, a script): not our process
+                raise
+            leave_now(stopped.code)  # the command line itself: no slow teardown
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         with interrupts_pass_click(), _one_line_usage_errors():

@@ -32,7 +32,7 @@ from pathlib import Path
 import click
 
 from pipesim.analysis.errors import CompareError, SweepError
-from pipesim.cli.signals import Stopped, held
+from pipesim.cli.signals import Stopped, StoppedExit, held
 from pipesim.cli.temporaries import remove_stale, temporary_prefix
 from pipesim.plot.save import save_figure
 from pipesim.scenario.build import ScenarioError, apply_overrides, read_mapping
@@ -125,7 +125,7 @@ def _exit_stopped(signum: int) -> None:
         click.echo(f"pipesim: {text}", err=True)
     except OSError:
         pass  # the terminal that would show it is gone (SIGHUP)
-    sys.exit(128 + signum)
+    raise StoppedExit(128 + signum)
 
 
 def note(text: str) -> None:

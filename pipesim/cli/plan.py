@@ -4,7 +4,18 @@
 Exit codes: 0 on success; 2 for a user mistake (a bad --space key or value, bad --gpus, a
 bad scenario), one line on stderr; 1 when the planner's number for one of the confirmed
 candidates differs from the SimPy engine's on its emitted scenario (a bug in pipesim,
-never the user's doing), one line on stderr and no output written.
+never the user's doing), one line on stderr and no output written; 128 + the signal's
+number when a signal stops it (130 for Ctrl-C), one line on stderr.
+
+A stopped plan writes nothing unless ``--partial-on-interrupt`` asks it to keep what
+finished: then ``-o`` gets the candidates scored so far, ranked and marked as partial
+(``"complete": false`` and the counts first in the JSON, a ``# partial plan`` first line
+in the CSV, a ``PARTIAL PLAN`` first line in the table), none confirmed, and ``--emit``,
+``--pareto`` and ``--explain`` are not written. It is a flag rather than the default
+because a partial file written at every Ctrl-C would replace the last complete result
+under the same name, and a script that reads the file would take the best of a fraction
+of the space for the plan's winner; asked for, the file is written all or nothing as any
+other output.
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ from contextlib import ExitStack
 
 import click
 
-from pipesim.analysis.plan import Plan, PlanError, PlanMismatch, explain_plan, plan
+from pipesim.analysis.plan import Plan, PlanError, PlanMismatch, PlanSoFar, explain_plan, plan
 from pipesim.cli.fallback import say_if_uncompiled
 from pipesim.cli.formats import format_option, output_format
 from pipesim.cli.options import (
@@ -39,6 +50,7 @@ from pipesim.cli.output import (
 )
 from pipesim.cli.progress import progress_bar
 from pipesim.cli.render.plan import plan_files, render_plan
+from pipesim.cli.signals import on_stop
 from pipesim.scenario.build import apply_overrides, read_mapping
 
 EMIT_SUFFIXES = (".yaml", ".yml", ".json")
@@ -104,6 +116,15 @@ FORMATS = ("table", "json", "csv")
     help="Leave out how long the plan took (wall_s in the JSON, the seconds in the table), "
     "so that two runs of one plan give the same bytes.",
 )
+@click.option(
+    "--partial-on-interrupt",
+    is_flag=True,
+    help="When a signal stops the plan (Ctrl-C, SIGTERM), write the candidates that "
+    'finished to -o, ranked and marked as partial (JSON: "complete": false; CSV and '
+    "table: a first line saying so), none confirmed; --emit, --pareto and --explain are "
+    "not written. Off by default, so that a stopped plan never replaces a complete result "
+    "with a partial one.",
+)
 @jobs_option
 @executor_option
 @scheduler_option
@@ -115,7 +136,8 @@ def plan_command(**options) -> None:
     schedule, microbatch size, virtual stages, recompute, ZeRO stage and partition is a
     candidate; those that cannot fit are pruned by memory before any simulation, the rest
     are scored with exact timelines. Exit code 1
-    means a confirmed candidate disagreed with the SimPy engine (a pipesim bug).
+    means a confirmed candidate disagreed with the SimPy engine (a pipesim bug); Ctrl-C
+    stops the plan with exit code 130 (--partial-on-interrupt keeps what finished).
     """
     try:
         _plan(**options)
@@ -138,6 +160,7 @@ def _plan_body(
     explain,
     memory_headroom,
     no_timing,
+    partial_on_interrupt,
     jobs,
     executor,
     scheduler,
@@ -153,21 +176,25 @@ def _plan_body(
     count = _gpus(gpus)
     base = _base(scenario, overrides, memory_headroom)
     workers, capped = worker_count(jobs)
-    result = _run_planner(
-        base,
-        scenario,
-        count,
-        space,
-        no_progress,
-        confirm=confirm,
-        top=top,
-        jobs=workers,
-        executor=executor,
-        scheduler=scheduler,
-    )
-    if (emit or explain) and not result.results:
-        raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
-    explanation = explain_plan(base, scenario, result.results) if explain else None
+    so_far = PlanSoFar()
+    keep = _write_partial(so_far, output, fmt, top, not no_timing) if partial_on_interrupt else None
+    with on_stop(keep):
+        result = _run_planner(
+            base,
+            scenario,
+            count,
+            space,
+            no_progress,
+            confirm=confirm,
+            top=top,
+            jobs=workers,
+            executor=executor,
+            scheduler=scheduler,
+            so_far=so_far,
+        )
+        if (emit or explain) and not result.results:
+            raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
+        explanation = explain_plan(base, scenario, result.results) if explain else None
     files = plan_files(result, emit, pareto_path)
     report = render_plan(result, fmt, explanation, timing=not no_timing)
     write_outputs([*files, (output, report)])
@@ -183,6 +210,22 @@ def _plan_body(
 
 
 _plan = user_errors(_plan_body, also=(PlanError,))
+
+
+def _write_partial(so_far: PlanSoFar, output: str, fmt: str, top: int, timing: bool):
+    """What a signal that stops the plan does first: write the candidates that finished to
+    ``output``, marked as partial (nothing where none had: the space was not built yet)."""
+
+    def finish(signum: int) -> None:
+        result = so_far.interrupted(signum, top)
+        if result is None:
+            return
+        try:
+            write_outputs([(output, render_plan(result, fmt, timing=timing))])
+        except UserError as exc:  # a full disk: said, and the signal still ends the plan
+            error(str(exc))
+
+    return finish
 
 
 def _base(scenario: str, overrides, memory_headroom: float | None) -> dict:

@@ -10,17 +10,29 @@ command then says so in one line on stderr and exits with 128 + the signal's num
     pipesim: interrupted                  (Ctrl-C, exit code 130)
     pipesim: terminated by SIGTERM        (exit code 143)
 
+Called as the program itself (``pipesim ...``, ``python -m pipesim``), a stopped command
+leaves at once once it has cleaned up and said so (``leave_now``): the interpreter's own
+teardown, which frees every object a large plan or sweep built one by one, took longer
+than the work the signal cut short.
+
 A second signal while cleaning up is ignored, so cleaning up is not cut short; a signal
 the process started with ignored (``nohup``, a background job) stays ignored. ``held()``
 makes a block that must not be cut in two (the renames of an all-or-nothing write) wait:
 a signal that comes inside it acts when it ends.
+
+``on_stop(finish)`` lets a command keep what it had finished when a signal stops it
+(``pipesim plan`` and ``pipesim sweep`` with ``--partial-on-interrupt``): ``finish`` runs
+with the signal's number, then the signal goes on stopping the command. Signals that come
+while ``finish`` runs are ignored, as in any clean-up.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 CAUGHT_NAMES = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
@@ -34,6 +46,23 @@ class Stopped(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+
+
+class StoppedExit(SystemExit):
+    """The exit of a command a signal stopped, once it has cleaned up (code 128 + the
+    signal's number)."""
+
+
+def leave_now(code: int) -> None:
+    """End this process with ``code`` after flushing its output, skipping the interpreter's
+    teardown: for a program stopped by a signal, whose clean-up (temporaries, workers) is
+    done. Only the process's owner (the command line's entry) may call it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed pipe or terminal: nothing more can reach it
+    os._exit(code)
 
 
 class _Receiver:
@@ -109,3 +138,18 @@ def interrupts_pass_click() -> Iterator[None]:
         yield
     except KeyboardInterrupt:
         raise Stopped(signal.SIGINT) from None
+
+
+@contextmanager
+def on_stop(finish: Callable[[int], None] | None) -> Iterator[None]:
+    """Where a signal stops the block, ``finish(signum)`` (if given) before it goes on."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if finish is not None:
+            finish(signal.SIGINT)
+        raise
+    except Stopped as stopped:
+        if finish is not None:
+            finish(stopped.signum)
+        raise

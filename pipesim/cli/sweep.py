@@ -3,17 +3,25 @@
 Parse, call ``pipesim.analysis.sweep.run_sweep`` (or, for a scenario with a ``serving:``
 section, ``pipesim.analysis.serving_sweep.run_serving_sweep``), render
 (``pipesim.cli.render.sweep``).
+
+Ctrl-C (or another signal that stops it) ends a sweep with exit code 128 + the signal's
+number and writes nothing, unless ``--partial-on-interrupt`` asks it to keep the points
+that finished: then ``-o`` (or the terminal) gets their rows, in grid order, marked as
+partial (``pipesim.cli.render.sweep``), and ``--plot`` is not drawn. A flag rather than
+the default, so that a stopped sweep never replaces a complete table under the same name
+with a part of one, nor hands a script a file it would read as the whole grid.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import signal
 from functools import partial
 
 import click
 
 from pipesim.analysis.serving_sweep import is_serving, run_serving_sweep
-from pipesim.analysis.sweep import MAX_POINTS, check_size, parse_grid, run_sweep
+from pipesim.analysis.sweep import MAX_POINTS, check_size, finished_frame, parse_grid, run_sweep
 from pipesim.cli.fallback import say_if_uncompiled
 from pipesim.cli.options import (
     WholeNumber,
@@ -29,6 +37,7 @@ from pipesim.cli.output import (
     Output,
     UserError,
     check_outputs,
+    error,
     note,
     nothing_ran,
     scenario_inputs,
@@ -37,7 +46,13 @@ from pipesim.cli.output import (
     write_outputs,
 )
 from pipesim.cli.progress import progress_bar
-from pipesim.cli.render.sweep import SWEEP_SUFFIXES, sweep_files
+from pipesim.cli.render.sweep import (
+    SWEEP_SUFFIXES,
+    SweepStop,
+    partial_sweep_files,
+    sweep_files,
+)
+from pipesim.cli.signals import on_stop
 from pipesim.scenario.build import apply_overrides, read_mapping
 
 
@@ -67,6 +82,14 @@ from pipesim.scenario.build import apply_overrides, read_mapping
     "-o", "--output", metavar="PATH", help="Write the table (.csv, .parquet, .json); else print it."
 )
 @click.option("--plot", "plot_path", metavar="PATH", help="Sweep figure (.png, .svg, .pdf).")
+@click.option(
+    "--partial-on-interrupt",
+    is_flag=True,
+    help="When a signal stops the sweep (Ctrl-C, SIGTERM), write the points that finished "
+    "(to -o, .csv or .json, or the terminal), marked as partial (CSV: a '# partial sweep' "
+    'first line; JSON: an object with "complete": false around the rows); no --plot. Off '
+    "by default, so that a stopped sweep never replaces a complete table with a part of one.",
+)
 @no_progress_option
 @user_errors
 def sweep_command(
@@ -79,29 +102,29 @@ def sweep_command(
     scheduler,
     output,
     plot_path,
+    partial_on_interrupt,
     no_progress,
 ) -> None:
     """Run SCENARIO for every combination of the --grid values, in parallel.
 
     One row per point: the grid keys, the report's scalar fields, and an error column
-    (a point that cannot run is a row with its reason, never an aborted sweep).
+    (a point that cannot run is a row with its reason, never an aborted sweep). Ctrl-C
+    stops it with exit code 130 (--partial-on-interrupt keeps the points that finished).
     """
-    check_outputs(
-        Output("-o", output, SWEEP_SUFFIXES),
-        Output("--plot", plot_path, FIGURE_SUFFIXES),
-        inputs=scenario_inputs(scenario, overrides),
-    )
-    if output and suffix_of(output) == ".parquet" and not _has_parquet():
-        raise UserError(
-            f"-o {output}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'"
-        )
+    _check_outputs(scenario, overrides, output, plot_path, partial_on_interrupt)
     axes = parse_grid(grids)
     total = check_size(axes, max_points)
     base = apply_overrides(read_mapping(scenario), list(overrides))
     serving = is_serving(base)
     runner = run_serving_sweep if serving else partial(run_sweep, max_points=max_points)
     workers, capped = worker_count(jobs)
-    with progress_bar(total, "point", "sweep", disabled=no_progress) as progress:
+    finished: list = []
+    keep = partial(_write_partial, axes, finished, total, serving, output)
+    keep = keep if partial_on_interrupt else None
+    with (
+        on_stop(keep),
+        progress_bar(total, "point", "sweep", disabled=no_progress) as progress,
+    ):
         frame = runner(
             base,
             scenario,
@@ -110,6 +133,7 @@ def sweep_command(
             executor=executor,
             scheduler=scheduler,
             progress=progress,
+            into=finished,
         )
     refused = nothing_ran(
         zip(point_labels(frame, axes), frame.get("error", ()), strict=True), "points"
@@ -120,6 +144,36 @@ def sweep_command(
     say_if_uncompiled()
     if capped is not None:  # notes come after the outputs, so none precedes an error line
         note(capped)
+
+
+def _check_outputs(scenario, overrides, output, plot_path, partial_on_interrupt: bool) -> None:
+    """Every output path, before any point runs (one line, exit code 2, for a bad one)."""
+    check_outputs(
+        Output("-o", output, SWEEP_SUFFIXES),
+        Output("--plot", plot_path, FIGURE_SUFFIXES),
+        inputs=scenario_inputs(scenario, overrides),
+    )
+    if output and suffix_of(output) == ".parquet" and not _has_parquet():
+        raise UserError(
+            f"-o {output}: writing parquet needs pyarrow: pip install 'pipesim[parquet]'"
+        )
+    if partial_on_interrupt and output and suffix_of(output) == ".parquet":
+        raise UserError(
+            f"-o {output}: --partial-on-interrupt writes .csv or .json (a parquet table has "
+            "no place a reader would see the partial mark)"
+        )
+
+
+def _write_partial(
+    axes, finished: list, total: int, serving: bool, output: str | None, signum: int
+) -> None:
+    """What a signal that stops the sweep does first: write the points that finished,
+    marked as partial (a full disk is said in one line; the signal still ends the sweep)."""
+    stop = SweepStop(signal.Signals(signum).name, len(finished), total)
+    try:
+        write_outputs(partial_sweep_files(finished_frame(axes, finished), serving, output, stop))
+    except UserError as exc:
+        error(str(exc))
 
 
 def _has_parquet() -> bool:

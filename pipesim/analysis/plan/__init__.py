@@ -25,7 +25,15 @@ schedules, uneven stages and real links; here every number is a simulated step.
 """
 
 from pipesim.analysis.plan.explain import Breakdown, PlanExplanation, explain_plan
-from pipesim.analysis.plan.planner import Plan, PlanMismatch, confirm_top, plan, run_emitted
+from pipesim.analysis.plan.planner import (
+    Plan,
+    PlanMismatch,
+    PlanSoFar,
+    Stop,
+    confirm_top,
+    plan,
+    run_emitted,
+)
 from pipesim.analysis.plan.prune import memory_program, peak_activation_bytes
 from pipesim.analysis.plan.rank import describe, distinct, emit_mapping, pareto, rank
 from pipesim.analysis.plan.row import METRICS, PlanRow
@@ -50,8 +58,10 @@ __all__ = [
     "PlanExplanation",
     "PlanMismatch",
     "PlanRow",
+    "PlanSoFar",
     "Scorer",
     "Space",
+    "Stop",
     "build_space",
     "confirm_top",
     "describe",

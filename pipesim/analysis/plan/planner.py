@@ -1,8 +1,16 @@
 """The planner itself: the space enumerated, its survivors scored on workers, ranked and
-confirmed (the passes are described in ``pipesim.analysis.plan``)."""
+confirmed (the passes are described in ``pipesim.analysis.plan``).
+
+A caller that may stop a plan midway (the command line, on a signal) hands ``plan`` a
+``PlanSoFar``: it holds the space once it is built and every candidate's outcome as it
+arrives, and ``PlanSoFar.interrupted`` ranks what finished as a ``Plan`` marked ``stopped``
+(which candidates had finished, of how many), never confirmed, so it cannot pass for a
+finished plan.
+"""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,14 +31,34 @@ from pipesim.analysis.plan.space import (
 from pipesim.analysis.run import Result, run_scenario
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.scenario.build import build_scenario, parse_spec
+from pipesim.scenario.schema import ScenarioSpec
 
 Progress = Callable[[int], None]
 AGREEMENT = 1e-9  # relative: the fast evaluator and the engine agree to this
+CHUNK_CANDIDATES = 64  # at most this many to a chunk: well under a second of scoring
 
 
 class PlanMismatch(RuntimeError):
     """The planner's number for a candidate differs from ``pipesim run`` on its emitted
     scenario: a bug in pipesim, not a user mistake."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Why a plan is partial: the signal that stopped it, and how many of the space's
+    candidates had finished (pruned or scored) by then."""
+
+    signal: str  # its name, e.g. SIGINT
+    finished: int
+    total: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "complete": False,
+            "interrupted": self.signal,
+            "candidates_finished": self.finished,
+            "candidates_total": self.total,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +80,12 @@ class Plan:
     axes: dict[str, list[Any]] = field(default_factory=dict)  # the values each axis took
     capacity_bytes: float = 0.0  # one GPU's memory
     usable_bytes: float = 0.0  # what the candidates were pruned against: less the headroom
+    stopped: Stop | None = None  # a partial plan: the candidates that finished before a signal
 
     def to_dict(self) -> dict[str, Any]:
-        """What ``--format json`` prints."""
-        return {
+        """What ``--format json`` prints (a partial plan's marker first)."""
+        marker = {} if self.stopped is None else self.stopped.to_dict()
+        return marker | {
             "space": self.axes,
             "space_size": self.space_size,
             "pruned": dict(self.pruned),
@@ -87,47 +117,90 @@ def plan(
     scheduler: str | None = None,
     progress: Progress | None = None,
     on_size: Callable[[int], None] | None = None,
+    so_far: PlanSoFar | None = None,
 ) -> Plan:
     """Plan the job of ``base`` (a scenario mapping read from ``source``) on ``gpus`` GPUs.
 
     ``space``: ``KEY=V1,V2`` items that replace an axis's values. ``on_size(n)`` is called
     with the space size before any candidate is scored; ``progress(n)`` as ``n`` more are
     done. ``top`` results are kept (the front is over all of them); the first ``confirm``
-    are simulated again from their emitted scenarios with the SimPy engine.
+    are simulated again from their emitted scenarios with the SimPy engine. ``so_far``
+    receives the space and each outcome as it arrives (see the module's docstring).
     """
-    started = time.perf_counter()
+    so_far = PlanSoFar() if so_far is None else so_far
     check_executor(executor, scheduler, PlanError)  # before the space is built
     spec = parse_spec(base, source)
     searched = build_space(spec, source, gpus, space)
     points = list(enumerate_space(searched))
     if on_size is not None:
         on_size(len(points))
-    pruned: dict[str, int] = {}
-    work = survivors(points, pruned)
+    work = survivors(points, so_far.pruned)
+    so_far.space_built(base, source, spec, searched, len(points), len(work))
     if progress is not None and len(points) > len(work):
         progress(len(points) - len(work))
-    outcomes = score_all(base, source, work, jobs, executor, scheduler, progress)
-    rows, timelines = scored_rows(outcomes, pruned)
-    ranked = rank(rows)
-    shown = ranked[: max(top, confirm, 1)]
-    result = Plan(
-        len(points),
-        dict(sorted(pruned.items())),
-        len(rows),
-        0,
-        0.0,
-        shown[:top],
-        pareto(ranked),
-        timelines,
-        base,
-        source,
-        tuple((row.step_time_ms, row.peak_memory_bytes) for _, row in rows),
-        axes_tried(searched),
-        float(gpu_profile(spec.hardware.gpu).memory_bytes),
-        float(gpu_profile(spec.hardware.gpu).memory_bytes) * (1 - spec.hardware.memory_headroom),
-    )
+    into = so_far.outcomes
+    score_all(base, source, work, jobs, executor, scheduler, progress, into)
+    result, shown = so_far.ranked(top, confirm)
     confirmed = confirm_top(result, confirm, shown)
-    return replace(result, confirmed=confirmed, wall_s=time.perf_counter() - started)
+    return replace(result, confirmed=confirmed, wall_s=so_far.elapsed_s())
+
+
+@dataclass(slots=True, eq=False)
+class PlanSoFar:
+    """A plan's state as it runs: the space once built, the outcomes as they arrive."""
+
+    started: float = field(default_factory=time.perf_counter)
+    pruned: dict[str, int] = field(default_factory=dict)  # before scoring, by reason
+    outcomes: list[tuple[int, Outcome]] = field(default_factory=list)
+    size: int = 0
+    to_score: int = 0
+    base: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    spec: ScenarioSpec | None = None
+    searched: Space | None = None
+
+    def space_built(self, base, source, spec, searched, size: int, to_score: int) -> None:
+        self.base, self.source, self.spec, self.searched = base, source, spec, searched
+        self.size, self.to_score = size, to_score
+
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started
+
+    def ranked(self, top: int, confirm: int) -> tuple[Plan, list[PlanRow]]:
+        """The plan of the outcomes so far (none confirmed yet, no time taken), and its
+        first ``max(top, confirm, 1)`` ranked rows."""
+        pruned = dict(self.pruned)
+        rows, timelines = scored_rows(self.outcomes, pruned)
+        ranked = rank(rows)
+        shown = ranked[: max(top, confirm, 1)]
+        capacity = float(gpu_profile(self.spec.hardware.gpu).memory_bytes)
+        result = Plan(
+            self.size,
+            dict(sorted(pruned.items())),
+            len(rows),
+            0,
+            0.0,
+            shown[:top],
+            pareto(ranked),
+            timelines,
+            self.base,
+            self.source,
+            tuple((row.step_time_ms, row.peak_memory_bytes) for _, row in rows),
+            axes_tried(self.searched),
+            capacity,
+            capacity * (1 - self.spec.hardware.memory_headroom),
+        )
+        return result, shown
+
+    def interrupted(self, signum: int, top: int) -> Plan | None:
+        """What finished before the signal ``signum``, ranked and marked as partial; None
+        where the space was not built yet (nothing had finished)."""
+        if self.spec is None:
+            return None
+        result, _ = self.ranked(top, 0)
+        finished = self.size - self.to_score + len(self.outcomes)
+        stop = Stop(signal.Signals(signum).name, min(finished, self.size), self.size)
+        return replace(result, wall_s=self.elapsed_s(), stopped=stop)
 
 
 def survivors(
@@ -152,9 +225,11 @@ def score_all(
     executor: str,
     scheduler: str | None,
     progress: Progress | None,
+    into: list | None = None,
 ) -> list[tuple[int, Outcome]]:
     """``[(index, Outcome)]`` of every candidate of ``work``, on the chosen executor, scored
-    by this run's own ``ChunkScorer`` (no cache is shared with another run)."""
+    by this run's own ``ChunkScorer`` (no cache is shared with another run); appended to
+    ``into`` as they arrive, where given."""
     return run_chunks(
         ChunkScorer(base, source),
         work,
@@ -164,6 +239,7 @@ def score_all(
         scheduler=scheduler,
         progress=progress,
         error=PlanError,
+        into=into,
     )
 
 
@@ -231,9 +307,10 @@ def _peak(result: Result) -> float:
 
 def _chunks(work: list[tuple[int, Candidate]], parts: int) -> list[list[tuple[int, Candidate]]]:
     """Candidates grouped by what they share (a schedule, then its costs), cut into about
-    eight chunks per worker: a chunk's Scorer serves the whole chunk."""
+    eight chunks per worker, of at most ``CHUNK_CANDIDATES``: a worker's Scorer serves all
+    of its chunks, and small ones keep the progress bar moving and lose little to a stop."""
     ordered = sorted(work, key=lambda item: (_share_key(item[1]), item[0]))
-    size = max(1, -(-len(ordered) // (parts * 8)))
+    size = max(1, min(CHUNK_CANDIDATES, -(-len(ordered) // (parts * 8))))
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
@@ -250,4 +327,13 @@ def _share_key(c: Candidate) -> tuple:
     )
 
 
-__all__ = ["Plan", "PlanError", "PlanMismatch", "confirm_top", "plan", "run_emitted"]
+__all__ = [
+    "Plan",
+    "PlanError",
+    "PlanMismatch",
+    "PlanSoFar",
+    "Stop",
+    "confirm_top",
+    "plan",
+    "run_emitted",
+]

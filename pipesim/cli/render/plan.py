@@ -2,7 +2,9 @@
 file, and the Pareto figure.
 
 Rendering only: the planner ranked, pruned and explained; the table shows one row per
-distinct outcome (JSON keeps them all).
+distinct outcome (JSON keeps them all). A partial plan (stopped by a signal) says so first
+in every format: the JSON's ``complete``/``interrupted`` keys, the CSV's ``#`` line, the
+table's ``PARTIAL PLAN`` line.
 """
 
 from __future__ import annotations
@@ -62,13 +64,27 @@ def render_plan(
         data["accuracy"] = None if accuracy is None else accuracy.to_dict()
         return json.dumps(data, indent=2) + "\n"
     if fmt == "csv":
-        return _csv(result.results)
-    lines = _summary(result, timing)
-    lines += _table(distinct(result.results))  # one row per outcome; JSON keeps them all
+        marker = "" if result.stopped is None else f"# {_partial_line(result, 'partial plan')}\n"
+        return marker + _csv(result.results)
+    lines = [] if result.stopped is None else [_partial_line(result, "PARTIAL PLAN")]
+    lines += _summary(result, timing)
+    if result.stopped is not None and not result.results:
+        lines.append("no candidate scored before the stop")
+    else:
+        lines += _table(distinct(result.results))  # one row per outcome; JSON keeps them all
     lines += _accuracy_lines(plan_accuracy(result))
     if explanation is not None:
         lines += ["", "why the winner wins:", *explanation.sentences()]
     return "\n".join(lines) + "\n"
+
+
+def _partial_line(result: Plan, head: str) -> str:
+    """What a partial plan says first: which signal stopped it, and how much had finished."""
+    stop = result.stopped
+    return (
+        f"{head}: stopped by {stop.signal} after {stop.finished:,} of {stop.total:,} "
+        "candidates; the best of those, none confirmed on the SimPy engine"
+    )
 
 
 def _summary(result: Plan, timing: bool) -> list[str]:

@@ -3,11 +3,19 @@
 A training sweep shows makespan, bubble, throughput and peak memory; a serving sweep (the
 scenario has a ``serving:`` section) shows throughput, goodput and p99 latencies. Every
 column is in ``-o table.csv``; the terminal table picks the ones a reader compares.
+
+A partial sweep (stopped by a signal, ``--partial-on-interrupt``) says so first: a
+``# partial sweep`` line above the CSV, a JSON object with ``"complete": false``, the
+signal and the counts around the rows (a complete sweep's JSON is the bare list of rows),
+a ``PARTIAL SWEEP`` line above the terminal table; it has no figure, and no parquet form
+(a parquet table has nowhere a reader would see the mark).
 """
 
 from __future__ import annotations
 
 import io
+import json
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -138,3 +146,38 @@ def sweep_files(frame: pd.DataFrame, serving: bool, output: str | None, plot: st
         table = render_serving_sweep_table if serving else render_sweep_table
         files.append(("-", table(frame)))
     return files
+
+
+@dataclass(frozen=True, slots=True)
+class SweepStop:
+    """Why a sweep is partial: the signal that stopped it, and the points that finished."""
+
+    signal: str  # its name, e.g. SIGINT
+    finished: int
+    total: int
+
+    def line(self, head: str) -> str:
+        return f"{head}: stopped by {self.signal} after {self.finished:,} of {self.total:,} points"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "complete": False,
+            "interrupted": self.signal,
+            "points_finished": self.finished,
+            "points_total": self.total,
+        }
+
+
+def partial_sweep_files(
+    frame: pd.DataFrame, serving: bool, output: str | None, stop: SweepStop
+) -> Files:
+    """The finished part of a stopped sweep, marked (see the module's docstring)."""
+    if not output:
+        table = render_serving_sweep_table if serving else render_sweep_table
+        rows = table(frame) if len(frame) else "no point finished before the stop\n"
+        return [("-", f"{stop.line('PARTIAL SWEEP')}\n{rows}")]
+    suffix = suffix_of(output)
+    if suffix == ".json":
+        rows = json.loads(frame.to_json(orient="records", double_precision=15))
+        return [(output, json.dumps(stop.to_dict() | {"rows": rows}, indent=2) + "\n")]
+    return [(output, f"# {stop.line('partial sweep')}\n".encode() + frame_bytes(frame, suffix))]
