@@ -103,6 +103,12 @@ FORMATS = ("table", "json", "csv")
     help="Leave out how long the plan took (wall_s in the JSON, the seconds in the table), "
     "so that two runs of one plan give the same bytes.",
 )
+@click.option(
+    "--exhaustive",
+    is_flag=True,
+    help="Simulate every candidate that fits, even those whose lower bound shows they can "
+    "change neither the results nor the Pareto front (same output, slower).",
+)
 @jobs_option
 @executor_option
 @scheduler_option
@@ -137,6 +143,7 @@ def _plan_body(
     explain,
     memory_headroom,
     no_timing,
+    exhaustive,
     jobs,
     executor,
     scheduler,
@@ -163,6 +170,7 @@ def _plan_body(
         jobs=workers,
         executor=executor,
         scheduler=scheduler,
+        exhaustive=exhaustive,
     )
     if (emit or explain) and not result.results:
         raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")

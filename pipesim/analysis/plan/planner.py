@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipesim.analysis.executor import check_executor, run_chunks
+from pipesim.analysis.plan.bounding import Assessed, score_bounded
+from pipesim.analysis.plan.fold import fold
 from pipesim.analysis.plan.rank import emit_mapping, pareto, rank
 from pipesim.analysis.plan.row import PlanRow
 from pipesim.analysis.plan.score import ChunkScorer, Outcome
@@ -52,6 +54,7 @@ class Plan:
     axes: dict[str, list[Any]] = field(default_factory=dict)  # the values each axis took
     capacity_bytes: float = 0.0  # one GPU's memory
     usable_bytes: float = 0.0  # what the candidates were pruned against: less the headroom
+    bounded: int = 0  # candidates whose floor shows they can change nothing (``bounding``)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``--format json`` prints."""
@@ -60,6 +63,7 @@ class Plan:
             "space_size": self.space_size,
             "pruned": dict(self.pruned),
             "scored": self.scored,
+            "bounded": self.bounded,
             "confirmed": self.confirmed,
             "wall_s": self.wall_s,
             "timelines": self.timelines,
@@ -87,13 +91,17 @@ def plan(
     scheduler: str | None = None,
     progress: Progress | None = None,
     on_size: Callable[[int], None] | None = None,
+    exhaustive: bool = False,
 ) -> Plan:
     """Plan the job of ``base`` (a scenario mapping read from ``source``) on ``gpus`` GPUs.
 
     ``space``: ``KEY=V1,V2`` items that replace an axis's values. ``on_size(n)`` is called
     with the space size before any candidate is scored; ``progress(n)`` as ``n`` more are
     done. ``top`` results are kept (the front is over all of them); the first ``confirm``
-    are simulated again from their emitted scenarios with the SimPy engine.
+    are simulated again from their emitted scenarios with the SimPy engine. Candidates
+    that are the same step under another name are scored once (``fold``); of the rest,
+    only those whose floor can still change the results or the front are simulated
+    (``bounding``), unless ``exhaustive``.
     """
     started = time.perf_counter()
     check_executor(executor, scheduler, PlanError)  # before the space is built
@@ -104,12 +112,23 @@ def plan(
         on_size(len(points))
     pruned: dict[str, int] = {}
     work = survivors(points, pruned)
-    if progress is not None and len(points) > len(work):
-        progress(len(points) - len(work))
-    outcomes = score_all(base, source, work, jobs, executor, scheduler, progress)
+    settings = {"jobs": jobs, "executor": executor, "scheduler": scheduler}
+    scorer = ChunkScorer(base, source, assess=True)
+    kept = assessed(scorer, work, pruned, settings)
+    if progress is not None and len(points) > len(kept):
+        progress(len(points) - len(kept))
+    keep = max(top, confirm, 1)
+
+    def score(chunk: list[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
+        return score_all(scorer.scoring(), chunk, progress=progress, **settings)
+
+    if exhaustive:
+        outcomes, bounded = score([(index, c) for index, c, _ in kept]), 0
+    else:
+        outcomes, bounded = score_bounded(kept, keep, score, progress)
     rows, timelines = scored_rows(outcomes, pruned)
     ranked = rank(rows)
-    shown = ranked[: max(top, confirm, 1)]
+    shown = ranked[:keep]
     result = Plan(
         len(points),
         dict(sorted(pruned.items())),
@@ -125,6 +144,7 @@ def plan(
         axes_tried(searched),
         float(gpu_profile(spec.hardware.gpu).memory_bytes),
         float(gpu_profile(spec.hardware.gpu).memory_bytes) * (1 - spec.hardware.memory_headroom),
+        bounded,
     )
     confirmed = confirm_top(result, confirm, shown)
     return replace(result, confirmed=confirmed, wall_s=time.perf_counter() - started)
@@ -144,19 +164,38 @@ def survivors(
     return work
 
 
+def assessed(
+    scorer: ChunkScorer,
+    work: list[tuple[int, Candidate]],
+    pruned: dict[str, int],
+    settings: dict[str, Any],
+) -> list[Assessed]:
+    """Every candidate of ``work`` that fits and is not another one's step under another
+    name, with its assessment (``Scorer.assess``), in space order; each other one is
+    counted in ``pruned``."""
+    found = dict(score_all(scorer, work, **settings))
+    fits = []
+    for index, candidate in work:
+        outcome = found[index]
+        if outcome.reason is not None:
+            pruned[outcome.reason] = pruned.get(outcome.reason, 0) + 1
+        else:
+            fits.append((index, candidate, outcome))
+    return fold(fits, pruned)
+
+
 def score_all(
-    base: dict[str, Any],
-    source: str,
+    scorer: ChunkScorer,
     work: list[tuple[int, Candidate]],
     jobs: int,
     executor: str,
     scheduler: str | None,
-    progress: Progress | None,
+    progress: Progress | None = None,
 ) -> list[tuple[int, Outcome]]:
-    """``[(index, Outcome)]`` of every candidate of ``work``, on the chosen executor, scored
-    by this run's own ``ChunkScorer`` (no cache is shared with another run)."""
+    """``[(index, Outcome)]`` of every candidate of ``work``, on the chosen executor, by
+    this run's own ``ChunkScorer`` (no cache is shared with another run)."""
     return run_chunks(
-        ChunkScorer(base, source),
+        scorer,
         work,
         _chunks,
         jobs=jobs,

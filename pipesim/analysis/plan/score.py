@@ -347,6 +347,12 @@ class ChunkScorer:
         done = self.scorer.assess if self.assess else self.scorer.score
         return [(index, done(c)) for index, c in chunk]
 
+    def scoring(self) -> ChunkScorer:
+        """One that scores, with this one's Scorer (in this process: its caches)."""
+        other = ChunkScorer(self.spec_data, self.source)
+        other.scorer = self.scorer
+        return other
+
     def __reduce__(self) -> tuple:
         return (ChunkScorer, (self.spec_data, self.source, self.assess))
 
