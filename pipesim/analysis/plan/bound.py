@@ -7,8 +7,8 @@ step cannot end before the work its last action leaves to other devices is done:
 * a forward of stage ``s`` of a chain waits for the forwards of the same microbatch on
   every earlier stage of the chain (``head``);
 * the input gradient of a backward at stage ``s`` still has to go back through every
-  earlier stage of the chain, one backward (or input-gradient backward, whichever is
-  shorter) each, after it (``drain``); a weight-gradient backward ``W`` leaves nothing;
+  earlier stage of the chain after it, one backward (``B`` or ``I``, as the schedule
+  runs that stage's) each (``drain``); a weight-gradient backward ``W`` leaves nothing;
 * the end-of-step work (``tail_ms``: the gradient all-reduce and the optimizer step) runs
   after the flush on every device, or as soon as its own device falls free when it
   overlaps.
@@ -50,51 +50,58 @@ class BoundProgram:
     """What the floor needs of one schedule: per device, how many simple actions of each
     kind and layer group it runs (``counts[d, kind, group]``), its overlapped groups and
     how many of each (``groups[d]``: ``((kind, group), ...) -> count``), its number of
-    actions, and the layer groups of its first action's head and last action's drain."""
+    actions, and the ``(kind row, layer group)`` of its first action's head and its last
+    action's drain."""
 
     counts: np.ndarray
     groups: tuple[tuple[tuple[tuple[tuple[Kind, int], ...], int], ...], ...]
     actions: np.ndarray
-    heads: tuple[tuple[int, ...], ...]
-    drains: tuple[tuple[int, ...], ...]
+    heads: tuple[tuple[tuple[int, int], ...], ...]
+    drains: tuple[tuple[tuple[int, int], ...], ...]
 
 
 def bound_program(schedule: Schedule) -> BoundProgram:
     """The schedule's lists walked once for ``step_floor_ms``."""
-    model_stages = schedule.model_stages
-    counts = np.zeros((schedule.devices, 4, model_stages), dtype=np.float64)
-    groups, heads, drains = [], [], []
+    counts = np.zeros((schedule.devices, 4, schedule.model_stages), dtype=np.float64)
+    simple = set()  # (stage, kind, microbatch) of every action run on its own
+    groups = []
     for d, actions in enumerate(schedule.device_actions):
         together: Counter = Counter()
         for action in actions:
             if action.sub_actions is None:
                 counts[d, _ROW[action.kind], schedule.model_stage(action.stage)] += 1
+                simple.add(action[:3])
             else:
                 members = tuple((a.kind, schedule.model_stage(a.stage)) for a in action.sub_actions)
                 together[members] += 1
         groups.append(tuple(together.items()))
-        heads.append(_head(schedule, actions[0]) if actions else ())
-        drains.append(_drain(schedule, actions[-1]) if actions else ())
+    ends = [
+        (actions[0], actions[-1]) if actions else (None, None)
+        for actions in schedule.device_actions
+    ]
+    heads = tuple(_chain_before(schedule, first, (Kind.F,), simple) for first, _ in ends)
+    drains = tuple(_chain_before(schedule, last, (Kind.B, Kind.I), simple) for _, last in ends)
     sizes = np.array([len(actions) for actions in schedule.device_actions], dtype=np.float64)
-    return BoundProgram(counts, tuple(groups), sizes, tuple(heads), tuple(drains))
+    return BoundProgram(counts, tuple(groups), sizes, heads, drains)
 
 
-def _earlier_groups(schedule: Schedule, stage: int) -> tuple[int, ...]:
-    """The layer groups of the stages before ``stage`` on its chain."""
-    chain = schedule.chain_of(stage)
-    return tuple(schedule.model_stage(s) for s in range(chain.first_stage, stage))
-
-
-def _head(schedule: Schedule, first: Action) -> tuple[int, ...]:
-    if first.sub_actions is not None or first.kind != Kind.F:
+def _chain_before(
+    schedule: Schedule, action: Action | None, kinds: tuple[Kind, ...], simple: set
+) -> tuple[tuple[int, int], ...]:
+    """``(row, layer group)`` of the work of ``action``'s microbatch on the earlier stages
+    of its chain that must come before it (a forward) or after it (a backward's input
+    gradient): the actions of one of ``kinds`` there, each run on its own (one inside a
+    group is left out, the group's time being its own). None for a group or another kind."""
+    if action is None or action.sub_actions is not None or action.kind not in kinds:
         return ()
-    return _earlier_groups(schedule, first.stage)
-
-
-def _drain(schedule: Schedule, last: Action) -> tuple[int, ...]:
-    if last.sub_actions is not None or last.kind not in (Kind.B, Kind.I):
-        return ()
-    return _earlier_groups(schedule, last.stage)
+    chain = schedule.chain_of(action.stage)
+    found = []
+    for stage in range(chain.first_stage, action.stage):
+        for kind in kinds:
+            if (stage, kind, action.microbatch) in simple:
+                found.append((_ROW[kind], schedule.model_stage(stage)))
+                break
+    return tuple(found)
 
 
 def step_floor_ms(
@@ -111,10 +118,8 @@ def step_floor_ms(
     )
     busy = (program.counts * table).sum(axis=(1, 2)) + program.actions * costs.overhead_ms
     busy += [sum(n * costs.group_ms(members) for members, n in kept) for kept in program.groups]
-    forward = table[0]
-    backward = np.minimum(table[1], table[2])
-    head = np.array([forward[list(h)].sum() if h else 0.0 for h in program.heads])
-    drain = np.array([backward[list(g)].sum() if g else 0.0 for g in program.drains])
+    head = np.array([sum(table[row, group] for row, group in h) for h in program.heads])
+    drain = np.array([sum(table[row, group] for row, group in g) for g in program.drains])
     floor = float((head + busy + drain).max(initial=0.0))
     if tail_ms is not None and len(tail_ms):
         tail = np.asarray(tail_ms, dtype=np.float64)
