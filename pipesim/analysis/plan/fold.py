@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from pipesim.analysis.plan.score import Outcome
 from pipesim.analysis.plan.space import AXIS_ATTRIBUTES, Candidate
 
+FOLDED = "(folded before scoring)"  # the end of every reason ``fold`` counts
+
 
 def fold(
     assessed: Iterable[tuple[int, Candidate, Outcome]], pruned: dict[str, int]
@@ -50,7 +52,7 @@ def folded_reason(kept: Candidate, other: Candidate) -> str:
     keys = [
         key for key, attr in AXIS_ATTRIBUTES.items() if getattr(kept, attr) != getattr(other, attr)
     ]
-    return f"same step as an earlier candidate but for {' and '.join(keys)} (folded before scoring)"
+    return f"same step as an earlier candidate but for {' and '.join(keys)} {FOLDED}"
 
 
-__all__ = ["fold", "folded_reason"]
+__all__ = ["FOLDED", "fold", "folded_reason"]
