@@ -110,6 +110,7 @@ class Scorer:
         self._timelines: dict[tuple, tuple[Report, str]] = {}
         self._bounds: dict[tuple, BoundProgram] = {}
         self._identities: dict[tuple, str] = {}
+        self._costs_digests: dict[int, str] = {}
         self._evaluator_cache = EvaluatorCache()  # schedule indexes, sweep buffers
         self._last: tuple[Candidate, ScenarioSpec, Job] | None = None  # the latest candidate
 
@@ -172,15 +173,20 @@ class Scorer:
         least = max(accounting.device_memory(d, float(p))[1] for d, p in enumerate(prepared.peaks))
         inputs = (
             self._identity(prepared.key),
-            derived.costs,
-            derived.tail_ms,
-            derived.optimizer_ms,
+            self._costs_digest(derived),
             (prepared.where[0], sorted(prepared.where[1]), *prepared.where[2:]),
             not c.dp_overlap,
             c.microbatch_size,
-            accounting,
         )
         return Outcome(floor_ms=floor, least_peak_bytes=least, same=_digest(inputs))
+
+    def _costs_digest(self, derived: ModelCosts) -> str:
+        """A digest of the costs, tail and memory terms, by value (once per cached
+        ModelCosts: each lives in ``_derived`` as long as this Scorer, so its id is its)."""
+        if id(derived) not in self._costs_digests:
+            values = (derived.costs, derived.tail_ms, derived.optimizer_ms, derived.accounting)
+            self._costs_digests[id(derived)] = _digest(values)
+        return self._costs_digests[id(derived)]
 
     def _prepare(self, c: Candidate) -> _Prepared | Outcome:
         """The candidate's schedule, costs and topology, or the Outcome that prunes it (a
