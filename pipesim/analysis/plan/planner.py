@@ -98,10 +98,8 @@ def plan(
     ``space``: ``KEY=V1,V2`` items that replace an axis's values. ``on_size(n)`` is called
     with the space size before any candidate is scored; ``progress(n)`` as ``n`` more are
     done. ``top`` results are kept (the front is over all of them); the first ``confirm``
-    are simulated again from their emitted scenarios with the SimPy engine. Candidates
-    that are the same step under another name are scored once (``fold``); of the rest,
-    only those whose floor can still change the results or the front are simulated
-    (``bounding``), unless ``exhaustive``.
+    are simulated again from their emitted scenarios with the SimPy engine; only those
+    whose floor can change the output are simulated (``bounding``), unless ``exhaustive``.
     """
     started = time.perf_counter()
     check_executor(executor, scheduler, PlanError)  # before the space is built
@@ -111,21 +109,13 @@ def plan(
     if on_size is not None:
         on_size(len(points))
     pruned: dict[str, int] = {}
-    work = survivors(points, pruned)
     settings = {"jobs": jobs, "executor": executor, "scheduler": scheduler}
     scorer = ChunkScorer(base, source, assess=True)
-    kept = assessed(scorer, work, pruned, settings)
+    kept = assessed(scorer, survivors(points, pruned), pruned, settings)
     if progress is not None and len(points) > len(kept):
         progress(len(points) - len(kept))
     keep = max(top, confirm, 1)
-
-    def score(chunk: list[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
-        return score_all(scorer.scoring(), chunk, progress=progress, **settings)
-
-    if exhaustive:
-        outcomes, bounded = score([(index, c) for index, c, _ in kept]), 0
-    else:
-        outcomes, bounded = score_bounded(kept, keep, score, progress)
+    outcomes, bounded = score_kept(scorer, kept, keep, exhaustive, settings, progress)
     rows, timelines = scored_rows(outcomes, pruned)
     ranked = rank(rows)
     shown = ranked[:keep]
@@ -162,6 +152,25 @@ def survivors(
         else:
             work.append((index, candidate))
     return work
+
+
+def score_kept(
+    scorer: ChunkScorer,
+    kept: list[Assessed],
+    keep: int,
+    exhaustive: bool,
+    settings: dict[str, Any],
+    progress: Progress | None,
+) -> tuple[list[tuple[int, Outcome]], int]:
+    """The Outcomes of the assessed candidates that can still change the ``keep`` best or
+    the front (``exhaustive``: of all), and how many were bounded out."""
+
+    def score(chunk: list[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
+        return score_all(scorer.scoring(), chunk, progress=progress, **settings)
+
+    if exhaustive:
+        return score([(index, c) for index, c, _ in kept]), 0
+    return score_bounded(kept, keep, score, progress)
 
 
 def assessed(

@@ -109,8 +109,7 @@ class Scorer:
         self._topologies: dict[tuple, Topology] = {}
         self._timelines: dict[tuple, tuple[Report, str]] = {}
         self._bounds: dict[tuple, BoundProgram] = {}
-        self._identities: dict[tuple, str] = {}
-        self._costs_digests: dict[int, str] = {}
+        self._digests = _Digests()
         self._evaluator_cache = EvaluatorCache()  # schedule indexes, sweep buffers
         self._last: tuple[Candidate, ScenarioSpec, Job] | None = None  # the latest candidate
 
@@ -172,21 +171,13 @@ class Scorer:
         )
         least = max(accounting.device_memory(d, float(p))[1] for d, p in enumerate(prepared.peaks))
         inputs = (
-            self._identity(prepared.key),
-            self._costs_digest(derived),
+            self._digests.schedule(prepared.key, prepared.schedule),
+            self._digests.costs(derived),
             (prepared.where[0], sorted(prepared.where[1]), *prepared.where[2:]),
             not c.dp_overlap,
             c.microbatch_size,
         )
         return Outcome(floor_ms=floor, least_peak_bytes=least, same=_digest(inputs))
-
-    def _costs_digest(self, derived: ModelCosts) -> str:
-        """A digest of the costs, tail and memory terms, by value (once per cached
-        ModelCosts: each lives in ``_derived`` as long as this Scorer, so its id is its)."""
-        if id(derived) not in self._costs_digests:
-            values = (derived.costs, derived.tail_ms, derived.optimizer_ms, derived.accounting)
-            self._costs_digests[id(derived)] = _digest(values)
-        return self._costs_digests[id(derived)]
 
     def _prepare(self, c: Candidate) -> _Prepared | Outcome:
         """The candidate's schedule, costs and topology, or the Outcome that prunes it (a
@@ -204,14 +195,6 @@ class Scorer:
         if exceeds(peaks, derived.accounting):  # what the Report checks
             return Outcome(reason=capacity_reason(derived.accounting))
         return _Prepared(key, schedule, derived, topology, where, peaks)
-
-    def _identity(self, key: tuple) -> str:
-        """A digest of the schedule of ``key`` as data, its policy's name left out: two
-        policies that give the same lists, placement and chains give one digest."""
-        if key not in self._identities:
-            s = self._schedules[key]
-            self._identities[key] = _digest((s.device_actions, s.placement, s.chains, s.posts))
-        return self._identities[key]
 
     def _scenario(
         self, c: Candidate, schedule: Schedule, derived: ModelCosts, topology: Topology
@@ -301,6 +284,28 @@ class Scorer:
             peak_memory_bytes_per_device=peaks,
         )
         return Outcome(row=row, timeline=timeline)
+
+
+class _Digests:
+    """Digests of a Scorer's cached pieces by value, each made once: a schedule as data
+    (its lists, placement and chains; its policy's name left out, so two policies that
+    give the same lists give one digest), and a ModelCosts' costs, tail and memory terms
+    (by the object's id: each lives in the Scorer's cache as long as the Scorer)."""
+
+    def __init__(self) -> None:
+        self._schedules: dict[tuple, str] = {}
+        self._costs: dict[int, str] = {}
+
+    def schedule(self, key: tuple, s: Schedule) -> str:
+        if key not in self._schedules:
+            self._schedules[key] = _digest((s.device_actions, s.placement, s.chains, s.posts))
+        return self._schedules[key]
+
+    def costs(self, derived: ModelCosts) -> str:
+        if id(derived) not in self._costs:
+            values = (derived.costs, derived.tail_ms, derived.optimizer_ms, derived.accounting)
+            self._costs[id(derived)] = _digest(values)
+        return self._costs[id(derived)]
 
 
 def _digest(inputs: tuple) -> str:
