@@ -150,3 +150,27 @@ def test_a_candidate_is_bounded_out_only_when_it_can_neither_rank_nor_be_on_the_
 def _scored(step: float, peak: float) -> Outcome:
     row = PlanRow(None, step, None, None, peak, 0.0, "fast", (peak,))  # type: ignore[arg-type]
     return Outcome(row=row)
+
+
+@pytest.mark.slow
+def test_a_bounded_plan_on_two_dask_worker_processes_is_the_local_one():
+    """Waves of chunks on a LocalCluster of two processes: each worker makes its own
+    Scorer, the folds and bounds are taken here; the output is the local run's."""
+    distributed = pytest.importorskip("distributed")
+    space, gpus, top = random_space(1)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        remote = plan(
+            small_base(),
+            SOURCE,
+            gpus,
+            space,
+            top=top,
+            confirm=1,
+            executor="dask",
+            scheduler=cluster.scheduler_address,
+        ).to_dict()
+    local = plan(small_base(), SOURCE, gpus, space, top=top, confirm=1).to_dict()
+    remote.pop("wall_s"), local.pop("wall_s")
+    assert remote == local and local["bounded"] > 0

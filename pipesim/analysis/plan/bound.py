@@ -8,7 +8,8 @@ step cannot end before the work its last action leaves to other devices is done:
   every earlier stage of the chain (``head``);
 * the input gradient of a backward at stage ``s`` still has to go back through every
   earlier stage of the chain after it, one backward (``B`` or ``I``, as the schedule
-  runs that stage's) each (``drain``); a weight-gradient backward ``W`` leaves nothing;
+  runs that stage's; the shorter where it runs both) each (``drain``); a weight-gradient
+  backward ``W`` leaves nothing;
 * the end-of-step work (``tail_ms``: the gradient all-reduce and the optimizer step) runs
   after the flush on every device, or as soon as its own device falls free when it
   overlaps.
@@ -43,6 +44,7 @@ from pipesim.sim.costs import Costs
 
 FLOOR_MARGIN = 1e-9  # relative: the floor is lowered by this much
 _ROW = {Kind.F: 0, Kind.B: 1, Kind.I: 2, Kind.W: 3}  # rows of the duration table
+_SHORTER = 4  # the table's last row: the shorter of B and I
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,44 +65,71 @@ class BoundProgram:
 def bound_program(schedule: Schedule) -> BoundProgram:
     """The schedule's lists walked once for ``step_floor_ms``."""
     counts = np.zeros((schedule.devices, 4, schedule.model_stages), dtype=np.float64)
-    simple = set()  # (stage, kind, microbatch) of every action run on its own
+    alone: Counter = Counter()  # (stage, kind) -> how many run on their own
+    grouped: set = set()  # (stage, kind) of every atom run inside a group
     groups = []
     for d, actions in enumerate(schedule.device_actions):
-        together: Counter = Counter()
-        for action in actions:
-            if action.sub_actions is None:
-                counts[d, _ROW[action.kind], schedule.model_stage(action.stage)] += 1
-                simple.add(action[:3])
-            else:
-                members = tuple((a.kind, schedule.model_stage(a.stage)) for a in action.sub_actions)
-                together[members] += 1
-        groups.append(tuple(together.items()))
-    ends = [
-        (actions[0], actions[-1]) if actions else (None, None)
-        for actions in schedule.device_actions
-    ]
-    heads = tuple(_chain_before(schedule, first, (Kind.F,), simple) for first, _ in ends)
-    drains = tuple(_chain_before(schedule, last, (Kind.B, Kind.I), simple) for _, last in ends)
+        simple = Counter((a.stage, a.kind) for a in actions if a.sub_actions is None)
+        for (stage, kind), n in simple.items():
+            counts[d, _ROW[kind], schedule.model_stage(stage)] += n
+        alone += simple
+        together = Counter(
+            tuple((m.kind, m.stage) for m in a.sub_actions)
+            for a in actions
+            if a.sub_actions is not None
+        )
+        grouped |= {member for members in together for member in members}
+        groups.append(tuple(_in_groups(schedule, together).items()))
+    ends = [(a[0], a[-1]) if a else (None, None) for a in schedule.device_actions]
+    kinds = _KindsAt(alone, grouped)
+    heads = tuple(_chain_before(schedule, first, (Kind.F,), kinds) for first, _ in ends)
+    drains = tuple(_chain_before(schedule, last, (Kind.B, Kind.I), kinds) for _, last in ends)
     sizes = np.array([len(actions) for actions in schedule.device_actions], dtype=np.float64)
     return BoundProgram(counts, tuple(groups), sizes, heads, drains)
 
 
+def _in_groups(schedule: Schedule, together: Counter) -> Counter:
+    """Groups by their members' (kind, layer group)."""
+    found: Counter = Counter()
+    for members, n in together.items():
+        found[tuple((kind, schedule.model_stage(stage)) for kind, stage in members)] += n
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _KindsAt:
+    """Which kinds each stage runs on their own (``alone``) and inside groups."""
+
+    alone: Counter
+    grouped: set
+
+    def row(self, stage: int, kinds: tuple[Kind, ...]) -> int | None:
+        """The table row of a microbatch's action of one of ``kinds`` at ``stage``: its
+        kind's where the stage runs only that one of them on its own, the shorter of
+        B and I (``_SHORTER``) where it runs both, None where some run inside a group
+        (the group's time is its own)."""
+        if any((stage, kind) in self.grouped for kind in kinds):
+            return None
+        present = [kind for kind in kinds if self.alone[(stage, kind)]]
+        if len(present) == 1:
+            return _ROW[present[0]]
+        return _SHORTER if present else None
+
+
 def _chain_before(
-    schedule: Schedule, action: Action | None, kinds: tuple[Kind, ...], simple: set
+    schedule: Schedule, action: Action | None, kinds: tuple[Kind, ...], at: _KindsAt
 ) -> tuple[tuple[int, int], ...]:
     """``(row, layer group)`` of the work of ``action``'s microbatch on the earlier stages
     of its chain that must come before it (a forward) or after it (a backward's input
-    gradient): the actions of one of ``kinds`` there, each run on its own (one inside a
-    group is left out, the group's time being its own). None for a group or another kind."""
+    gradient), each one of ``kinds`` (``_KindsAt.row``). None for a group or another kind."""
     if action is None or action.sub_actions is not None or action.kind not in kinds:
         return ()
     chain = schedule.chain_of(action.stage)
     found = []
     for stage in range(chain.first_stage, action.stage):
-        for kind in kinds:
-            if (stage, kind, action.microbatch) in simple:
-                found.append((_ROW[kind], schedule.model_stage(stage)))
-                break
+        row = at.row(stage, kinds)
+        if row is not None:
+            found.append((row, schedule.model_stage(stage)))
     return tuple(found)
 
 
@@ -116,7 +145,8 @@ def step_floor_ms(
         [costs.forward_ms, costs.backward_ms, costs.backward_input_ms, costs.backward_weight_ms],
         dtype=np.float64,
     )
-    busy = (program.counts * table).sum(axis=(1, 2)) + program.actions * costs.overhead_ms
+    table = np.vstack([table, np.minimum(table[1], table[2])])
+    busy = (program.counts * table[:4]).sum(axis=(1, 2)) + program.actions * costs.overhead_ms
     busy += [sum(n * costs.group_ms(members) for members, n in kept) for kept in program.groups]
     head = np.array([sum(table[row, group] for row, group in h) for h in program.heads])
     drain = np.array([sum(table[row, group] for row, group in g) for g in program.drains])
