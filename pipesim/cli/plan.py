@@ -125,6 +125,12 @@ FORMATS = ("table", "json", "csv")
     "not written. Off by default, so that a stopped plan never replaces a complete result "
     "with a partial one.",
 )
+@click.option(
+    "--exhaustive",
+    is_flag=True,
+    help="Simulate every candidate that fits, even those whose lower bound shows they can "
+    "change neither the results nor the Pareto front (same output, slower).",
+)
 @jobs_option
 @executor_option
 @scheduler_option
@@ -161,6 +167,7 @@ def _plan_body(
     memory_headroom,
     no_timing,
     partial_on_interrupt,
+    exhaustive,
     jobs,
     executor,
     scheduler,
@@ -191,6 +198,7 @@ def _plan_body(
             executor=executor,
             scheduler=scheduler,
             so_far=so_far,
+            exhaustive=exhaustive,
         )
         if (emit or explain) and not result.results:
             raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
@@ -198,13 +206,18 @@ def _plan_body(
     files = plan_files(result, emit, pareto_path)
     report = render_plan(result, fmt, explanation, timing=not no_timing)
     write_outputs([*files, (output, report)])
-    # Notes only once every output is written, so that an error (a bad space, no candidate
-    # to emit, a full disk) is the one line on stderr.
+    _notes(capped, result, explanation if fmt == "csv" else None)
+
+
+def _notes(capped: str | None, result: Plan, explanation) -> None:
+    """The notes, only once every output is written, so that an error (a bad space, no
+    candidate to emit, a full disk) is the one line on stderr; a CSV plan's explanation
+    is said here too."""
     for text in (capped, f"planning over {result.space_size:,} candidates"):
         if text is not None:
             note(text)
     say_if_uncompiled()
-    if explanation is not None and fmt == "csv":
+    if explanation is not None:
         for line in explanation.sentences():
             note(line)
 

@@ -201,12 +201,15 @@ def stage_passes(
     model's (``local_model``: the model itself without context parallelism), with each
     layer's context-parallel attention and communication on top."""
     local, last = local_model(model, cp.degree), len(partition) - 1
-    passes = [
-        stage_pass_times(
-            local, layers, microbatch_size, gpu, efficiency, tp, first=k == 0, last=k == last
-        )
-        for k, layers in enumerate(partition)
-    ]
+    shapes: dict[tuple[int, bool, bool], PassTimes] = {}  # stages of one shape pass alike
+    passes = []
+    for k, layers in enumerate(partition):
+        shape = (layers, k == 0, k == last)
+        if shape not in shapes:
+            shapes[shape] = stage_pass_times(
+                local, layers, microbatch_size, gpu, efficiency, tp, first=k == 0, last=k == last
+            )
+        passes.append(shapes[shape])
     if cp.degree == 1:
         return passes
     added = layer_context_ms(model, microbatch_size, gpu, efficiency, cp, tp.degree)

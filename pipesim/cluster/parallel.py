@@ -153,9 +153,11 @@ def data_parallel_allreduce_ms(
             )
         return ring_allreduce_ms(nbytes, data_parallel, link)
 
-    times = []
+    times, alike = [], {}  # stages of one parameter count reduce alike
     for params in stage_parameters(model, partition):
-        full, rest = divmod(params / tensor, bucket)
-        rest_ms = reduce_ms(rest * model.dtype_bytes) if rest else 0.0
-        times.append(full * reduce_ms(bucket * model.dtype_bytes) + rest_ms)
+        if params not in alike:
+            full, rest = divmod(params / tensor, bucket)
+            rest_ms = reduce_ms(rest * model.dtype_bytes) if rest else 0.0
+            alike[params] = full * reduce_ms(bucket * model.dtype_bytes) + rest_ms
+        times.append(alike[params])
     return tuple(times)

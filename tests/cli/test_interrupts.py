@@ -57,7 +57,8 @@ def long_plan(tmp_path) -> Path:
 
 
 def plan_args(scenario: Path, jobs: int, *extra: str) -> tuple[str, ...]:
-    return ("plan", str(scenario), "--gpus", "8", "--jobs", str(jobs), *extra)
+    """A plan that runs for a while: --exhaustive, or the floors would leave it a second."""
+    return ("plan", str(scenario), "--gpus", "8", "--jobs", str(jobs), "--exhaustive", *extra)
 
 
 # a sweep of 200 points of 5,000 microbatches on 8 devices: a minute of work on 2 CPUs
@@ -213,8 +214,9 @@ def test_ctrl_c_at_a_terminal_stops_a_one_process_plan(tmp_path, long_plan):
     args = plan_args(long_plan, 1, "--partial-on-interrupt", "-o", out.name)
     command = Command(args, tmp_path, terminal=True)
     # the bar counts candidates, with their rate and the time left
-    bar = r"plan: +\d+%\|[^|]*\| ([\d,]+)/41472 \[\d\d:\d\d<\d\d:\d\d, +[\d.]+ ?candidate/s\]"
-    command.wait_for_screen(bar)
+    bar = r"plan: +\d+%\|[^|]*\| ([1-9][\d,]*)/41472 \[\d\d:\d\d<\d\d:\d\d, +[\d.]+ ?candidate/s\]"
+    command.wait_for_screen(bar)  # past the floors (the bar moves once they are known)
+    time.sleep(1.0)  # a few chunks scored
     command.interrupt()
     code, stdout, screen = command.outcome()
     assert (code, stdout, last_line(screen)) == (130, "", INTERRUPTED)

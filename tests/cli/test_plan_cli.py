@@ -57,12 +57,13 @@ def test_json_has_the_keys_and_the_counts_add_up(scenario):
         "space_size",
         "pruned",
         "scored",
+        "bounded",
         "confirmed",
         "wall_s",
         "results",
         "pareto",
     }
-    assert data["space_size"] == sum(data["pruned"].values()) + data["scored"]
+    assert data["space_size"] == sum(data["pruned"].values()) + data["bounded"] + data["scored"]
     assert data["confirmed"] == 2 and len(data["results"]) == 5
     first = data["results"][0]
     for key in (
@@ -259,3 +260,22 @@ def test_a_disagreement_with_the_engine_is_exit_1_and_writes_nothing(
     assert lines[-1].startswith("pipesim: error: rank 1: step_time_ms ")
     assert "by the SimPy engine" in lines[-1]
     assert not out.exists() and not best.exists()
+
+
+def test_exhaustive_scores_every_candidate_and_gives_the_same_plan(scenario):
+    narrow = (*SPACE, "--space", "pipeline.microbatch_size=1,2", "--space", "parallel.zero_stage=1")
+    common = ("--gpus", 8, *narrow, "--top", 2, "--confirm", 0, "--no-progress")
+
+    def run(*extra: str) -> dict:
+        result = invoke("plan", scenario, *common, "--format", "json", "--no-timing", *extra)
+        assert result.exit_code == 0, result.stderr
+        return json.loads(result.stdout)
+
+    bounded, every = run(), run("--exhaustive")
+    assert bounded["bounded"] > 0 and every["bounded"] == 0
+    assert bounded["scored"] + bounded["bounded"] == every["scored"]
+    for key in ("results", "pareto", "pruned", "space_size"):
+        assert bounded[key] == every[key]
+    table = invoke("plan", scenario, *common)
+    summary = table.stdout.splitlines()[0]
+    assert f"bounded out {bounded['bounded']:,}; scored {bounded['scored']:,}" in summary

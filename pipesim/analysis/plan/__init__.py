@@ -7,9 +7,12 @@ job?" in four passes, each a plain function of the one before, each a module her
 2. **prune** (``prune``): combinations that cannot run, and candidates that cannot
    fit in the GPU's memory, found by walking each schedule without simulating it; every
    pruned candidate is counted under its reason;
-3. **score** (``score``): each survivor's exact timeline on the fast evaluator,
-   shared between candidates whose timeline inputs are equal, on local processes or a
-   Dask cluster; a scored candidate is a ``PlanRow`` (``row``);
+3. **fold, bound and score** (``fold``, ``bound``, ``bounding``, ``score``): candidates
+   that are the same step under another name once; a floor under each survivor's step
+   time; then the exact timelines on the fast evaluator, lowest floor first, of only
+   those whose floor can still change the results or the front, shared between
+   candidates whose timeline inputs are equal, on local processes or a Dask cluster; a
+   scored candidate is a ``PlanRow`` (``row``);
 4. **rank and confirm** (``rank``, ``planner``): fastest first; the top ``confirm``
    candidates are built again from scratch as the scenario ``--emit`` writes and simulated
    with the SimPy engine. Any difference beyond 1e-9 relative is a bug, raised as

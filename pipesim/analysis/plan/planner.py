@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipesim.analysis.executor import check_executor, run_chunks
+from pipesim.analysis.plan.bounding import Assessed, score_bounded
+from pipesim.analysis.plan.fold import fold
 from pipesim.analysis.plan.rank import emit_mapping, pareto, rank
 from pipesim.analysis.plan.row import PlanRow
 from pipesim.analysis.plan.score import ChunkScorer, Outcome
@@ -81,6 +83,7 @@ class Plan:
     capacity_bytes: float = 0.0  # one GPU's memory
     usable_bytes: float = 0.0  # what the candidates were pruned against: less the headroom
     stopped: Stop | None = None  # a partial plan: the candidates that finished before a signal
+    bounded: int = 0  # candidates whose floor shows they can change nothing (``bounding``)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``--format json`` prints (a partial plan's marker first)."""
@@ -90,6 +93,7 @@ class Plan:
             "space_size": self.space_size,
             "pruned": dict(self.pruned),
             "scored": self.scored,
+            "bounded": self.bounded,
             "confirmed": self.confirmed,
             "wall_s": self.wall_s,
             "timelines": self.timelines,
@@ -118,14 +122,17 @@ def plan(
     progress: Progress | None = None,
     on_size: Callable[[int], None] | None = None,
     so_far: PlanSoFar | None = None,
+    exhaustive: bool = False,
 ) -> Plan:
     """Plan the job of ``base`` (a scenario mapping read from ``source``) on ``gpus`` GPUs.
 
     ``space``: ``KEY=V1,V2`` items that replace an axis's values. ``on_size(n)`` is called
     with the space size before any candidate is scored; ``progress(n)`` as ``n`` more are
     done. ``top`` results are kept (the front is over all of them); the first ``confirm``
-    are simulated again from their emitted scenarios with the SimPy engine. ``so_far``
-    receives the space and each outcome as it arrives (see the module's docstring).
+    are simulated again from their emitted scenarios with the SimPy engine; only those
+    whose floor can change the output are simulated (``bounding``), unless ``exhaustive``.
+    ``so_far`` receives the space and each outcome as it arrives (see the module's
+    docstring).
     """
     so_far = PlanSoFar() if so_far is None else so_far
     check_executor(executor, scheduler, PlanError)  # before the space is built
@@ -134,13 +141,19 @@ def plan(
     points = list(enumerate_space(searched))
     if on_size is not None:
         on_size(len(points))
+    settings = {"jobs": jobs, "executor": executor, "scheduler": scheduler}
+    scorer = ChunkScorer(base, source, assess=True)
     work = survivors(points, so_far.pruned)
     so_far.space_built(base, source, spec, searched, len(points), len(work))
-    if progress is not None and len(points) > len(work):
-        progress(len(points) - len(work))
-    into = so_far.outcomes
-    score_all(base, source, work, jobs, executor, scheduler, progress, into)
+    kept = assessed(scorer, work, so_far.pruned, settings)
+    so_far.to_score = len(kept)  # the others are counted in pruned (folded ones too)
+    if progress is not None and len(points) > len(kept):
+        progress(len(points) - len(kept))
+    keep = max(top, confirm, 1)
+    settings["into"] = so_far.outcomes  # each outcome kept as it arrives
+    _, bounded = score_kept(scorer, kept, keep, exhaustive, settings, progress)
     result, shown = so_far.ranked(top, confirm)
+    result = replace(result, bounded=bounded)
     confirmed = confirm_top(result, confirm, shown)
     return replace(result, confirmed=confirmed, wall_s=so_far.elapsed_s())
 
@@ -217,21 +230,59 @@ def survivors(
     return work
 
 
+def score_kept(
+    scorer: ChunkScorer,
+    kept: list[Assessed],
+    keep: int,
+    exhaustive: bool,
+    settings: dict[str, Any],
+    progress: Progress | None,
+) -> tuple[list[tuple[int, Outcome]], int]:
+    """The Outcomes of the assessed candidates that can still change the ``keep`` best or
+    the front (``exhaustive``: of all), and how many were bounded out."""
+
+    def score(chunk: list[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
+        return score_all(scorer.scoring(), chunk, progress=progress, **settings)
+
+    if exhaustive:
+        return score([(index, c) for index, c, _ in kept]), 0
+    return score_bounded(kept, keep, score, progress)
+
+
+def assessed(
+    scorer: ChunkScorer,
+    work: list[tuple[int, Candidate]],
+    pruned: dict[str, int],
+    settings: dict[str, Any],
+) -> list[Assessed]:
+    """Every candidate of ``work`` that fits and is not another one's step under another
+    name, with its assessment (``Scorer.assess``), in space order; each other one is
+    counted in ``pruned``."""
+    found = dict(score_all(scorer, work, **settings))
+    fits = []
+    for index, candidate in work:
+        outcome = found[index]
+        if outcome.reason is not None:
+            pruned[outcome.reason] = pruned.get(outcome.reason, 0) + 1
+        else:
+            fits.append((index, candidate, outcome))
+    return fold(fits, pruned)
+
+
 def score_all(
-    base: dict[str, Any],
-    source: str,
+    scorer: ChunkScorer,
     work: list[tuple[int, Candidate]],
     jobs: int,
     executor: str,
     scheduler: str | None,
-    progress: Progress | None,
+    progress: Progress | None = None,
     into: list | None = None,
 ) -> list[tuple[int, Outcome]]:
-    """``[(index, Outcome)]`` of every candidate of ``work``, on the chosen executor, scored
-    by this run's own ``ChunkScorer`` (no cache is shared with another run); appended to
+    """``[(index, Outcome)]`` of every candidate of ``work``, on the chosen executor, by
+    this run's own ``ChunkScorer`` (no cache is shared with another run); appended to
     ``into`` as they arrive, where given."""
     return run_chunks(
-        ChunkScorer(base, source),
+        scorer,
         work,
         _chunks,
         jobs=jobs,

@@ -33,6 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
+from pipesim.analysis.plan.bound import BoundProgram, bound_program, step_floor_ms
 from pipesim.analysis.plan.prune import (
     MemoryProgram,
     capacity_reason,
@@ -65,6 +68,22 @@ class Outcome:
     reason: str | None = None
     row: PlanRow | None = None
     timeline: str = ""  # a digest of the timeline's inputs: equal digests, one timeline
+    # what ``Scorer.assess`` finds before any simulation (``row`` None, ``reason`` None):
+    floor_ms: float = 0.0  # a lower bound on the step time (``bound.step_floor_ms``)
+    least_peak_bytes: float = 0.0  # a lower bound on the peak memory (the walk's)
+    same: str = ""  # a digest of every input of the step: equal digests, one step ("": none)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A candidate that fits, with the pieces its step is made of."""
+
+    key: tuple  # (policy, devices, microbatches, chunks)
+    schedule: Schedule
+    derived: ModelCosts
+    topology: Topology
+    where: tuple  # the topology's cache key
+    peaks: np.ndarray  # the walk's peak activation bytes per device
 
 
 class Scorer:
@@ -89,6 +108,8 @@ class Scorer:
         self._derived: dict[tuple, ModelCosts] = {}
         self._topologies: dict[tuple, Topology] = {}
         self._timelines: dict[tuple, tuple[Report, str]] = {}
+        self._bounds: dict[tuple, BoundProgram] = {}
+        self._digests = _Digests()
         self._evaluator_cache = EvaluatorCache()  # schedule indexes, sweep buffers
         self._last: tuple[Candidate, ScenarioSpec, Job] | None = None  # the latest candidate
 
@@ -111,6 +132,56 @@ class Scorer:
         """Prune or score one candidate."""
         if c.schedule in AUTO_POLICIES:
             return self._score_searched(c)
+        prepared = self._prepare(c)
+        if isinstance(prepared, Outcome):
+            return prepared
+        derived = prepared.derived
+        # the timeline's inputs, by value: candidates that differ only in what leaves them
+        # alone (the ZeRO stage where the optimizer step does not change) share one
+        shared = (
+            prepared.key,
+            derived.costs,
+            derived.tail_ms,
+            derived.optimizer_ms,
+            prepared.where,
+            not c.dp_overlap,
+        )
+        if shared not in self._timelines:
+            scenario = self._scenario(c, prepared.schedule, derived, prepared.topology)
+            step = simulate_step(scenario, cache=self._evaluator_cache)
+            self._timelines[shared] = (step.report, _digest(shared))
+        report, digest = self._timelines[shared]
+        return self._outcome(c, restated(report, derived.accounting), digest)
+
+    def assess(self, c: Candidate) -> Outcome:
+        """Prune one candidate, or say what is known of its step before simulating it: a
+        floor under its step time, one under its peak memory, and a digest of every input
+        of its step (equal digests: the same step under another name). A searched policy
+        gets floors of zero and no digest (its schedule is known only once searched)."""
+        if c.schedule in AUTO_POLICIES:
+            return Outcome()
+        prepared = self._prepare(c)
+        if isinstance(prepared, Outcome):
+            return prepared
+        derived, accounting = prepared.derived, prepared.derived.accounting
+        if prepared.key not in self._bounds:
+            self._bounds[prepared.key] = bound_program(prepared.schedule)
+        floor = step_floor_ms(
+            self._bounds[prepared.key], derived.costs, derived.tail_ms, not c.dp_overlap
+        )
+        least = max(accounting.device_memory(d, float(p))[1] for d, p in enumerate(prepared.peaks))
+        inputs = (
+            self._digests.schedule(prepared.key, prepared.schedule),
+            self._digests.costs(derived),
+            (prepared.where[0], sorted(prepared.where[1]), *prepared.where[2:]),
+            not c.dp_overlap,
+            c.microbatch_size,
+        )
+        return Outcome(floor_ms=floor, least_peak_bytes=least, same=_digest(inputs))
+
+    def _prepare(self, c: Candidate) -> _Prepared | Outcome:
+        """The candidate's schedule, costs and topology, or the Outcome that prunes it (a
+        schedule constraint, a layout ``pipesim run`` refuses, memory by the walk)."""
         key = (c.schedule, c.devices, c.microbatches, c.virtual_stages)
         schedule = self._schedule(key)
         if isinstance(schedule, str):
@@ -123,22 +194,7 @@ class Scorer:
         peaks = peak_activation_bytes(self._programs[key], derived.costs)
         if exceeds(peaks, derived.accounting):  # what the Report checks
             return Outcome(reason=capacity_reason(derived.accounting))
-        # the timeline's inputs, by value: candidates that differ only in what leaves them
-        # alone (the ZeRO stage where the optimizer step does not change) share one
-        shared = (
-            key,
-            derived.costs,
-            derived.tail_ms,
-            derived.optimizer_ms,
-            where,
-            not c.dp_overlap,
-        )
-        if shared not in self._timelines:
-            scenario = self._scenario(c, schedule, derived, topology)
-            step = simulate_step(scenario, cache=self._evaluator_cache)
-            self._timelines[shared] = (step.report, _digest(shared))
-        report, digest = self._timelines[shared]
-        return self._outcome(c, restated(report, derived.accounting), digest)
+        return _Prepared(key, schedule, derived, topology, where, peaks)
 
     def _scenario(
         self, c: Candidate, schedule: Schedule, derived: ModelCosts, topology: Topology
@@ -230,6 +286,28 @@ class Scorer:
         return Outcome(row=row, timeline=timeline)
 
 
+class _Digests:
+    """Digests of a Scorer's cached pieces by value, each made once: a schedule as data
+    (its lists, placement and chains; its policy's name left out, so two policies that
+    give the same lists give one digest), and a ModelCosts' costs, tail and memory terms
+    (by the object's id: each lives in the Scorer's cache as long as the Scorer)."""
+
+    def __init__(self) -> None:
+        self._schedules: dict[tuple, str] = {}
+        self._costs: dict[int, str] = {}
+
+    def schedule(self, key: tuple, s: Schedule) -> str:
+        if key not in self._schedules:
+            self._schedules[key] = _digest((s.device_actions, s.placement, s.chains, s.posts))
+        return self._schedules[key]
+
+    def costs(self, derived: ModelCosts) -> str:
+        if id(derived) not in self._costs:
+            values = (derived.costs, derived.tail_ms, derived.optimizer_ms, derived.accounting)
+            self._costs[id(derived)] = _digest(values)
+        return self._costs[id(derived)]
+
+
 def _digest(inputs: tuple) -> str:
     return hashlib.blake2b(repr(inputs).encode(), digest_size=12).hexdigest()
 
@@ -264,22 +342,30 @@ def _exceeds_before(scenario: Scenario) -> bool:
 
 class ChunkScorer:
     """Scores chunks of ``(index, candidate)`` of one base scenario with one ``Scorer``,
-    made at the first chunk and kept for every later one this object scores. The planner
-    makes one per run; a copy sent to a worker process or a Dask worker is pickled
-    without the Scorer and makes its own there (a chunk holds candidates that share a
-    schedule and its costs, so its caches serve it whole)."""
+    made at the first chunk and kept for every later one this object scores (``assess``:
+    assesses them instead, ``Scorer.assess``). The planner makes one per run; a copy sent
+    to a worker process or a Dask worker is pickled without the Scorer and makes its own
+    there (a chunk holds candidates that share a schedule and its costs, so its caches
+    serve it whole)."""
 
-    def __init__(self, spec_data: Mapping[str, Any], source: str) -> None:
-        self.spec_data, self.source = spec_data, source
+    def __init__(self, spec_data: Mapping[str, Any], source: str, assess: bool = False) -> None:
+        self.spec_data, self.source, self.assess = spec_data, source, assess
         self.scorer: Scorer | None = None
 
     def __call__(self, chunk: Sequence[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
         if self.scorer is None:
             self.scorer = Scorer(self.spec_data, self.source)
-        return [(index, self.scorer.score(c)) for index, c in chunk]
+        done = self.scorer.assess if self.assess else self.scorer.score
+        return [(index, done(c)) for index, c in chunk]
+
+    def scoring(self) -> ChunkScorer:
+        """One that scores, with this one's Scorer (in this process: its caches)."""
+        other = ChunkScorer(self.spec_data, self.source)
+        other.scorer = self.scorer
+        return other
 
     def __reduce__(self) -> tuple:
-        return (ChunkScorer, (self.spec_data, self.source))
+        return (ChunkScorer, (self.spec_data, self.source, self.assess))
 
 
 __all__ = ["ChunkScorer", "Outcome", "Scorer", "restated"]

@@ -23,7 +23,8 @@ ZB-V: two) is taken only at the ``pipeline.virtual_stages`` values it runs with.
 combination that cannot run (the batch does not split, more stages than layers, a
 schedule's own constraint), or that is another candidate under another name (a ZeRO stage
 with one replica, tensor-parallel overlap without tensor parallelism), is a candidate
-pruned with its reason, so the counts add up: ``space_size = pruned + scored``.
+pruned with its reason, so the counts add up: ``space_size = pruned + bounded + scored``
+(``bounded``: see ``bounding``).
 """
 
 from __future__ import annotations

@@ -91,7 +91,8 @@ def _summary(result: Plan, timing: bool) -> list[str]:
     pruned = sum(result.pruned.values())
     took = f"; {result.wall_s:.1f} s" if timing else ""
     lines = [
-        f"space: {result.space_size:,} candidates; pruned {pruned:,}; scored {result.scored:,} "
+        f"space: {result.space_size:,} candidates; pruned {pruned:,}; bounded out "
+        f"{result.bounded:,}; scored {result.scored:,} "
         f"({result.timelines:,} distinct timelines); confirmed {result.confirmed} on the SimPy "
         f"engine{took}",
     ]
