@@ -152,7 +152,7 @@ ALLOWED_PRIVATE = {
     ("pipesim.calibrate.realrun", "_wait_batch_p2p"),
     # os._exit is the standard library's documented way to end a process without its
     # teardown: a command stopped by a signal leaves at once once it has cleaned up
-    ("pipesim.cli.signals", "_exit"),
+    ("pipesim.cli.output", "_exit"),
 }
 
 

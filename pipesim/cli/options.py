@@ -8,8 +8,8 @@ from contextlib import contextmanager
 
 import click
 
-from pipesim.cli.output import error, exits_on_signals
-from pipesim.cli.signals import StoppedExit, interrupts_pass_click, leave_now, signals_raise
+from pipesim.cli.output import error, exits_on_signals, leave_now
+from pipesim.cli.signals import StoppedExit, interrupts_pass_click, signals_raise
 from pipesim.sim.fast import Evaluator
 
 # Click >= 8.2 shows a bare ``pipesim`` (no command) as a usage error that prints the help;

@@ -18,6 +18,7 @@ Output files follow these rules (DESIGN.md, "Errors"):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -117,15 +118,20 @@ def exits_on_signals() -> Iterator[None]:
 
 
 def _exit_stopped(signum: int) -> None:
-    if signum == signal.SIGINT:
-        text = "interrupted"
-    else:
-        text = f"terminated by {signal.Signals(signum).name}"
-    try:
+    name = signal.Signals(signum).name
+    text = "interrupted" if signum == signal.SIGINT else f"terminated by {name}"
+    with contextlib.suppress(OSError):  # the terminal that would show it is gone (SIGHUP)
         click.echo(f"pipesim: {text}", err=True)
-    except OSError:
-        pass  # the terminal that would show it is gone (SIGHUP)
     raise StoppedExit(128 + signum)
+
+
+def leave_now(code: int) -> None:
+    """Flush, then end the process with ``code`` without the interpreter's teardown (a
+    stopped command whose clean-up is done; only the command line's entry calls it)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or terminal
+            stream.flush()
+    os._exit(code)
 
 
 def note(text: str) -> None:

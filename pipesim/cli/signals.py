@@ -11,7 +11,7 @@ command then says so in one line on stderr and exits with 128 + the signal's num
     pipesim: terminated by SIGTERM        (exit code 143)
 
 Called as the program itself (``pipesim ...``, ``python -m pipesim``), a stopped command
-leaves at once once it has cleaned up and said so (``leave_now``): the interpreter's own
+leaves at once once it has cleaned up and said so (``pipesim.cli.output.leave_now``): the interpreter's own
 teardown, which frees every object a large plan or sweep built one by one, took longer
 than the work the signal cut short.
 
@@ -28,9 +28,7 @@ while ``finish`` runs are ignored, as in any clean-up.
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,18 +49,6 @@ class Stopped(BaseException):
 class StoppedExit(SystemExit):
     """The exit of a command a signal stopped, once it has cleaned up (code 128 + the
     signal's number)."""
-
-
-def leave_now(code: int) -> None:
-    """End this process with ``code`` after flushing its output, skipping the interpreter's
-    teardown: for a program stopped by a signal, whose clean-up (temporaries, workers) is
-    done. Only the process's owner (the command line's entry) may call it."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass  # a closed pipe or terminal: nothing more can reach it
-    os._exit(code)
 
 
 class _Receiver:

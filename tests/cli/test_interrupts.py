@@ -47,10 +47,11 @@ linux_only = pytest.mark.skipif(
 
 @pytest.fixture
 def long_plan(tmp_path) -> Path:
-    """The small planning scenario at 256 samples a step: 41,472 candidates on 8 GPUs,
-    half a minute of scoring on 2 CPUs, seconds of which each test uses."""
+    """The small planning scenario at 2,048 samples a step: 41,472 candidates on 8 GPUs,
+    half a minute of exhaustive scoring on one CPU (long steps: a fast machine's plan is
+    still at work a second after its bar moves), seconds of which each test uses."""
     base = small_base()
-    base["model"]["global_batch"] = 256
+    base["model"]["global_batch"] = 2048
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(base))
     return path
