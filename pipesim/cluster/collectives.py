@@ -33,6 +33,7 @@ reduced inside each node first and then across nodes.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import StrEnum
@@ -155,6 +156,7 @@ def fabric(link: Link) -> tuple[str, str] | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def collective_choice(kind: Collective, nbytes: float, group: Group) -> Choice:
     """How NCCL runs ``kind`` on ``nbytes`` over ``group``, and how long it takes.
 

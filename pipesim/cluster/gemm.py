@@ -28,6 +28,7 @@ fitted ``gemm_fraction`` absorbs the average.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from pipesim.cluster.efficiency import Efficiency, step_gemm_fraction
@@ -55,6 +56,7 @@ def wave_efficiency(
     return (m * n / (tile_m * tile_n)) / (waves * sm_count)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def shape_efficiency(m: int, n: int, k: int, gpu: GpuProfile, efficiency: Efficiency) -> float:
     """The best wave and tile quantisation over ``TILE_SHAPES`` times the short-reduction
     penalty."""
@@ -74,6 +76,7 @@ def gemm_tflops(gpu: GpuProfile, fp8: str | None = None) -> float:
     return rate
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def gemm_ms(
     m: int, n: int, k: int, gpu: GpuProfile, efficiency: Efficiency, *, fp8: str | None = None
 ) -> float:

@@ -13,6 +13,7 @@ engine consumes (``stage_costs``).
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 from collections import Counter
 from collections.abc import Sequence
@@ -150,6 +151,7 @@ def flops_loads(model: TransformerModel) -> tuple[int, int, int]:
     )
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def time_loads(
     model: TransformerModel,
     microbatch_size: int,

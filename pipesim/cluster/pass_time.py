@@ -23,6 +23,7 @@ unsharded until the stage's ``REDUCE_GRAD``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -119,6 +120,7 @@ def _kernels_ms(work_ms: float, kernels: int, gpu: GpuProfile) -> float:
     return max(work_ms, kernels * gpu.kernel_launch_us * 1e-3)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def layer_pass_times(
     model: TransformerModel,
     microbatch_size: int,
@@ -155,6 +157,7 @@ def layer_pass_times(
     )
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def stage_pass_times(
     model: TransformerModel,
     layers: int,

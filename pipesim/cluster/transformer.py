@@ -36,6 +36,7 @@ exactly Megatron-LM's ``num_floating_point_operations`` (training.py)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -321,6 +322,7 @@ def stage_extra_activation_bytes(
 # -- parameters and static memory ----------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def layer_parameters(model: TransformerModel) -> int:
     """Weights of one layer: attention ``h (h + 2 g d) + h^2`` (QKV and output projection)
     with their biases, the MLP ``2hf`` (``3hf`` gated) with its biases, two layer norms

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipesim.schedules.columns import ATOM_CODE, columns
 from pipesim.schedules.ir import Action, Kind, Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.metrics import Accounting
@@ -35,6 +36,9 @@ _CHANGE = {
     Kind.I: (-1.0, 1.0),
     Kind.W: (0.0, -1.0),
 }
+# the same per ``ATOM_CODE`` (F, B, I, W)
+_KEPT = np.asarray([_CHANGE[kind][0] for kind in ATOM_CODE], dtype=np.float64)
+_GRAD = np.asarray([_CHANGE[kind][1] for kind in ATOM_CODE], dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,22 @@ def memory_program(schedule: Schedule) -> MemoryProgram:
     overlapped group takes its forwards' activations before giving back its backwards')."""
     if not schedule.is_training:
         raise ValueError("the memory walk is for training schedules (forward-only keeps none)")
+    table = columns(schedule)
+    if not table.one_each:
+        return _walked_program(schedule)
+    # one action a node, every kind a change: the columns are the walk
+    group_of = np.asarray([schedule.model_stage(s) for s in range(schedule.stages)])
+    counts = np.bincount(table.device, minlength=schedule.devices)
+    return MemoryProgram(
+        group_of[table.stage].astype(np.int64),
+        _KEPT[table.kind],
+        _GRAD[table.kind],
+        np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+    )
+
+
+def _walked_program(schedule: Schedule) -> MemoryProgram:
+    """``memory_program`` action by action, for schedules with groups."""
     group_of = [schedule.model_stage(s) for s in range(schedule.stages)]
     group, kept, grad, starts = [], [], [], [0]
     for actions in schedule.device_actions:
@@ -85,13 +105,17 @@ def peak_activation_bytes(program: MemoryProgram, costs: Costs) -> np.ndarray:
     kept = np.asarray(costs.activation_memory_bytes, dtype=np.float64)
     weight_grad = np.asarray(costs.weight_grad_memory_bytes, dtype=np.float64)
     change = program.kept * kept[program.group] + program.grad * weight_grad[program.group]
-    devices = len(program.starts) - 1
-    peaks = np.zeros(devices)
-    for d in range(devices):
-        part = change[program.starts[d] : program.starts[d + 1]]
-        if len(part):
-            peaks[d] = max(float(np.cumsum(part).max()), 0.0)
-    return peaks
+    starts = program.starts
+    lengths = np.diff(starts)
+    if not len(lengths) or not lengths.max(initial=0):
+        return np.zeros(len(lengths))
+    # each device's changes in a row of its own, zeros after its last: a cumulative sum
+    # along the rows adds each device's changes in its own order, as a walk would
+    rows = np.zeros((len(lengths), int(lengths.max())))
+    position = np.arange(len(change)) - np.repeat(starts[:-1], lengths)
+    rows[np.repeat(np.arange(len(lengths)), lengths), position] = change
+    peaks = np.cumsum(rows, axis=1).max(axis=1)
+    return np.where(lengths > 0, np.maximum(peaks, 0.0), 0.0)
 
 
 def exceeds(peak_bytes: np.ndarray, accounting: Accounting) -> bool:

@@ -54,6 +54,7 @@ from pipesim.scenario import derive
 from pipesim.scenario.build import Scenario, build_scenario, parse_spec
 from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, get_schedule
+from pipesim.schedules.columns import columns
 from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
 from pipesim.sim.fast import EvaluatorCache
@@ -298,7 +299,7 @@ class _Digests:
 
     def schedule(self, key: tuple, s: Schedule) -> str:
         if key not in self._schedules:
-            self._schedules[key] = _digest((s.device_actions, s.placement, s.chains, s.posts))
+            self._schedules[key] = _schedule_digest(s)
         return self._schedules[key]
 
     def costs(self, derived: ModelCosts) -> str:
@@ -310,6 +311,19 @@ class _Digests:
 
 def _digest(inputs: tuple) -> str:
     return hashlib.blake2b(repr(inputs).encode(), digest_size=12).hexdigest()
+
+
+def _schedule_digest(s: Schedule) -> str:
+    """A schedule as data, read from its columns (each action's node, device, stage, kind
+    and microbatch) and the kinds of its groups, with its placement, chains and posts: a
+    million actions hashed as arrays instead of as text."""
+    table = columns(s)
+    digest = hashlib.blake2b(digest_size=12)
+    for array in (table.node, table.device, table.stage, table.kind, table.microbatch):
+        digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+    groups = [table.nodes[n].kind for n in np.flatnonzero(table.is_group).tolist()]
+    digest.update(repr((groups, s.placement, s.chains, s.posts)).encode())
+    return digest.hexdigest()
 
 
 def restated(report: Report, accounting: Accounting) -> Report:
