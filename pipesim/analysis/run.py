@@ -51,6 +51,7 @@ class Result:
         and the critical path with idle time per device and cause, where present."""
         data = self.report.to_dict()
         data["memory_capacity_bytes"] = memory_capacity_bytes(self.scenario)
+        data.update(parameter_fields(self.scenario))
         if self.monte_carlo is not None:
             data.update(self.monte_carlo.to_dict())
         if self.explanation is not None:
@@ -125,6 +126,17 @@ def memory_capacity_bytes(scenario: Scenario) -> float | None:
     if accounting is None or not accounting.memory_capacity_bytes:
         return None
     return accounting.memory_capacity_bytes
+
+
+def parameter_fields(scenario: Scenario) -> dict[str, int | None]:
+    """The model's ``parameters`` (total, the main model's) and ``activated_parameters``
+    (per token), and its MTP modules' own (``mtp_parameters``); None without a model."""
+    count = scenario.parameters
+    return {
+        "parameters": None if count is None else count.total,
+        "activated_parameters": None if count is None else count.activated,
+        "mtp_parameters": None if count is None else count.mtp,
+    }
 
 
 def check_study_size(scenario: Scenario, runs: int) -> None:

@@ -200,16 +200,25 @@ def stage_passes(
     """Each stage's three passes on one GPU (``pipesim.cluster.pass_time``): the local
     model's (``local_model``: the model itself without context parallelism), with each
     layer's context-parallel attention and communication on top."""
-    local, last = local_model(model, cp.degree), len(partition) - 1
-    shapes: dict[tuple[int, bool, bool], PassTimes] = {}  # stages of one shape pass alike
+    local, last, start = local_model(model, cp.degree), len(partition) - 1, 0
+    shapes: dict[tuple, PassTimes] = {}  # stages of one shape pass alike
     passes = []
     for k, layers in enumerate(partition):
-        shape = (layers, k == 0, k == last)
+        shape = (model.layer_split(layers, start), k == 0, k == last)
         if shape not in shapes:
             shapes[shape] = stage_pass_times(
-                local, layers, microbatch_size, gpu, efficiency, tp, first=k == 0, last=k == last
+                local,
+                layers,
+                microbatch_size,
+                gpu,
+                efficiency,
+                tp,
+                first=k == 0,
+                last=k == last,
+                start=start,
             )
         passes.append(shapes[shape])
+        start += layers
     if cp.degree == 1:
         return passes
     added = layer_context_ms(model, microbatch_size, gpu, efficiency, cp, tp.degree)

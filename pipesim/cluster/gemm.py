@@ -19,6 +19,9 @@ benchmark's rate), is the GEMM's rate; no kernel is shorter than the GPU's launc
 
     gemm_ms(m, n, k, gpu, efficiency, *, fp8=None)
 
+A MoE layer's experts run as one grouped GEMM (``grouped_gemm_ms``): many small GEMMs whose
+tiles fill the waves together.
+
 FP8 (``fp8="tensorwise"`` or ``"blockwise"``) runs at the GPU's measured FP8 rate;
 block-wise scaling costs ``Efficiency.fp8_blockwise_overhead`` more. A GPU without FP8
 (A100) raises ``ValueError``. The real kernel picks among several tile shapes and can split
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 from pipesim.cluster.efficiency import Efficiency, step_gemm_fraction
 from pipesim.cluster.gpus import GpuProfile
@@ -91,3 +95,42 @@ def gemm_ms(
     if fp8 == "blockwise":
         work_ms *= 1 + efficiency.fp8_blockwise_overhead
     return max(work_ms, gpu.kernel_launch_us * 1e-3)
+
+
+def grouped_gemm_ms(
+    shapes: Sequence[tuple[int, int, int, int]],
+    gpu: GpuProfile,
+    efficiency: Efficiency,
+    *,
+    fp8: str | None = None,
+) -> float:
+    """Several GEMMs run as one grouped kernel (CUTLASS's grouped GEMM; Megatron-LM's
+    ``--moe-grouped-gemm`` runs a MoE layer's experts so), ``count`` GEMMs of each
+    ``(m, n, k, count)`` in ``shapes``, in milliseconds. The kernel deals the tiles of all of
+    them to the SMs together, so the waves are counted over their tiles together
+    (``wave_efficiency`` over the sum, for the tiling that fills them best), and each GEMM
+    keeps its own short-reduction penalty; one kernel, one launch floor. Zero-sized GEMMs
+    take no time, and a group of nothing none."""
+    shapes = [(m, n, k, count) for m, n, k, count in shapes if min(m, n, k, count) > 0]
+    if not shapes:
+        return 0.0
+    rate = gemm_tflops(gpu, fp8) * 1e12 * step_gemm_fraction(efficiency, gpu)
+    half = efficiency.gemm_half_dim
+    work_ms = sum(2 * m * n * k * c * (k + half) / k for m, n, k, c in shapes) / rate * 1e3
+    work_ms /= max(_grouped_waves(shapes, gpu.sm_count, tile) for tile in TILE_SHAPES)
+    if fp8 == "blockwise":
+        work_ms *= 1 + efficiency.fp8_blockwise_overhead
+    return max(work_ms, gpu.kernel_launch_us * 1e-3)
+
+
+def _grouped_waves(
+    shapes: Sequence[tuple[int, int, int, int]], sm_count: int | None, tile: tuple[int, int]
+) -> float:
+    """The useful share of the tile slots the grouped GEMM's tiles occupy, all dealt
+    together in waves of one tile per SM (1 without an SM count)."""
+    if sm_count is None:
+        return 1.0
+    tile_m, tile_n = tile
+    useful = sum(m * n * c for m, n, _, c in shapes) / (tile_m * tile_n)
+    tiles = sum(math.ceil(m / tile_m) * math.ceil(n / tile_n) * c for m, n, _, c in shapes)
+    return useful / (math.ceil(tiles / sm_count) * sm_count)

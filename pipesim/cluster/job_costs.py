@@ -31,7 +31,11 @@ from pipesim.cluster.pass_time import (
     with_parameter_gathers,
 )
 from pipesim.cluster.static_memory import static_memory
-from pipesim.cluster.transformer import layer_parameters, model_flops_per_step, stage_parameters
+from pipesim.cluster.transformer import (
+    model_flops_per_step,
+    stage_layer_groups,
+    stage_parameters,
+)
 from pipesim.schedules.ir import Schedule
 from pipesim.schedules.posts import REDUCE_GRAD, UNSHARD
 from pipesim.sim.costs import Costs
@@ -270,22 +274,25 @@ def _zero3_unit_collectives(
     inside = par.tensor * ranks <= per_node
     sharing = ranks if inside else math.gcd(ranks, max(per_node // par.tensor, 1))
     group = Group(ranks, intra, inter, sharing)
-    layer_params = layer_parameters(model)
-    layer_bytes = layer_params / par.tensor * model.dtype_bytes
+    layer_groups = stage_layer_groups(model, partition)  # (count, parameters) per kind
+
+    def unit_bytes(params: float) -> float:
+        return params / par.tensor * model.dtype_bytes
 
     def per_stage(kind: Collective) -> tuple[float, ...]:
-        layer_ms = collective_ms(kind, layer_bytes, group)
         return tuple(
-            layers * layer_ms + (collective_ms(kind, extra, group) if extra > 0 else 0.0)
-            for layers, extra in zip(partition, extras, strict=True)
+            sum((n * collective_ms(kind, unit_bytes(each), group) for n, each in kinds), 0.0)
+            + (collective_ms(kind, extra, group) if extra > 0 else 0.0)
+            for kinds, extra in zip(layer_groups, extras, strict=True)
         )
 
     extras = [  # the embedding's and the LM head's bytes, counted in whole parameters
-        (params - layers * layer_params) / par.tensor * model.dtype_bytes
-        for layers, params in zip(partition, stage_parameters(model, partition), strict=True)
+        unit_bytes(params - sum(n * each for n, each in kinds))
+        for kinds, params in zip(layer_groups, stage_parameters(model, partition), strict=True)
     ]
     units = tuple(
-        max(layers + (extra > 0), 1) for layers, extra in zip(partition, extras, strict=True)
+        max(sum(n for n, _ in kinds) + (extra > 0), 1)
+        for kinds, extra in zip(layer_groups, extras, strict=True)
     )
     return per_stage(Collective.ALL_GATHER), per_stage(Collective.REDUCE_SCATTER), units
 

@@ -14,8 +14,9 @@ so a stage may hold the embedding or the head and no transformer layer at all: t
 balanced split of a model whose first and last stages carry extra work.
 
 pipesim keeps the embedding on the first stage and the head on the last (Megatron-LM
-requires the same), models no MTP layer (a layout with ``m`` is refused), and refuses a
-stage between them that holds nothing. ``layout_partition`` turns a string into the
+requires the same), puts the MTP modules (``model.mtp_layers``) on the last stage rather
+than where a layout's ``m`` says (a layout with ``m`` is refused), and refuses a stage
+between them that holds nothing. ``layout_partition`` turns a string into the
 number of transformer layers per stage.
 """
 
@@ -79,7 +80,10 @@ def parse_layout(text: str) -> tuple[str, ...]:
         raise ValueError("an empty layout; write one letter per layer and '|' between stages")
     stages = tuple(_Parser(text).items(closing=False).split("|"))
     if any("m" in stage for stage in stages):
-        raise ValueError("multi-token prediction layers (m) are not modelled; leave them out")
+        raise ValueError(
+            "multi-token prediction layers (m) are not placed by a layout: model.mtp_layers "
+            "puts them on the last stage; leave m out"
+        )
     flat = "".join(stages)
     if flat.count("E") != 1 or not stages[0].startswith("E"):
         raise ValueError("the embedding (E) must appear once, first in the first stage")

@@ -18,7 +18,9 @@ Counts are per GPU, per microbatch, in elements of the activation width unless n
 * the activation function: GeLU reads and writes the ``f``-wide tensor (``2f``); SwiGLU
   reads the gate and up outputs and writes their product (``3f``);
 * without a fused (flash) attention kernel: the scaled, masked softmax reads and writes
-  the ``a s`` scores per token, and attention dropout does it again: ``4 a s``.
+  the ``a s`` scores per token, and attention dropout does it again: ``4 a s``;
+* a MoE layer's activation function over the ``k + S`` experts' intermediates a token
+  passes through, and its dispatch, combine and router (``moe_routing_elements``).
 
 The norms and residual adds see the whole hidden state; tensor parallelism splits them only
 with sequence parallelism (each GPU then holds ``T / t`` tokens). The activation and the
@@ -93,9 +95,23 @@ def layer_memory_bound_bytes(
     tokens = microbatch_size * model.seq_len
     h, f, t = model.hidden, model.ffn, tensor
     whole = 10 * h / (t if sequence_parallel else 1)
+    if model.moe is not None:  # each token's k + S experts; dispatch, combine and router
+        f = model.moe.active_experts * model.moe.expert_ffn_hidden
+        whole += moe_routing_elements(model) / (t if sequence_parallel else 1)
     activation = (3 if model.mlp == "gated" else 2) * f
     scores = 0 if model.flash_attention else 4 * model.heads * model.seq_len
     return _from_forward(model.dtype_bytes * tokens * (whole + (activation + scores) / t))
+
+
+def moe_routing_elements(model: TransformerModel) -> int:
+    """What a MoE layer moves per token outside its GEMMs, in elements: the dispatch reads
+    the token and writes its ``k`` copies, the combine reads the ``k`` expert outputs and
+    writes their weighted sum (``(2k + 2) h`` in all), and the router's softmax and top-k
+    read and write the ``E`` scores (``2E``)."""
+    moe = model.moe
+    if moe is None:
+        return 0
+    return (2 * moe.top_k + 2) * model.hidden + 2 * moe.experts
 
 
 def embedding_memory_bound_bytes(model: TransformerModel, microbatch_size: int) -> PassBytes:
@@ -149,4 +165,9 @@ def stage_memory_bound_bytes(
         moved = moved + lm_head_memory_bound_bytes(
             model, microbatch_size, tensor, sequence_parallel
         )
+    if last and model.mtp_layers:  # each MTP module: an embedding lookup, its own loss
+        module = embedding_memory_bound_bytes(model, microbatch_size) + lm_head_memory_bound_bytes(
+            model, microbatch_size, tensor, sequence_parallel
+        )
+        moved = moved + module.scaled(model.mtp_layers)
     return moved

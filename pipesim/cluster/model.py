@@ -16,8 +16,15 @@ import bisect
 import functools
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from pipesim.cluster.activations import (
+    activation_message_bytes,
+    layer_activation_memory_bytes,
+    stage_activation_memory_bytes,
+    stage_extra_activation_bytes,
+)
+from pipesim.cluster.balance import balanced_split
 from pipesim.cluster.context_parallel import RING, ContextParallel, local_model, stage_passes
 from pipesim.cluster.efficiency import FLOPS_ONLY, Efficiency, compute_ms
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
@@ -28,18 +35,19 @@ from pipesim.cluster.static_memory import StaticMemory, static_memory
 from pipesim.cluster.transformer import (
     PassFlops,
     TransformerModel,
-    activation_message_bytes,
-    layer_activation_memory_bytes,
     layer_flops,
     layer_parameters,
     lm_head_flops,
     model_flops_per_step,
-    stage_extra_activation_bytes,
     stage_flops,
     stage_parameters,
 )
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Link
+
+# What "balanced" equalises: per layer (or one number a layer), the first stage's extra and
+# the last stage's extra.
+Loads = tuple[int | tuple[int, ...], int, int]
 
 __all__ = [
     "FLOPS_ONLY",
@@ -86,7 +94,7 @@ def partition_layers(
     stages: int,
     mode: str | Sequence[int] = "even",
     *,
-    loads: tuple[int, int, int] | None = None,
+    loads: Loads | None = None,
 ) -> tuple[int, ...]:
     """How many layers each stage holds.
 
@@ -94,8 +102,9 @@ def partition_layers(
     last stage already carries the LM head). ``"balanced"``: the split that minimises the
     slowest stage's load, exact (a binary search over the possible bottlenecks); the load is
     ``loads = (per layer, first stage's extra, last stage's extra)``, by default forward +
-    backward FLOPs per microbatch (``flops_loads``), or stage times (``time_loads``). Both
-    give every stage at least one layer. A list ``[n0, n1, ...]`` is taken as given once
+    backward FLOPs per microbatch (``flops_loads``), or stage times (``time_loads``); where
+    a model's layers differ (dense layers before MoE layers) the per-layer load is one
+    number a layer (``pipesim.cluster.balance``). Both give every stage at least one layer. A list ``[n0, n1, ...]`` is taken as given once
     checked, and so is a Megatron-LM layout string (``pipesim.cluster.layout``): there the
     first stage (with the embedding) and the last (with the LM head) may hold no layer.
     """
@@ -112,7 +121,10 @@ def partition_layers(
         if mode == "even":
             base, extra = divmod(model.layers, stages)
             return tuple(base + (1 if k < extra else 0) for k in range(stages))
-        return _balanced(model.layers, stages, loads or flops_loads(model))
+        per_layer, first_extra, last_extra = loads or flops_loads(model)
+        if isinstance(per_layer, tuple):
+            return balanced_split(per_layer, stages, first_extra, last_extra)
+        return _balanced(model.layers, stages, (per_layer, first_extra, last_extra))
     counts = tuple(int(n) for n in mode)
     if len(counts) != stages:
         raise ValueError(f"partition {list(counts)} has {len(counts)} entries, expected {stages}")
@@ -133,21 +145,26 @@ def is_layout(mode: object) -> bool:
 def stage_work_flops(model: TransformerModel, partition: Sequence[int]) -> tuple[int, ...]:
     """Forward + backward FLOPs of one one-sequence microbatch on each stage (what
     ``"balanced"`` equalises)."""
-    last = len(partition) - 1
+    last, starts = len(partition) - 1, _starts(partition)
     return tuple(
-        stage_flops(model, n, 1, first=k == 0, last=k == last).total
+        stage_flops(model, n, 1, first=k == 0, last=k == last, start=starts[k]).total
         for k, n in enumerate(partition)
     )
 
 
-def flops_loads(model: TransformerModel) -> tuple[int, int, int]:
-    """What ``"balanced"`` equalises by default: forward + backward FLOPs of one layer, of
-    the first stage's extra work (none: the embedding lookup has no FLOPs) and of the last
-    stage's (the LM head), for a one-sequence microbatch."""
+def flops_loads(model: TransformerModel) -> Loads:
+    """What ``"balanced"`` equalises by default: forward + backward FLOPs of one layer (one
+    number a layer where they differ), of the first stage's extra work (none: the embedding
+    lookup has no FLOPs) and of the last stage's (the LM head and the MTP modules), for a
+    one-sequence microbatch."""
+
+    def layer_at(start: int) -> int:
+        return stage_flops(model, 1, 1, first=False, last=False, start=start).total
+
     return (
-        stage_flops(model, 1, 1, first=False, last=False).total,
+        _per_layer(model, layer_at),
         0,
-        lm_head_flops(model, 1).total,
+        stage_flops(model, 0, 1, first=False, last=True).total,
     )
 
 
@@ -158,20 +175,46 @@ def time_loads(
     gpu: GpuProfile,
     efficiency: Efficiency,
     tp: TensorParallel | None = None,
-) -> tuple[int, int, int]:
+) -> Loads:
     """The same three loads as stage times in picoseconds (F + I + W from
     ``pipesim.cluster.pass_time``): with memory-bound work counted, the embedding and the
     loss weigh more than their FLOPs say, and a FLOPs-balanced split leaves the last stage
     slower than the others."""
     tp = tp or TensorParallel()
 
-    def total_ps(layers: int, first: bool, last: bool) -> int:
+    def total_ps(layers: int, first: bool, last: bool, start: int = 0) -> int:
         p = stage_pass_times(
-            model, layers, microbatch_size, gpu, efficiency, tp, first=first, last=last
+            model,
+            layers,
+            microbatch_size,
+            gpu,
+            efficiency,
+            tp,
+            first=first,
+            last=last,
+            start=start,
         )
         return round((p.forward_ms + p.backward_input_ms + p.backward_weight_ms) * 1e9)
 
-    return total_ps(1, False, False), total_ps(0, True, False), total_ps(0, False, True)
+    return (
+        _per_layer(model, lambda start: total_ps(1, False, False, start)),
+        total_ps(0, True, False),
+        total_ps(0, False, True),
+    )
+
+
+def _per_layer(model: TransformerModel, load_at: Callable[[int], int]) -> int | tuple[int, ...]:
+    """One layer's load (``load_at(index)``), or one a layer where the model's dense layers
+    and MoE layers differ."""
+    dense, moe = model.layer_split(model.layers)
+    if not (dense and moe):
+        return load_at(0)
+    return (load_at(0),) * dense + (load_at(dense),) * moe
+
+
+def _starts(partition: Sequence[int]) -> list[int]:
+    """The index of each stage's first layer."""
+    return [sum(partition[:k]) for k in range(len(partition))]
 
 
 def _balanced(layers: int, stages: int, loads: tuple[int, int, int]) -> tuple[int, ...]:
@@ -327,35 +370,3 @@ def _tensor_parallel(
         hidden_fraction=efficiency.tensor_overlap_fraction,
         slowdown=efficiency.overlap_slowdown,
     )
-
-
-def stage_activation_memory_bytes(
-    model: TransformerModel,
-    partition: Sequence[int],
-    microbatch_size: int,
-    tensor: int = 1,
-    sequence_parallel: bool = False,
-    *,
-    context: int = 1,
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Activation memory each stage keeps per microbatch, and the part of it W still needs:
-    its layers' (``layer_activation_memory_bytes``) plus the embedding's or the LM head's
-    (``stage_extra_activation_bytes``), on one of ``context`` context-parallel GPUs."""
-    layer_mem, layer_w = layer_activation_memory_bytes(
-        model, microbatch_size, tensor, sequence_parallel, context=context
-    )
-    last = len(partition) - 1
-    act, wgrad = [], []
-    for k, layers in enumerate(partition):
-        extra_mem, extra_w = stage_extra_activation_bytes(
-            model,
-            microbatch_size,
-            first=k == 0,
-            last=k == last,
-            tensor=tensor,
-            sequence_parallel=sequence_parallel,
-            context=context,
-        )
-        act.append(layers * layer_mem + extra_mem)
-        wgrad.append(layers * layer_w + extra_w)
-    return tuple(act), tuple(wgrad)

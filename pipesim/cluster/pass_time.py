@@ -31,10 +31,12 @@ from pipesim.cluster.efficiency import Efficiency, attention_ms, memory_ms
 from pipesim.cluster.gemm import gemm_ms
 from pipesim.cluster.hardware import GpuProfile
 from pipesim.cluster.memory_bound import layer_memory_bound_bytes, stage_memory_bound_bytes
+from pipesim.cluster.moe import expert_pass_ms
 from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, optimizer_implementation, sharding_stage
 from pipesim.cluster.transformer import (
     TransformerModel,
     layer_flops,
+    stage_blocks,
     stage_parameters,
 )
 from pipesim.sim.costs import Costs
@@ -84,14 +86,25 @@ def layer_gemm_shapes(model: TransformerModel, tensor: int = 1) -> tuple[tuple[i
     """The ``(n, k)`` of each linear layer's forward GEMM on one of ``tensor`` GPUs, for
     ``m`` = the microbatch's tokens: QKV ``(h + 2gd)/t x h``, the attention output
     ``h x h/t``, the MLP up projection (fused with the gate when gated) ``(k-1)f/t x h``, the
-    down projection ``h x f/t`` (Megatron-LM's column- and row-parallel splits)."""
-    h, f, t = model.hidden, model.ffn, tensor
-    return (
-        ((h + 2 * model.kv_width) // t, h),
-        (h, h // t),
-        ((model.mlp_matrices - 1) * f // t, h),
-        (h, f // t),
-    )
+    down projection ``h x f/t`` (Megatron-LM's column- and row-parallel splits). MLA's
+    projections are its own (``pipesim.cluster.mla``); a MoE layer has the router ``E x h``
+    (whole on every GPU) and its shared experts as one MLP ``S f_e`` wide here, its routed
+    experts in ``pipesim.cluster.moe.expert_pass_ms``."""
+    h, f, t, q = model.hidden, model.ffn, tensor, model.q_width
+    if model.mla is not None:
+        attention = model.mla.gemm_shapes(h, model.heads, t)
+    else:
+        attention = (((q + 2 * model.kv_width) // t, h), (h, q // t))
+    moe = model.moe
+    if moe is not None:
+        f = moe.shared_experts * moe.expert_ffn_hidden
+        router = ((moe.experts, h),)
+        return (
+            attention
+            + router
+            + ((((model.mlp_matrices - 1) * f // t, h), (h, f // t)) if f else ())
+        )
+    return attention + (((model.mlp_matrices - 1) * f // t, h), (h, f // t))
 
 
 def linear_pass_ms(
@@ -137,6 +150,18 @@ def layer_pass_times(
     scores = (flops.forward - flops.backward_weight) / tp.degree
     shapes = layer_gemm_shapes(model, tp.degree)
     forward, inputs, weights = linear_pass_ms(shapes, tokens, gpu, efficiency, model.fp8)
+    if model.moe is not None:
+        experts = expert_pass_ms(
+            model.moe,
+            model.hidden,
+            model.mlp_matrices,
+            tokens,
+            gpu,
+            efficiency,
+            tensor=tp.degree,
+            fp8=model.fp8,
+        )
+        forward, inputs, weights = (forward + experts[0], inputs + experts[1], weights + experts[2])
     # without a fused kernel the scores are batched GEMMs at the GEMM rate
     score_rate = (
         efficiency if model.flash_attention else replace(efficiency, attention_fraction=None)
@@ -168,15 +193,19 @@ def stage_pass_times(
     *,
     first: bool,
     last: bool,
+    start: int = 0,
 ) -> PassTimes:
-    """A stage's three passes: ``layers`` layers, with recomputation one more forward of
-    them inside ``I``, the embedding if ``first``, the LM head and loss if ``last`` (the LM
-    head's GEMMs ``(tokens, V/t, h)`` in bf16 also under FP8, as Megatron-LM runs its output
-    layer)."""
-    layer = layer_pass_times(model, microbatch_size, gpu, efficiency, tp)
-    forward = layers * layer.forward_ms
-    backward_input = layers * layer.backward_input_ms
-    backward_weight = layers * layer.backward_weight_ms
+    """A stage's three passes: ``layers`` layers from index ``start`` (dense and MoE layers
+    each their own), with recomputation one more forward of them inside ``I``, the embedding
+    if ``first``, the LM head and loss if ``last`` (the LM head's GEMMs ``(tokens, V/t, h)``
+    in bf16 also under FP8, as Megatron-LM runs its output layer), and there the MTP
+    modules: each a block, a projection ``(tokens, h/t, 2h)`` and the LM head again."""
+    forward = backward_input = backward_weight = 0.0
+    for count, view in stage_blocks(model, layers, start=start, last=last):
+        layer = layer_pass_times(view, microbatch_size, gpu, efficiency, tp)
+        forward += count * layer.forward_ms
+        backward_input += count * layer.backward_input_ms
+        backward_weight += count * layer.backward_weight_ms
     if model.recompute:
         backward_input += forward
     # the embedding's and the LM head's memory-bound bytes: the stage's bytes without layers
@@ -192,8 +221,8 @@ def stage_pass_times(
     forward += memory_ms(ends.forward, gpu, efficiency)
     backward_input += memory_ms(ends.backward, gpu, efficiency)
     if last:
-        tokens = microbatch_size * model.seq_len
-        head = ((model.vocab // tp.degree, model.hidden),)
+        tokens, h, mtp = microbatch_size * model.seq_len, model.hidden, model.mtp_layers
+        head = ((model.vocab // tp.degree, h),) * (1 + mtp) + ((h // tp.degree, 2 * h),) * mtp
         head_f, head_i, head_w = linear_pass_ms(head, tokens, gpu, efficiency)
         forward += head_f
         backward_input += head_i

@@ -17,6 +17,7 @@ from pipesim.cluster.transformer import (
     FP8_WEIGHT_COPY_BYTES,
     TransformerModel,
     layer_parameters,
+    stage_layer_groups,
     stage_parameters,
 )
 
@@ -97,7 +98,8 @@ def _units(model: TransformerModel, partition: Sequence[int], k: int, tensor: in
     """Parameters of each unit FSDP gathers on stage ``k``: its layers, its embedding, its
     LM head (torchtitan wraps each on its own)."""
     embedding = model.vocab * model.hidden / tensor
-    units = [layer_parameters(model) / tensor] * min(partition[k], 2)
+    largest = max(layer_parameters(model.dense_layer), layer_parameters(model))  # MoE
+    units = [largest / tensor] * min(partition[k], 2)
     units += [embedding] if k == 0 else []
     units += [embedding] if k == len(partition) - 1 and not model.tied_embeddings else []
     return units
@@ -110,4 +112,5 @@ def _fp8_copy_bytes(
     GPU casts the full weights it computes with, also under ZeRO-3)."""
     if model.fp8 is None:
         return 0.0
-    return FP8_WEIGHT_COPY_BYTES * partition[k] * layer_parameters(model) / tensor
+    held = sum(count * each for count, each in stage_layer_groups(model, partition)[k])
+    return FP8_WEIGHT_COPY_BYTES * held / tensor

@@ -25,7 +25,15 @@ in I. pipesim counts the weights of the architectures people train, and the FLOP
   ``h (h + 2 g d)`` weights instead of ``3h^2``; the scores are still computed per query head,
   so their FLOPs do not change;
 * a gated MLP (SwiGLU, Shazeer 2020; Llama) has three matrices, gate and up ``h -> f`` and
-  down ``f -> h``: ``3hf`` weights instead of ``2hf``.
+  down ``f -> h``: ``3hf`` weights instead of ``2hf``;
+* wider heads (``head_dim``, Qwen3): queries and the attention output are ``a d`` wide;
+* a mixture-of-experts layer (``pipesim.cluster.moe``) holds ``E + S`` expert MLPs and a
+  router; a token multiplies by ``k + S`` of them and the router: its FLOPs count those,
+  its parameters all of them;
+* multi-head latent attention (``pipesim.cluster.mla``) projects through two latents; its
+  scores use keys ``d_nope + d_rope`` and values ``d_v`` wide per head;
+* DeepSeek-V3's multi-token-prediction modules, on the last stage, each run one more block,
+  a projection ``2h -> h`` and the LM head again.
 
 A layer's linear FLOPs are then ``2bs`` times its weight count, and one step's total is
 exactly Megatron-LM's ``num_floating_point_operations`` (training.py)
@@ -38,7 +46,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from pipesim.cluster.shape import TransformerModel
 
 OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + Adam v, 4 bytes each
 # FP8 training (Transformer Engine, Megatron-LM --fp8-format) keeps the bf16 weights and
@@ -47,94 +57,6 @@ OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + Adam v, 4 bytes
 # transpose for the backward: 2 bytes per layer parameter on top (embedding and LM head stay
 # bf16, as Megatron-LM runs them).
 FP8_WEIGHT_COPY_BYTES = 2
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TransformerModel:
-    """The shape of a GPT-style decoder. ``ffn_hidden`` defaults to ``4 * hidden``;
-    ``dtype_bytes`` is the width of weights, gradients and activations (2 for bf16);
-    ``recompute`` turns on full activation recomputation; ``tied_embeddings`` shares the
-    input embedding with the LM head (no separate LM-head weights on the last stage);
-    ``flash_attention`` means a fused attention kernel that never stores the s x s score
-    matrices, so their activation memory (``5as^2b``) is not kept (FLOPs are unchanged)."""
-
-    layers: int
-    hidden: int
-    heads: int
-    seq_len: int
-    vocab: int
-    ffn_hidden: int | None = None
-    dtype_bytes: int = 2
-    recompute: bool = False
-    tied_embeddings: bool = False
-    flash_attention: bool = False
-    kv_heads: int | None = None  # grouped-query attention; None: one key/value head per head
-    mlp: str = "plain"  # "gated": SwiGLU's three matrices (gate, up, down)
-    fp8: str | None = None  # "tensorwise" | "blockwise": FP8 linear layers
-
-    def __post_init__(self) -> None:
-        if self.fp8 not in (None, "tensorwise", "blockwise"):
-            raise ValueError(f"model fp8 must be 'tensorwise' or 'blockwise', got {self.fp8!r}")
-        if self.ffn_hidden is None:
-            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
-        if self.kv_heads is None:
-            object.__setattr__(self, "kv_heads", self.heads)
-        if self.mlp not in ("plain", "gated"):
-            raise ValueError(f"model mlp must be 'plain' or 'gated', got {self.mlp!r}")
-        for name in (
-            "layers",
-            "hidden",
-            "heads",
-            "seq_len",
-            "vocab",
-            "ffn_hidden",
-            "dtype_bytes",
-            "kv_heads",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"model {name} must be a positive integer, got {value!r}")
-        if self.hidden % self.heads:
-            raise ValueError(
-                f"hidden must be divisible by heads, got hidden={self.hidden}, heads={self.heads}"
-            )
-        if self.heads % self.kv_heads:  # type: ignore[operator]
-            raise ValueError(
-                f"kv_heads must divide heads, got heads={self.heads}, kv_heads={self.kv_heads}"
-            )
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
-    def kv_head_count(self) -> int:
-        return self.kv_heads  # type: ignore[return-value]  # set in __post_init__
-
-    @property
-    def ffn(self) -> int:
-        return self.ffn_hidden  # type: ignore[return-value]  # set in __post_init__
-
-    @property
-    def kv_width(self) -> int:
-        """Width of the key (or value) projection: ``kv_heads * head_dim`` (``h`` without GQA)."""
-        return self.kv_head_count * self.head_dim
-
-    @property
-    def mlp_matrices(self) -> int:
-        """Matrices of width ``h x f`` in the MLP: 2 (up, down), 3 when gated (gate, up, down)."""
-        return 3 if self.mlp == "gated" else 2
-
-    @property
-    def attention_weights(self) -> int:
-        """Weights of the attention block without biases: QKV ``h (h + 2 g d)`` + output ``h^2``."""
-        h = self.hidden
-        return h * (h + 2 * self.kv_width) + h * h
-
-    @property
-    def mlp_weights(self) -> int:
-        """Weights of the MLP without biases: ``2hf``, or ``3hf`` when gated."""
-        return self.mlp_matrices * self.hidden * self.ffn
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,13 +102,15 @@ def sequence_share(model: TransformerModel, context: int = 1) -> int:
 
 def layer_flops(model: TransformerModel, microbatch_size: int, *, context: int = 1) -> PassFlops:
     """FLOPs of one transformer layer for one microbatch (no recomputation): ``2bs`` per
-    weight in each pass of the linear layers, plus the attention scores. With ``context``
+    weight a token multiplies by in each pass of the linear layers (a MoE layer's ``top_k``
+    routed and shared experts and its router), plus the attention scores. With ``context``
     parallelism (N) one GPU's share: ``s / N`` tokens, ``1 / N`` of the scores (its queries
     against every key, in balanced causal chunks: ``pipesim.cluster.context_parallel``)."""
-    b, s, h = microbatch_size, model.seq_len, model.hidden
+    b, s = microbatch_size, model.seq_len
     local = sequence_share(model, context)
-    linear = 2 * b * local * (model.attention_weights + model.mlp_weights)  # 24bsh^2 plain MHA
-    scores = b * s * h * 4 * s // context  # QK^T and scores x V, 2 b s^2 h each
+    weights = model.attention_weights + model.activated_mlp_weights
+    linear = 2 * b * local * weights  # 24bsh^2 plain MHA
+    scores = b * s * 2 * model.score_width * s // context  # QK^T, scores x V: 2 b s^2 h each
     return PassFlops(
         forward=linear + scores, backward_input=linear + 2 * scores, backward_weight=linear
     )
@@ -200,17 +124,50 @@ def lm_head_flops(model: TransformerModel, microbatch_size: int) -> PassFlops:
     return PassFlops(forward=head, backward_input=head, backward_weight=head)
 
 
+def mtp_extra_flops(model: TransformerModel, microbatch_size: int) -> PassFlops:
+    """What the multi-token-prediction modules run besides their blocks (DeepSeek-V3,
+    section 2.2): each projects the concatenated ``2h`` (its input and the next token's
+    embedding) to ``h``, ``4bsh^2`` a pass, and computes its own logits with the shared LM
+    head."""
+    project = 2 * microbatch_size * model.seq_len * 2 * model.hidden * model.hidden
+    per_module = PassFlops(project, project, project) + lm_head_flops(model, microbatch_size)
+    return per_module.scaled(model.mtp_layers)
+
+
+def stage_blocks(
+    model: TransformerModel, layers: int, *, start: int = 0, last: bool = False
+) -> tuple[tuple[int, TransformerModel], ...]:
+    """The kinds of transformer block a stage of ``layers`` layers from index ``start``
+    runs, as ``(count, the model as that block sees it)``: dense layers, MoE layers and, on
+    the last stage, the MTP modules' blocks (``TransformerModel.mtp_block``)."""
+    dense, moe = model.layer_split(layers, start)
+    mtp = model.mtp_layers if last else 0
+    kinds = ((dense, model.dense_layer), (moe, model), (mtp, model.mtp_block))
+    return tuple((count, view) for count, view in kinds if count)
+
+
 def stage_flops(
-    model: TransformerModel, layers: int, microbatch_size: int, *, first: bool, last: bool
+    model: TransformerModel,
+    layers: int,
+    microbatch_size: int,
+    *,
+    first: bool,
+    last: bool,
+    start: int = 0,
 ) -> PassFlops:
-    """The FLOPs a stage really executes: its layers, the LM head if last, and, with
-    recomputation, one more forward of its layers inside the input-gradient backward."""
-    per_layer = layer_flops(model, microbatch_size)
-    flops = per_layer.scaled(layers)
+    """The FLOPs a stage really executes: its layers (from index ``start``), the LM head and
+    the MTP modules if last, and, with recomputation, one more forward of its blocks inside
+    the input-gradient backward."""
+    flops, recomputed = PassFlops(0, 0, 0), 0
+    for count, view in stage_blocks(model, layers, start=start, last=last):
+        per_layer = layer_flops(view, microbatch_size)
+        flops = flops + per_layer.scaled(count)
+        recomputed += per_layer.forward * count
     if model.recompute:
-        flops = flops + PassFlops(0, per_layer.forward * layers, 0)
+        flops = flops + PassFlops(0, recomputed, 0)
     if last:
         flops = flops + lm_head_flops(model, microbatch_size)
+        flops = flops + mtp_extra_flops(model, microbatch_size)
     return flops
 
 
@@ -218,133 +175,111 @@ def model_flops_per_step(
     model: TransformerModel, global_batch: int, *, forward_only: bool = False
 ) -> int:
     """Useful FLOPs of one step over ``global_batch`` sequences, for MFU: forward and
-    backward of every layer and the LM head, recomputation not counted. For f = 4h this is
-    Megatron-LM's ``72 B s L h^2 (1 + s/(6h) + V/(12 h L))``. ``forward_only`` (inference)
-    counts the forward pass alone, ``24 B s L h^2 (1 + s/(6h) + V/(12 h L))``."""
-    layer, head = layer_flops(model, 1), lm_head_flops(model, 1)
-    if forward_only:
-        return (layer.forward * model.layers + head.forward) * global_batch
-    return (layer.total * model.layers + head.total) * global_batch
-
-
-# -- bytes ---------------------------------------------------------------------------------
-
-
-def activation_message_bytes(model: TransformerModel, microbatch_size: int) -> int:
-    """The tensor one stage sends the next (and the gradient sent back): ``b s h`` elements."""
-    return microbatch_size * model.seq_len * model.hidden * model.dtype_bytes
-
-
-def layer_activation_memory_bytes(
-    model: TransformerModel,
-    microbatch_size: int,
-    tensor: int = 1,
-    sequence_parallel: bool = False,
-    *,
-    context: int = 1,
-) -> tuple[float, float]:
-    """Activation memory one layer keeps for one microbatch, and the part of it the
-    weight-gradient pass ``W`` still needs after ``I`` has run. Returns ``(total, for_w)``.
-
-    Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
-    Models") count ``sbh(34 + 5as/h)`` bytes per layer with 16-bit activations: 34sbh for the
-    linear, norm, dropout and GELU inputs, ``5as^2b`` for the attention scores, softmax and
-    its dropout mask. Tensor parallelism splits the scores and part of the rest:
-    ``sbh(10 + 24/t + 5as/(ht))``; with sequence parallelism too, ``sbh(34/t + 5as/(ht))``.
-    The constants assume 2-byte activations and 1-byte masks; ``dtype_bytes`` does not
-    rescale them. With ``flash_attention`` the ``5as^2b`` term is dropped, leaving 34sbh
-    (what Korthikanti et al. call selective recomputation).
-
-    The 24sbh that tensor parallelism splits are, itemised, Q, K, V and the output
-    projection's input (2sbh each) and the MLP's activation input and down-projection input
-    (2sbf each, f = 4h). Grouped-query attention shrinks K and V to ``2 s b g d`` each; a
-    gated MLP keeps three f-wide tensors (gate and up outputs, their product), ``6sbf``. The
-    10sbh left whole (two norm inputs, QKV and MLP inputs, two dropout masks) do not change.
-
-    With ``fp8`` Transformer Engine saves each linear layer's input as its FP8 cast (1 byte
-    per element): the QKV and MLP inputs (``sbh`` each instead of ``2sbh``), the output
-    projection's (``sbh``) and the down projection's (``sbf``).
-
-    The W part is what the Zero Bubble implementation uses: 32sbh of the 34sbh (the inputs of
-    the linear layers), scaled here with the same tensor-parallel split.
-
-    With full recomputation only the layer input survives the forward (``2sbh``, split by t
-    under sequence parallelism); it is kept until W, which needs the recomputed inputs.
-
-    Context parallelism of degree ``context`` keeps ``s / N`` tokens per GPU: every term
-    divides by N (the scores too: each GPU's queries against all keys).
-    """
-    b, h, a, t = microbatch_size, model.hidden, model.heads, tensor
-    s = sequence_share(model, context)
-    sbh = s * b * h
-    if model.recompute:
-        kept = 2 * sbh / (t if sequence_parallel else 1)
-        return kept, kept
-    whole = 10 * sbh
-    split = 4 * sbh + 4 * s * b * model.kv_width + 2 * model.mlp_matrices * s * b * model.ffn
-    if model.fp8 is not None:  # the four linear inputs saved in 1 byte instead of 2
-        whole -= 2 * sbh  # the QKV and MLP inputs (2sbh each)
-        split -= sbh + s * b * model.ffn  # the output projection's and down projection's
-    linear = (whole + split) / t if sequence_parallel else whole + split / t
-    scores = 0 if model.flash_attention else 5 * a * s * model.seq_len * b / t
-    return linear + scores, linear * 32 / 34
-
-
-def stage_extra_activation_bytes(
-    model: TransformerModel,
-    microbatch_size: int,
-    *,
-    first: bool,
-    last: bool,
-    tensor: int = 1,
-    sequence_parallel: bool = False,
-    context: int = 1,
-) -> tuple[float, float]:
-    """Activation memory outside the layers, as ``(total, for_w)`` (Korthikanti §4.3).
-
-    First stage: the embedding's dropout mask, ``sbh`` bytes. Last stage: the final norm's
-    and the LM head's inputs, ``4sbh`` bytes (the LM head input, ``2sbh``, is kept until W),
-    and the fp32 logits the cross-entropy backward needs, ``4sbV`` (split over t: the
-    output layer is vocabulary-parallel). A context-parallel GPU holds ``s / context`` tokens.
-    """
-    seq = sequence_share(model, context)
-    sbh = seq * microbatch_size * model.hidden
-    split = tensor if sequence_parallel else 1
-    total = for_w = 0.0
-    if first:
-        total += sbh / split
-    if last:
-        total += 4 * sbh / split + 4 * seq * microbatch_size * model.vocab / tensor
-        for_w += 2 * sbh / split
-    return total, for_w
+    backward of every layer (a MoE layer's activated experts) and the LM head, and the MTP
+    modules, recomputation not counted. For f = 4h this is Megatron-LM's
+    ``72 B s L h^2 (1 + s/(6h) + V/(12 h L))``. ``forward_only`` (inference) counts the
+    forward pass alone, ``24 B s L h^2 (1 + s/(6h) + V/(12 h L))``."""
+    once = replace(model, recompute=False) if model.recompute else model
+    step = stage_flops(once, model.layers, 1, first=True, last=True)
+    return (step.forward if forward_only else step.total) * global_batch
 
 
 # -- parameters and static memory ----------------------------------------------------------
 
 
+def attention_parameters(model: TransformerModel) -> int:
+    """The attention block's weights and biases (and MLA's norms on its latents)."""
+    if model.mla is not None:
+        mla, h, a = model.mla, model.hidden, model.heads
+        return model.attention_weights + mla.biases(h, a) + mla.norm_parameters
+    return model.attention_weights + model.q_width + 2 * model.kv_width + model.hidden
+
+
+def mlp_parameters(model: TransformerModel, *, activated: bool = False) -> int:
+    """The MLP's weights and biases: a dense MLP's, or a MoE layer's experts and router
+    (with ``activated``, those one token uses: ``pipesim.cluster.moe``)."""
+    h, moe = model.hidden, model.moe
+    if moe is not None:
+        count = moe.activated_parameters if activated else moe.parameters
+        return count(h, model.mlp_matrices)
+    return model.mlp_weights + (model.mlp_matrices - 1) * model.ffn + h
+
+
 @functools.lru_cache(maxsize=1 << 14)
-def layer_parameters(model: TransformerModel) -> int:
+def layer_parameters(model: TransformerModel, *, activated: bool = False) -> int:
     """Weights of one layer: attention ``h (h + 2 g d) + h^2`` (QKV and output projection)
     with their biases, the MLP ``2hf`` (``3hf`` gated) with its biases, two layer norms
     ``4h``: ``12h^2 + 13h`` for a plain MHA layer with f = 4h. Models without biases, with
-    RMSNorm (Llama), hold a few ``h`` per layer fewer, under 0.01 % of the total."""
-    h, f = model.hidden, model.ffn
-    attention_biases = h + 2 * model.kv_width + h
-    mlp_biases = (model.mlp_matrices - 1) * f + h
-    return model.attention_weights + model.mlp_weights + attention_biases + mlp_biases + 4 * h
+    RMSNorm (Llama), hold a few ``h`` per layer fewer, under 0.01 % of the total. A MoE
+    layer holds all its experts; ``activated``: those one token uses."""
+    mlp = mlp_parameters(model, activated=activated)
+    return attention_parameters(model) + mlp + 4 * model.hidden
+
+
+def mtp_module_parameters(model: TransformerModel) -> int:
+    """One multi-token-prediction module's own weights: its block, the projection ``2h -> h``
+    with its bias and the norms of its two inputs (``4h``). It shares the embedding and the
+    LM head with the main model."""
+    h = model.hidden
+    return layer_parameters(model.mtp_block) + 2 * h * h + h + 4 * h
+
+
+def stage_layer_groups(
+    model: TransformerModel, partition: Sequence[int]
+) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """The blocks each stage holds, as ``(count, parameters of one)`` per kind (dense and
+    MoE layers, MTP modules on the last stage: ``stage_blocks``)."""
+    groups, start, last = [], 0, len(partition) - 1
+    for k, layers in enumerate(partition):
+        dense, moe = model.layer_split(layers, start)
+        kinds = (
+            (dense, layer_parameters(model.dense_layer)),
+            (moe, layer_parameters(model)),
+            (model.mtp_layers if k == last else 0, mtp_module_parameters(model)),
+        )
+        groups.append(tuple((count, params) for count, params in kinds if count))
+        start += layers
+    return tuple(groups)
 
 
 def stage_parameters(model: TransformerModel, partition: Sequence[int]) -> tuple[int, ...]:
     """Weights held by each stage: its layers, the word embedding ``Vh`` on the first stage,
-    the LM head ``Vh`` on the last unless embeddings are tied. (Position embeddings and the
-    final norm are left out. Megatron-LM keeps a copy of a tied embedding on the last stage
-    when there are several stages; set ``tied_embeddings=False`` to count it.)"""
+    the LM head ``Vh`` on the last unless embeddings are tied, and with MTP modules on a
+    last stage that is not the first, the embedding's copy they look the next tokens up in.
+    (Position embeddings and the final norm are left out. Megatron-LM keeps a copy of a tied
+    embedding on the last stage when there are several stages; set
+    ``tied_embeddings=False`` to count it.)"""
     stages = len(partition)
     embedding = model.vocab * model.hidden
     params = []
-    for k, layers in enumerate(partition):
-        count = layers * layer_parameters(model)
+    for k, groups in enumerate(stage_layer_groups(model, partition)):
+        count = sum(n * each for n, each in groups)
         count += embedding if k == 0 else 0
         count += embedding if k == stages - 1 and not model.tied_embeddings else 0
+        count += embedding if k == stages - 1 and k > 0 and model.mtp_layers else 0
         params.append(count)
     return tuple(params)
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterCount:
+    """A model's size as model cards give it: ``total`` parameters of the main model
+    (embedding, layers, LM head), ``activated`` per token (a MoE layer's ``top_k`` routed
+    and shared experts), and the MTP modules' own (``mtp``), which DeepSeek-V3 counts apart
+    (671B main model, 14B MTP module)."""
+
+    total: int
+    activated: int
+    mtp: int = 0
+
+
+def parameter_count(model: TransformerModel) -> ParameterCount:
+    """The main model's total and activated parameters, and the MTP modules'."""
+    ends = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
+    dense, moe = model.layer_split(model.layers)
+    dense_layer = dense * layer_parameters(model.dense_layer)
+    return ParameterCount(
+        total=ends + dense_layer + moe * layer_parameters(model),
+        activated=ends + dense_layer + moe * layer_parameters(model, activated=True),
+        mtp=model.mtp_layers * mtp_module_parameters(model),
+    )

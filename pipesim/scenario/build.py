@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pipesim.cluster.transformer import ParameterCount, parameter_count
 from pipesim.scenario import decode_mode, derive, searched
 from pipesim.scenario.load import apply_overrides, read_mapping
 from pipesim.scenario.profile import ProfileError, costs_from_profile, load_profile
@@ -70,6 +71,7 @@ class Scenario:
     # device. Costs derived from a model are re-cut instead (False).
     costs_per_chunk: bool = True
     search: SearchResult | None = None  # how zb-auto / v-auto found the schedule
+    parameters: ParameterCount | None = None  # a model's total and activated parameters
 
 
 # ---------------------------------------------------------------------------
@@ -180,6 +182,7 @@ def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
         tail_after_flush=not spec.parallel.dp_overlap,
         optimizer_ms=derived.optimizer_ms,
         costs_per_chunk=False,
+        parameters=parameter_count(job.model),
     )
 
 

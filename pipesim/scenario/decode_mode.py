@@ -29,6 +29,7 @@ from typing import Any
 
 from pipesim.cluster.job import Job
 from pipesim.cluster.token_steps import token_step_messages
+from pipesim.cluster.transformer import parameter_count
 from pipesim.scenario import derive
 from pipesim.scenario.profile import Profile, ProfileError, load_profile
 from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec, first_line, per_stage_costs
@@ -76,6 +77,7 @@ def scenario_fields(spec: ScenarioSpec, source: str) -> dict[str, Any]:
         "spec": spec,
         "accounting": accounting,
         "costs_per_chunk": False,  # a stage is one token step of one device: nothing to re-cut
+        "parameters": None if job.model is None else parameter_count(job.model),
     }
 
 

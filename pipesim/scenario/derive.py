@@ -31,9 +31,11 @@ from pipesim.cluster.hardware import (
 )
 from pipesim.cluster.job import BatchSizes, Hardware, Job, JobError, ParallelLayout
 from pipesim.cluster.job_costs import ModelCosts
+from pipesim.cluster.mla import MLA
 from pipesim.cluster.model import Efficiency, TransformerModel
+from pipesim.cluster.moe import MoE
 from pipesim.cluster.optimizers import sharding_stage
-from pipesim.scenario.schema import LinkSpec, Mode, ScenarioError, ScenarioSpec
+from pipesim.scenario.schema import LinkSpec, Mode, ModelSpec, ScenarioError, ScenarioSpec
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import IDEAL, Link, Topology
@@ -90,7 +92,10 @@ def check_tensor_parallel(spec: ScenarioSpec, source: str) -> None:
     check_context_parallel(spec, source)
     if t == 1:
         return
-    for name, size in (("heads", m.heads), ("ffn_hidden", m.ffn_hidden or 4 * m.hidden)):
+    widths = [("heads", m.heads), ("ffn_hidden", m.ffn_hidden or 4 * m.hidden)]
+    if m.moe is not None and m.moe.expert_ffn_hidden is not None:  # experts split as MLPs
+        widths.append(("moe.expert_ffn_hidden", m.moe.expert_ffn_hidden))
+    for name, size in widths:
         if size % t:
             raise ScenarioError(
                 f"{source}: parallel.tensor: {t} does not divide model.{name} ({size}); "
@@ -117,6 +122,8 @@ def check_context_parallel(spec: ScenarioSpec, source: str) -> None:
         raise ScenarioError(
             f"{field}: context parallelism is modelled for training and forward steps; decode and serving allow 1"
         )
+    if m.attention == "mla":
+        raise ScenarioError(f"{field}: not modelled with model.attention: mla yet; allowed: 1")
     if not m.flash_attention:
         raise ScenarioError(
             f"{field}: needs model.flash_attention: true (ring and all-to-all attention run inside a fused attention kernel)"
@@ -227,6 +234,7 @@ def _transformer(spec: ScenarioSpec, source: str) -> TransformerModel:
             f"{source}: model.fp8: {m.fp8!r} needs FP8 tensor cores, which hardware.gpu "
             f"{gpu!r} lacks; leave model.fp8 out (bf16) or use one of: {with_fp8}"
         )
+    check_mixture(spec, source)
     try:
         return TransformerModel(
             layers=m.layers,
@@ -242,9 +250,72 @@ def _transformer(spec: ScenarioSpec, source: str) -> TransformerModel:
             tied_embeddings=m.tied_embeddings,
             flash_attention=m.flash_attention,
             fp8=m.fp8,
+            head_dim=m.head_dim,
+            moe=None if m.moe is None else _moe(m),
+            mla=None if m.mla is None else MLA(**m.mla.model_dump()),
+            mtp_layers=m.mtp_layers,
         )
     except ValueError as exc:
         raise ScenarioError(f"{source}: model: {exc}") from None
+
+
+def _moe(m: ModelSpec) -> MoE:
+    """``model.moe`` with its experts' width (``model.ffn_hidden`` where not given)."""
+    moe = m.moe.model_dump()
+    if moe["expert_ffn_hidden"] is None:
+        moe["expert_ffn_hidden"] = m.ffn_hidden or 4 * m.hidden
+    return MoE(**moe)
+
+
+def check_mixture(spec: ScenarioSpec, source: str) -> None:
+    """What one key of ``model`` says of another (``pipesim.scenario.moe_schema``):
+    ``top_k`` at most ``experts``, ``dense_layers`` at most ``layers``, ``model.mla`` with
+    ``attention: mla`` and only then, ``kv_heads`` as the attention kind says; and that
+    decode and serving, which do not model MoE, MLA or MTP yet, get none of them."""
+    m = spec.model
+    problem = _mixture_problem(m)
+    if problem is None and (spec.serving is not None or spec.pipeline.mode == Mode.DECODE):
+        given = [key for key in ("moe", "mla", "mtp_layers") if getattr(m, key)]
+        if given:
+            problem = (
+                f"model.{given[0]}: decode and serving do not model mixture-of-experts, "
+                "MLA or MTP yet; allowed: training and forward steps (pipeline.mode: "
+                "train or forward)"
+            )
+    if problem is not None:
+        raise ScenarioError(f"{source}: {problem}")
+
+
+def _mixture_problem(m: ModelSpec) -> str | None:
+    moe, mla, attention, kv_heads = m.moe, m.mla, m.attention, m.kv_heads
+    if moe is not None and moe.top_k > moe.experts:
+        return (
+            f"model.moe.top_k: {moe.top_k} experts per token of {moe.experts}; "
+            f"allowed: 1 to model.moe.experts ({moe.experts})"
+        )
+    if moe is not None and moe.dense_layers > m.layers:
+        return (
+            f"model.moe.dense_layers: {moe.dense_layers} dense layers of {m.layers}; "
+            f"allowed: 0 to model.layers ({m.layers})"
+        )
+    if attention == "mla" and mla is None:
+        return (
+            "model.mla: required with model.attention: mla (q_lora_rank, kv_lora_rank, "
+            "qk_nope_head_dim, qk_rope_head_dim, v_head_dim)"
+        )
+    if mla is not None and attention != "mla":
+        return f"model.mla: only used with model.attention: mla (got attention: {attention})"
+    if attention == "mla" and (kv_heads is not None or m.head_dim is not None):
+        key = "kv_heads" if kv_heads is not None else "head_dim"
+        return f"model.{key}: not used with model.attention: mla (model.mla gives the widths)"
+    if attention == "mha" and kv_heads not in (None, m.heads):
+        return (
+            f"model.kv_heads: {kv_heads} key/value heads for {m.heads} heads is grouped-query "
+            "attention; allowed with attention: mha: none or model.heads; or attention: gqa"
+        )
+    if attention == "gqa" and kv_heads is None:
+        return "model.kv_heads: required with model.attention: gqa"
+    return None
 
 
 def _link(choice: str | LinkSpec | None, variant: str, field: str, source: str) -> Link | None:

@@ -51,6 +51,7 @@ from pipesim.scenario.fields import (
     PerStageBytes,
 )
 from pipesim.scenario.fields import Strict as _Strict
+from pipesim.scenario.moe_schema import MLASpec, MoESpec
 from pipesim.scenario.serving_schema import DecodeSpec, ServingSpec
 from pipesim.scenario.topology_schema import TopologySpec
 from pipesim.scenario.variability_schema import VariabilitySpec
@@ -252,6 +253,13 @@ class ModelSpec(_Strict):
     # Megatron-LM's --pipeline-model-parallel-layout, e.g. "Et*3|(tt|)*14|tL": instead of
     # partition, and the first or last stage may hold no layer (pipesim.cluster.layout)
     pipeline_layout: Annotated[str, AfterValidator(check_layout)] | None = None
+    # Heads wider than hidden / heads (Qwen3: 128); mixture-of-experts layers, multi-head
+    # latent attention and multi-token prediction (pipesim.scenario.moe_schema)
+    head_dim: Count | None = None
+    attention: Literal["mha", "gqa", "mla"] | None = None  # absent: mha, gqa with kv_heads
+    mla: MLASpec | None = None
+    moe: MoESpec | None = None
+    mtp_layers: Index = 0  # DeepSeek-V3's multi-token-prediction modules, on the last stage
 
     @model_validator(mode="after")
     def _one_split(self) -> ModelSpec:

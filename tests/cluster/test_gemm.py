@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from pipesim.cluster.activations import layer_activation_memory_bytes
 from pipesim.cluster.efficiency import Efficiency
 from pipesim.cluster.gemm import gemm_ms, shape_efficiency, wave_efficiency
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.model import TransformerModel
 from pipesim.cluster.pass_time import TensorParallel, layer_pass_times, linear_pass_ms
 from pipesim.cluster.static_memory import static_memory
-from pipesim.cluster.transformer import layer_activation_memory_bytes
 
 ROOT = Path(__file__).parents[2]
 H100, A100 = gpu_profile("h100-sxm"), gpu_profile("a100-sxm-80gb")

@@ -33,7 +33,7 @@ def test_megatrons_deepseek_example_without_its_mtp_layer():
 @pytest.mark.parametrize(
     ("layout", "message"),
     [
-        ("Et*3|(tt|)*29,m|L", "multi-token prediction layers (m) are not modelled"),
+        ("Et*3|(tt|)*29,m|L", "multi-token prediction layers (m) are not placed by a layout"),
         ("t|E|L", "the embedding (E) must appear once, first in the first stage"),
         ("Et|tL|t", "the loss and LM head (L) must appear once, last in the last stage"),
         ("Et||tL", "stage 1 holds no layer; only the first (embedding) and the last stage"),
@@ -135,8 +135,8 @@ def test_interleaved_stages_count_devices_times_virtual_stages(tmp_path):
         ("model.partition=even", "model: give model.partition or model.pipeline_layout, not both"),
         (
             "model.pipeline_layout=Et|m|tL",
-            "model.pipeline_layout: multi-token prediction layers (m) are not modelled; "
-            "leave them out (got 'Et|m|tL')",
+            "model.pipeline_layout: multi-token prediction layers (m) are not placed by a "
+            "layout: model.mtp_layers puts them on the last stage; leave m out (got 'Et|m|tL')",
         ),
     ],
 )

@@ -17,7 +17,8 @@ from pipesim.analysis.monte_carlo import MonteCarloSummary
 from pipesim.analysis.run import Result
 from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.cli.render.explain import path_lines
-from pipesim.cli.render.units import format_bytes
+from pipesim.cli.render.units import format_bytes, format_count
+from pipesim.cluster.transformer import ParameterCount
 from pipesim.plot.gantt import gantt_figure
 from pipesim.plot.memory import Runtime
 from pipesim.schedules.torch_csv import to_torch_csv
@@ -45,7 +46,7 @@ def render_table(result: Result) -> str:
     memory = _memory_lines(report, result.scenario.accounting)
     if memory and memory[-1].lstrip().startswith("peak memory"):
         memory += band_lines(bands, ("peak_memory",))
-    lines += memory + [""] + _device_lines(report)
+    lines += _parameter_lines(result.scenario.parameters) + memory + [""] + _device_lines(report)
     if result.explanation is not None:
         path = path_lines(result.explanation, report.makespan_ms, TABLE_PATH_STEPS)
         lines += [""] + [f"  {line}" if line else line for line in path]
@@ -161,6 +162,19 @@ def _monte_carlo_lines(summary: MonteCarloSummary) -> list[str]:
         values = " ".join(fmt.format(v) for v in (figure.p50, figure.p90, figure.p99))
         lines.append(f"  {label:<18}{' ' * 10}{values}")
     return lines
+
+
+def _parameter_lines(count: ParameterCount | None) -> list[str]:
+    """The model's parameters: total, and where they differ, activated per token (a MoE
+    model's) and the MTP modules' own."""
+    if count is None:
+        return []
+    text = format_count(count.total)
+    if count.activated != count.total:
+        text += f" total, {format_count(count.activated)} activated per token"
+    if count.mtp:
+        text += f" (+ {format_count(count.mtp)} in MTP modules)"
+    return [f"  {'parameters':<18}{text}"]
 
 
 def _memory_lines(report: Report, accounting: Accounting | None) -> list[str]:

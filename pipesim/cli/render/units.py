@@ -9,3 +9,12 @@ def format_bytes(value: float) -> str:
         if value >= size:
             return f"{value / size:.2f} {unit}"
     return f"{value:.0f} B"
+
+
+def format_count(value: int) -> str:
+    """A count of parameters in the largest decimal unit it reaches, as model cards write
+    them: ``671.20 B``, ``12.88 B``, ``350.00 M``, ``4,096``."""
+    for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6)):
+        if value >= size:
+            return f"{value / size:.2f} {unit}"
+    return f"{value:,}"
