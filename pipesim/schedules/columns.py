@@ -39,17 +39,15 @@ def actions(stage: int, kind: Kind, microbatches: range) -> Iterator[Action]:
 class Columns(NamedTuple):
     """Nodes (the entries of the device lists, chained) and atoms (the simple actions they
     run: a group's members, or the node itself). Per atom: ``node`` (which node runs it),
-    ``stage``, ``kind`` (``ATOM_CODE``), ``microbatch``, ``device``; ``atoms`` the Actions.
-    Per node: ``nodes`` (the Actions), ``node_device`` and ``is_group``. ``one_each``: no
-    groups, so atoms and nodes are the same entries."""
+    ``stage``, ``kind`` (``ATOM_CODE``), ``microbatch``, ``device``. Per node:
+    ``node_device`` and ``is_group``. ``one_each``: no groups, so atoms and nodes are the
+    same entries."""
 
     node: np.ndarray
     stage: np.ndarray
     kind: np.ndarray
     microbatch: np.ndarray
     device: np.ndarray
-    atoms: list
-    nodes: list
     node_device: np.ndarray
     is_group: np.ndarray
     one_each: bool
@@ -88,8 +86,6 @@ def _build(schedule: Schedule) -> Columns:
         kind=np.fromiter(map(ATOM_CODE.__getitem__, map(_KIND, atoms)), np.int64, size),
         microbatch=np.fromiter(map(_MICROBATCH, atoms), np.int64, size),
         device=device,
-        atoms=atoms,
-        nodes=nodes,
         node_device=node_device,
         is_group=is_group,
         one_each=one_each,
