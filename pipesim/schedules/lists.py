@@ -6,13 +6,16 @@ through (validation, the fast evaluator, the report) read those columns and noth
 Making a million ``Action`` tuples out of them would be most of what such a run spends in
 Python, so they are made only for a caller that reads them: the text form, the grid
 picture, the CSV export, the SimPy engine, search. ``MadeOnRead`` is that promise for any
-sequence (a fast Trace's actions are one).
+sequence (a fast Trace's actions are one); ``ActionLists`` is a schedule's per-device
+lists, which also answers, without making them, what a schedule asks of its lists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
+
+import numpy as np
 
 T = TypeVar("T")
 
@@ -72,4 +75,48 @@ class MadeOnRead(Sequence[T]):
         return repr(self.items)
 
 
-__all__ = ["MadeOnRead"]
+class ActionLists(MadeOnRead[tuple[Any, ...]]):
+    """A schedule's per-device lists of Actions, made on first read from its columns.
+
+    ``atoms``: how many simple actions the lists hold; ``training``: whether any is not a
+    forward; ``columns``: the schedule's columns (``pipesim.schedules.columns.Columns``),
+    which the lists are made from; ``content``: the arrays that say what the lists hold
+    (equal arrays, equal lists), so two such lists compare without being made. Built by
+    ``pipesim.schedules.columns.action_lists``.
+    """
+
+    __slots__ = ("atoms", "training", "columns", "content")
+
+    def __init__(
+        self,
+        devices: int,
+        make: Callable[[], Sequence[tuple[Any, ...]]],
+        *,
+        atoms: int,
+        training: bool,
+        columns: object,
+        content: tuple[np.ndarray, ...],
+    ) -> None:
+        super().__init__(devices, make)
+        self.atoms = atoms
+        self.training = training
+        self.columns = columns
+        self.content = content
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ActionLists) and len(self.content) == len(other.content):
+            return len(self) == len(other) and all(
+                np.array_equal(mine, theirs)
+                for mine, theirs in zip(self.content, other.content, strict=True)
+            )
+        return super().__eq__(other)
+
+    __hash__ = MadeOnRead.__hash__
+
+    def digest(self) -> int:
+        """A hash of the content (not of the Actions: equal lists made otherwise, such as
+        a tuple, hash differently), for keys of caches that compare what they find."""
+        return hash(tuple(hash(array.tobytes()) for array in self.content))
+
+
+__all__ = ["ActionLists", "MadeOnRead"]
