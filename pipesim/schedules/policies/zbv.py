@@ -41,19 +41,24 @@ def rank_columns(
     n = max(microbatches, 2 * p - 1)  # pad to fill the V, then drop the padding below
     # The order as (chunk, kind) steps; the k-th step of each pair is its microbatch k.
     # Warm-up: 2(D-d)-1 F0, then d x (F1 F0), then (D-d) x (F1 I1 W1)
-    steps = [F0] * (2 * (p - d) - 1) + [F1, F0] * d + [F1, I1, W1] * (p - d)
+    steps = [_times([F0], 2 * (p - d) - 1), _times([F1, F0], d), _times([F1, I1, W1], p - d)]
     # Steady state: F0 I0 W0 F1 I1 W1 until chunk 0 has run n forwards, then I0 W0 F1 I1
     # W1 until chunk 1 has caught up with them
     forwards0, forwards1 = 2 * (p - d) - 1 + d, p
     with_forward = max(0, n - forwards0)
     rounds = max(with_forward, max(n, forwards0) - forwards1)
     without = rounds - with_forward
-    steps += [F0, I0, W0, F1, I1, W1] * with_forward + [I0, W0, F1, I1, W1] * without
+    steps += [_times([F0, I0, W0, F1, I1, W1], with_forward), _times([I0, W0, F1, I1, W1], without)]
     # Cool-down: d x (I0 I1), (D-d) x (I0 W0), then the W still owed
-    steps += [I0, I1] * d + [I0, W0] * (p - d)
-    issued = np.bincount(steps, minlength=len(_STEPS))
-    steps += [W1] * (issued[I1] - issued[W1]) + [W0] * (issued[I0] - issued[W0])
-    return _numbered(np.asarray(steps), (d, 2 * p - 1 - d), microbatches)
+    steps += [_times([I0, I1], d), _times([I0, W0], p - d)]
+    issued = np.bincount(np.concatenate(steps), minlength=len(_STEPS))
+    steps += [_times([W1], issued[I1] - issued[W1]), _times([W0], issued[I0] - issued[W0])]
+    return _numbered(np.concatenate(steps), (d, 2 * p - 1 - d), microbatches)
+
+
+def _times(pattern: list[int], count: int) -> np.ndarray:
+    """``pattern`` repeated ``count`` times, as one array (a list's ``pattern * count``)."""
+    return np.tile(np.asarray(pattern, dtype=np.int64), count)
 
 
 # The six steps of a rank, as small codes: chunk 0's F, I, W, then chunk 1's, and the kind
