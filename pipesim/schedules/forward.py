@@ -7,7 +7,9 @@ order put it.
 
 from __future__ import annotations
 
+from pipesim.schedules.columns import ATOM_CODE, columns, kept_lists
 from pipesim.schedules.ir import F, Schedule
+from pipesim.schedules.lists import ActionLists
 from pipesim.schedules.posts import REDUCE_GRAD, PostKind
 
 
@@ -15,7 +17,12 @@ def forward_only(schedule: Schedule) -> Schedule:
     """The same schedule with every backward dropped (inference: forward passes only).
 
     Posts that belong to backwards (``SEND_B``, ``RECV_B``, ``REDUCE_GRAD``) go with them;
-    the others keep their place before the next remaining forward."""
+    the others keep their place before the next remaining forward. Lists built as columns
+    stay columns."""
+    if isinstance(schedule.device_actions, ActionLists) and not schedule.posts:
+        found = columns(schedule)
+        lists = kept_lists(found, schedule.devices, found.kind == ATOM_CODE[F])
+        return Schedule(lists, schedule.placement, schedule.chains, schedule.name)
     device_actions, posts = [], []
     for device, actions in enumerate(schedule.device_actions):
         kept, new_index = [], []

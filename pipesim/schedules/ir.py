@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from pipesim.schedules.grid import format_grid
+from pipesim.schedules.lists import ActionLists
 from pipesim.schedules.posts import P2P_KINDS, REDUCE_GRAD, Placed, Post
 
 
@@ -151,9 +152,12 @@ class Chain:
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """Per-device ordered action lists plus placement (``placement[stage] = device``)."""
+    """Per-device ordered action lists plus placement (``placement[stage] = device``).
 
-    device_actions: tuple[tuple[Action, ...], ...]
+    ``device_actions`` is a tuple of tuples, or, for a policy that builds in bulk, an
+    ``ActionLists`` that makes them on first read (``pipesim.schedules.lists``)."""
+
+    device_actions: Sequence[tuple[Action, ...]]
     placement: tuple[int, ...]
     chains: tuple[Chain, ...]
     name: str = "custom"
@@ -199,6 +203,8 @@ class Schedule:
 
     @property
     def num_actions(self) -> int:
+        if isinstance(self.device_actions, ActionLists):
+            return self.device_actions.atoms
         return sum(len(a.atoms) for actions in self.device_actions for a in actions)
 
     @property
@@ -254,6 +260,8 @@ class Schedule:
 
     @property
     def is_training(self) -> bool:
+        if isinstance(self.device_actions, ActionLists):
+            return self.device_actions.training
         return any(a.kind != F for actions in self.device_actions for a in actions)
 
     def __str__(self) -> str:

@@ -38,6 +38,7 @@ Exporters (Chrome trace, CSV) are in ``pipesim.sim.export``.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
@@ -170,7 +171,9 @@ class Trace:
     peer: np.ndarray
     start: np.ndarray
     end: np.ndarray
-    actions: list[Action] = field(repr=False)
+    # per row, its Action (None beside the schedule): a list, or made on first read
+    # (``pipesim.schedules.lists.MadeOnRead``) where the fast evaluator made the Trace
+    actions: Sequence[Action | None] = field(repr=False)
     cause: np.ndarray | None = field(default=None, repr=False)  # Cause codes; None: unknown
     cause_row: np.ndarray | None = field(default=None, repr=False)
 

@@ -98,7 +98,7 @@ def test_engine_fast_index_and_critical_path_read_the_rule(case):
             KIND_CODES[fast.node_kind[fast.message_node[m]]],
             int(fast.message_microbatch[m]),
         )
-        receiver = fast.node_action[consumer[m]]
+        receiver = fast.pool()[consumer[m]]
         assert sender in deps.message_producers(receiver)
         hop = deps.outgoing(sender[1], sender[0])
         assert (hop.src, hop.dst) == (fast.message_src[m], fast.message_dst[m])

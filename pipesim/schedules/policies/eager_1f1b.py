@@ -27,8 +27,9 @@ holds up to ``2(p - r) - 1`` activations, ``2p - 1`` on rank 0 against 1F1B's ``
 
 from __future__ import annotations
 
+from pipesim.schedules.columns import rank_lists
 from pipesim.schedules.ir import Schedule, single_chain
-from pipesim.schedules.policies.one_f_one_b import rank_actions
+from pipesim.schedules.policies.one_f_one_b import rank_columns
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "eager-1f1b"
@@ -36,10 +37,8 @@ NAME = "eager-1f1b"
 
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     p = devices
-    device_actions = tuple(
-        rank_actions(r, p, microbatches, warmup=2 * (p - r - 1)) for r in range(p)
-    )
-    return Schedule(device_actions, tuple(range(p)), single_chain(p, microbatches), NAME)
+    lists = rank_lists([rank_columns(r, p, microbatches, warmup=2 * (p - r - 1)) for r in range(p)])
+    return Schedule(lists, tuple(range(p)), single_chain(p, microbatches), NAME)
 
 
 POLICY = Policy(

@@ -12,21 +12,21 @@ only, with no hop time, ``(m + p - 1)F``.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, B, F, Schedule, single_chain
+import numpy as np
+
+from pipesim.schedules.columns import ATOM_CODE, rank_lists
+from pipesim.schedules.ir import B, F, Schedule, single_chain
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "gpipe"
 
 
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
-    device_actions = tuple(
-        tuple(Action(d, F, i) for i in range(microbatches))
-        + tuple(Action(d, B, i) for i in reversed(range(microbatches)))
-        for d in range(devices)
-    )
-    return Schedule(
-        device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME
-    )
+    m = microbatches
+    kind = np.repeat([ATOM_CODE[F], ATOM_CODE[B]], m)  # every forward, then every backward
+    microbatch = np.concatenate([np.arange(m), np.arange(m)[::-1]])  # backwards last in first
+    lists = rank_lists([(np.full(2 * m, d), kind, microbatch) for d in range(devices)])
+    return Schedule(lists, tuple(range(devices)), single_chain(devices, m), NAME)
 
 
 def closed_form(

@@ -29,13 +29,10 @@ p v backwards end to end).
 
 from __future__ import annotations
 
-from itertools import repeat
-
 import numpy as np
 
-from pipesim.schedules.columns import make_action
+from pipesim.schedules.columns import ATOM_CODE, rank_lists
 from pipesim.schedules.ir import (
-    Action,
     B,
     F,
     Schedule,
@@ -71,7 +68,10 @@ def _steps(k: np.ndarray, rank: int, devices: int, chunks: int, per_round: int, 
     return chunk * devices + rank, microbatch
 
 
-def rank_actions(rank: int, devices: int, microbatches: int, chunks: int) -> tuple[Action, ...]:
+def rank_columns(
+    rank: int, devices: int, microbatches: int, chunks: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rank ``rank``'s list as columns (stage, kind, microbatch)."""
     total = microbatches * chunks
     per_round = microbatches_per_round(devices, microbatches)
     warmup = warmup_steps(rank, devices, microbatches, chunks)
@@ -87,11 +87,7 @@ def rank_actions(rank: int, devices: int, microbatches: int, chunks: int) -> tup
     stage, microbatch = np.empty(2 * total, np.int64), np.empty(2 * total, np.int64)
     for mask, steps, ahead in ((is_forward, forward, True), (~is_forward, backward, False)):
         stage[mask], microbatch[mask] = _steps(steps[mask], rank, devices, chunks, per_round, ahead)
-    kinds = map(_KINDS.__getitem__, is_forward.tolist())
-    return tuple(map(make_action, zip(stage.tolist(), kinds, microbatch.tolist(), repeat(None))))
-
-
-_KINDS = {True: F, False: B}
+    return stage, np.where(is_forward, ATOM_CODE[F], ATOM_CODE[B]), microbatch
 
 
 def _valid_near(devices: int, microbatches: int) -> tuple[int, int]:
@@ -115,12 +111,12 @@ def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
             f"{rounds} of equal size: microbatches={microbatches} with devices={devices} leaves "
             f"{microbatches % rounds} over; use {below} or {above}",
         )
-    device_actions = tuple(
-        rank_actions(r, devices, microbatches, virtual_stages) for r in range(devices)
+    lists = rank_lists(
+        [rank_columns(r, devices, microbatches, virtual_stages) for r in range(devices)]
     )
     stages = devices * virtual_stages
     return Schedule(
-        device_actions,
+        lists,
         loop_placement(devices, virtual_stages),
         single_chain(stages, microbatches),
         NAME,

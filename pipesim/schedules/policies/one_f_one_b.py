@@ -14,41 +14,43 @@ every steady-state cycle, so there is no short closed form with latency.
 
 from __future__ import annotations
 
-from itertools import chain
+import numpy as np
 
-from pipesim.schedules.columns import actions
-from pipesim.schedules.ir import Action, B, F, Schedule, single_chain
+from pipesim.schedules.columns import ATOM_CODE, rank_lists
+from pipesim.schedules.ir import B, F, Schedule, single_chain
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "1f1b"
 
 
-def rank_actions(
+def rank_columns(
     rank: int, devices: int, microbatches: int, warmup: int | None = None
-) -> tuple[Action, ...]:
-    """Rank ``rank``'s list; ``warmup`` overrides the ``p - r - 1`` warm-up forwards."""
-    warmup = min(devices - rank - 1 if warmup is None else warmup, microbatches)
-    steady = microbatches - warmup
-    return tuple(
-        chain(
-            actions(rank, F, range(warmup)),  # warm-up
-            chain.from_iterable(  # steady state: 1F then 1B
-                zip(
-                    actions(rank, F, range(warmup, microbatches)),
-                    actions(rank, B, range(steady)),
-                    strict=True,
-                )
-            ),
-            actions(rank, B, range(steady, microbatches)),  # cool-down
-        )
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rank ``rank``'s list as columns (stage, kind, microbatch); ``warmup`` overrides the
+    ``p - r - 1`` warm-up forwards."""
+    m = microbatches
+    warmup = min(devices - rank - 1 if warmup is None else warmup, m)
+    steady = m - warmup
+    kind = np.concatenate(
+        [
+            np.full(warmup, ATOM_CODE[F]),  # warm-up
+            np.tile([ATOM_CODE[F], ATOM_CODE[B]], steady),  # steady state: 1F then 1B
+            np.full(warmup, ATOM_CODE[B]),  # cool-down
+        ]
     )
+    microbatch = np.concatenate(
+        [
+            np.arange(warmup),
+            np.stack([np.arange(warmup, m), np.arange(steady)], axis=1).reshape(-1),
+            np.arange(steady, m),
+        ]
+    )
+    return np.full(2 * m, rank), kind, microbatch
 
 
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
-    device_actions = tuple(rank_actions(r, devices, microbatches) for r in range(devices))
-    return Schedule(
-        device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME
-    )
+    lists = rank_lists([rank_columns(r, devices, microbatches) for r in range(devices)])
+    return Schedule(lists, tuple(range(devices)), single_chain(devices, microbatches), NAME)
 
 
 def closed_form(

@@ -24,62 +24,67 @@ left out.
 
 from __future__ import annotations
 
-from itertools import repeat
-
 import numpy as np
 
-from pipesim.schedules.columns import make_action
-from pipesim.schedules.ir import Action, F, I, Schedule, W, single_chain, v_placement
+from pipesim.schedules.columns import ATOM_CODE, rank_lists
+from pipesim.schedules.ir import F, I, Schedule, W, single_chain, v_placement
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "zbv"
 
 
-def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ...]:
+def rank_columns(
+    rank: int, devices: int, microbatches: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rank ``rank``'s list as columns (stage, kind, microbatch)."""
     d, p = rank, devices
     n = max(microbatches, 2 * p - 1)  # pad to fill the V, then drop the padding below
     # The order as (chunk, kind) steps; the k-th step of each pair is its microbatch k.
     # Warm-up: 2(D-d)-1 F0, then d x (F1 F0), then (D-d) x (F1 I1 W1)
-    steps = [F0] * (2 * (p - d) - 1) + [F1, F0] * d + [F1, I1, W1] * (p - d)
+    steps = [_times([F0], 2 * (p - d) - 1), _times([F1, F0], d), _times([F1, I1, W1], p - d)]
     # Steady state: F0 I0 W0 F1 I1 W1 until chunk 0 has run n forwards, then I0 W0 F1 I1
     # W1 until chunk 1 has caught up with them
     forwards0, forwards1 = 2 * (p - d) - 1 + d, p
     with_forward = max(0, n - forwards0)
     rounds = max(with_forward, max(n, forwards0) - forwards1)
     without = rounds - with_forward
-    steps += [F0, I0, W0, F1, I1, W1] * with_forward + [I0, W0, F1, I1, W1] * without
+    steps += [_times([F0, I0, W0, F1, I1, W1], with_forward), _times([I0, W0, F1, I1, W1], without)]
     # Cool-down: d x (I0 I1), (D-d) x (I0 W0), then the W still owed
-    steps += [I0, I1] * d + [I0, W0] * (p - d)
-    issued = np.bincount(steps, minlength=len(_STEPS))
-    steps += [W1] * (issued[I1] - issued[W1]) + [W0] * (issued[I0] - issued[W0])
-    return _numbered(np.asarray(steps), (d, 2 * p - 1 - d), microbatches)
+    steps += [_times([I0, I1], d), _times([I0, W0], p - d)]
+    issued = np.bincount(np.concatenate(steps), minlength=len(_STEPS))
+    steps += [_times([W1], issued[I1] - issued[W1]), _times([W0], issued[I0] - issued[W0])]
+    return _numbered(np.concatenate(steps), (d, 2 * p - 1 - d), microbatches)
+
+
+def _times(pattern: list[int], count: int) -> np.ndarray:
+    """``pattern`` repeated ``count`` times, as one array (a list's ``pattern * count``)."""
+    return np.tile(np.asarray(pattern, dtype=np.int64), count)
 
 
 # The six steps of a rank, as small codes: chunk 0's F, I, W, then chunk 1's, and the kind
 # of each
 F0, I0, W0, F1, I1, W1 = range(6)
 _STEPS = (F, I, W, F, I, W)
+_KIND_CODES = np.array([ATOM_CODE[kind] for kind in _STEPS])
 
 
-def _numbered(steps: np.ndarray, stages: tuple[int, int], microbatches: int) -> tuple[Action, ...]:
-    """Each step with its microbatch (how many of its kind came before), the padding left
-    out."""
+def _numbered(
+    steps: np.ndarray, stages: tuple[int, int], microbatches: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each step as (stage, kind, microbatch), its microbatch how many of its kind came
+    before, the padding left out."""
     microbatch = np.empty(len(steps), dtype=np.int64)
     for code in range(len(_STEPS)):
         where = np.flatnonzero(steps == code)
         microbatch[where] = np.arange(len(where))
     kept = microbatch < microbatches
     steps = steps[kept]
-    stage = np.where(steps >= F1, stages[1], stages[0]).tolist()
-    kind = map(_STEPS.__getitem__, steps.tolist())
-    return tuple(map(make_action, zip(stage, kind, microbatch[kept].tolist(), repeat(None))))
+    return np.where(steps >= F1, stages[1], stages[0]), _KIND_CODES[steps], microbatch[kept]
 
 
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
-    device_actions = tuple(rank_actions(r, devices, microbatches) for r in range(devices))
-    return Schedule(
-        device_actions, v_placement(devices), single_chain(2 * devices, microbatches), NAME
-    )
+    lists = rank_lists([rank_columns(r, devices, microbatches) for r in range(devices)])
+    return Schedule(lists, v_placement(devices), single_chain(2 * devices, microbatches), NAME)
 
 
 POLICY = Policy(

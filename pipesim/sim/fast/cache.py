@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from pipesim.schedules.ir import Schedule
+from pipesim.schedules.lists import ActionLists
 from pipesim.sim.fast.index import ScheduleIndex, build_index
 from pipesim.sim.fast.kernel import SweepBuffers
 from pipesim.sim.links import Topology
@@ -46,13 +47,15 @@ class EvaluatorCache:
 
         Kept by content, not identity: a planner rebuilds the same schedule for every cost
         it tries, and hashing the action lists costs a small fraction of laying them out
-        again.
+        again (lists made from columns are hashed as their columns, and not made).
         """
         last = self._last
         if last is not None and last[0] is schedule:  # the very same object: no hashing
             key = last[1]
         else:
-            key = hash((schedule.device_actions, schedule.placement, schedule.chains))
+            lists = schedule.device_actions
+            content = lists.digest() if isinstance(lists, ActionLists) else lists
+            key = hash((content, schedule.placement, schedule.chains))
             self._last = (schedule, key)
         hit = self._indexes.get(key)
         if hit is not None and (hit[0] is schedule or hit[0] == schedule):

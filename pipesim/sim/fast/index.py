@@ -26,7 +26,10 @@ evaluator hands the schedule to the engine, whose validator names the fault.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from operator import itemgetter
 
 import numpy as np
@@ -50,12 +53,12 @@ class ScheduleIndex:
 
     Per node: ``node_device``, ``node_kind`` (a KIND_CODE), ``node_stage`` and
     ``node_microbatch`` (-1 for a group), ``node_model_stage`` (the layer group whose cost
-    it takes; -1 for a group), ``node_action`` (object array). ``bounds[d]:bounds[d+1]``
-    are device d's nodes. ``graph``: what the sweep walks, each node's input and output
+    it takes; -1 for a group). ``bounds[d]:bounds[d+1]`` are device d's nodes. ``graph``: what the sweep walks, each node's input and output
     message among it (``pipesim.sim.fast.kernel.SweepGraph``).
     Per message: ``message_node`` (its producer), ``message_src``/``message_dst``
     (devices), ``message_kind`` (SEND_F or SEND_B), ``message_stage`` and
-    ``message_microbatch`` (the producing atom), ``message_atom`` (object array).
+    ``message_microbatch`` (the producing atom), ``message_action`` (the producing atom's
+    entry in ``pool()``, the node's own where it is one: ``action_pool``).
     ``routes[route_of]`` is each message's sender, receiver and the boundary whose
     activation bytes it carries.
     ``groups``: per group, ``(node, inputs, outputs, members as (kind, model stage))``.
@@ -69,7 +72,6 @@ class ScheduleIndex:
     node_stage: np.ndarray
     node_microbatch: np.ndarray
     node_model_stage: np.ndarray
-    node_action: np.ndarray
     graph: SweepGraph
     message_node: np.ndarray
     message_src: np.ndarray
@@ -77,13 +79,14 @@ class ScheduleIndex:
     message_kind: np.ndarray
     message_stage: np.ndarray
     message_microbatch: np.ndarray
-    message_atom: np.ndarray
+    message_action: np.ndarray
     groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[Kind, int], ...]], ...]
     routes: np.ndarray  # the distinct (sender, receiver, boundary) of the messages, one a row
     route_of: np.ndarray  # per message, its row in ``routes``
     chunk_of: np.ndarray  # per stage, plus a trailing -1 for stage -1
     fault: str | None
     memo: dict  # what later calls reuse (see ``remember``)
+    pool: Callable[[], np.ndarray]  # the Actions of the nodes and atoms, made when called
 
 
 @dataclass(slots=True)
@@ -94,53 +97,49 @@ class _Atoms:
     stage: np.ndarray
     kind: np.ndarray
     microbatch: np.ndarray
-    actions: list
     is_group: np.ndarray  # per node: a group of atoms run as one
 
 
 def _atoms(found: Columns) -> _Atoms:
     """The schedule's columns as the graph's builder reads them (``kind``: the RowKind
     codes, which are ``ATOM_CODE``'s for simple actions)."""
-    return _Atoms(
-        found.node, found.stage, found.kind, found.microbatch, found.atoms, found.is_group
-    )
+    return _Atoms(found.node, found.stage, found.kind, found.microbatch, found.is_group)
 
 
 def build_index(schedule: Schedule) -> ScheduleIndex:
     """Lay out ``schedule``'s graph (the caller keeps it: ``EvaluatorCache.index``)."""
     devices, stages = schedule.devices, schedule.stages
-    lengths = [len(actions) for actions in schedule.device_actions]
-    bounds = (0, *np.cumsum(lengths).tolist())
     found = columns(schedule)
-    node_action, node_device = found.nodes, found.node_device
+    node_device = found.node_device
+    nodes = len(node_device)
+    bounds = tuple(np.searchsorted(node_device, np.arange(devices + 1)).tolist())
     atoms = _atoms(found)
     fault = schedule_fault(schedule)
     model_stage = np.array([_model_stage(schedule, s) for s in range(stages)] + [-1])
     chunk_of = np.array([schedule.chunk(s) for s in range(stages)] + [-1], dtype=np.int64)
-    node_object = np.fromiter(node_action, dtype=object, count=len(node_action))
     is_group = atoms.is_group
     base = dict(
         devices=devices,
         bounds=bounds,
         node_device=node_device,
-        node_action=node_object,
         chunk_of=chunk_of,
         fault=fault,
         memo={},
+        pool=partial(action_pool, schedule),
     )
     if fault is not None:  # the engine will say what is wrong; nothing more to lay out
-        return _empty_graph(base, len(node_action))
+        return _empty_graph(base, nodes)
     node_kind, node_stage, node_microbatch = atoms.kind, atoms.stage, atoms.microbatch
-    if len(atoms.node) != len(node_action):  # a group's node has kind 4, stage and microbatch -1
-        node_kind = np.full(len(node_action), _GROUP, dtype=np.int64)
-        node_stage = np.full(len(node_action), -1, dtype=np.int64)
-        node_microbatch = np.full(len(node_action), -1, dtype=np.int64)
+    if len(atoms.node) != nodes:  # a group's node has kind 4, stage and microbatch -1
+        node_kind = np.full(nodes, _GROUP, dtype=np.int64)
+        node_stage = np.full(nodes, -1, dtype=np.int64)
+        node_microbatch = np.full(nodes, -1, dtype=np.int64)
         simple_atoms = ~is_group[atoms.node]
         owners = atoms.node[simple_atoms]
         node_kind[owners] = atoms.kind[simple_atoms]
         node_stage[owners] = atoms.stage[simple_atoms]
         node_microbatch[owners] = atoms.microbatch[simple_atoms]
-    graph = _messages(schedule, atoms, model_stage, is_group, node_object, bounds)
+    graph = _messages(schedule, atoms, model_stage, is_group, bounds)
     return ScheduleIndex(
         **base,
         node_kind=node_kind,
@@ -170,16 +169,14 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
         message_kind=none,
         message_stage=none,
         message_microbatch=none,
-        message_atom=np.empty(0, dtype=object),
+        message_action=none,
         groups=(),
         routes=np.zeros((0, 3), dtype=np.int64),
         route_of=none,
     )
 
 
-def _messages(
-    schedule: Schedule, atoms: _Atoms, model_stage, is_group, node_object, bounds
-) -> dict:
+def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, bounds) -> dict:
     """The messages between atoms, and each node's input and output message."""
     stages, deps = schedule.stages, dependencies(schedule)
     to_next = np.asarray(deps.sends_to(Message.ACTIVATION), dtype=np.int64)  # -1: none
@@ -204,11 +201,8 @@ def _messages(
     src, dst = placement[sender_stage], placement[other]
     boundary = model_stage[np.minimum(sender_stage, other)]
     inputs, outputs, groups = _wire(atoms, sender, receiver, model_stage, is_group)
-    atom_objects = (
-        node_object
-        if len(atoms.actions) == len(node_object)
-        else np.fromiter(atoms.actions, dtype=object, count=len(atoms.actions))
-    )
+    nodes = len(is_group)  # in the pool, the atoms follow the nodes unless they are the nodes
+    in_pool = sender if len(atoms.node) == nodes else nodes + sender
     return dict(
         graph=_sweep_graph(bounds, inputs, outputs, groups),
         message_node=message_node,
@@ -218,7 +212,7 @@ def _messages(
         message_kind=np.where(ahead, RowKind.SEND_F, RowKind.SEND_B),
         message_stage=sender_stage,
         message_microbatch=microbatch[sender],
-        message_atom=atom_objects[sender],
+        message_action=in_pool,
         groups=groups,
     )
 
@@ -301,6 +295,21 @@ def _sweep_graph(bounds: tuple[int, ...], inputs, outputs, groups) -> SweepGraph
     )
 
 
+def action_pool(schedule: Schedule) -> np.ndarray:
+    """The Actions a fast Trace's rows show, as an object array: the schedule's nodes (the
+    entries of its lists, device by device), then its atoms where a group makes them
+    differ, then None (for rows beside the schedule). Made on first call, from the lists
+    (which this makes, where they are made on read), and kept with the schedule."""
+    return schedule.derived("action pool", _pool)
+
+
+def _pool(schedule: Schedule) -> np.ndarray:
+    nodes = list(chain.from_iterable(schedule.device_actions))
+    atoms = [] if columns(schedule).one_each else [a for node in nodes for a in node.atoms]
+    count = len(nodes) + len(atoms) + 1
+    return np.fromiter(chain(nodes, atoms, [None]), dtype=object, count=count)
+
+
 def remember(index: ScheduleIndex, key, value) -> None:
     """Keep ``value`` on the index under ``key`` for later calls on the same schedule (the
     Trace layout per set of messages on a channel, the routes' channels per topology); a
@@ -310,4 +319,4 @@ def remember(index: ScheduleIndex, key, value) -> None:
     index.memo[key] = value
 
 
-__all__ = ["ScheduleIndex", "build_index", "remember"]
+__all__ = ["ScheduleIndex", "action_pool", "build_index", "remember"]

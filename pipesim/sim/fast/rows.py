@@ -26,9 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
+from pipesim.schedules.lists import MadeOnRead
 from pipesim.sim.fast.index import ScheduleIndex, remember
 from pipesim.sim.fast.kernel import SweepResult
 from pipesim.sim.trace import Cause, Lane, RowKind, Trace
@@ -58,7 +60,7 @@ class _Columns:
     peer: np.ndarray
     cause: np.ndarray
     cause_row: np.ndarray  # in the block's own terms until numbered (see build_trace)
-    actions: np.ndarray
+    action: np.ndarray  # the row's entry in the index's pool of Actions (-1: None)
 
 
 def build_trace(
@@ -94,7 +96,7 @@ def build_trace(
             layout.no_peer,
             sweep.cause,
             ref_row[sweep.cause_ref],
-            index.node_action,
+            layout.node_action,
         ),
         _transfers(layout, sweep, numbers.node_row, numbers.message_row),
         _tail_columns(tails, ref_row, numbers.tail_row),
@@ -154,7 +156,7 @@ def _tail_columns(tails: _Tails, ref_row: np.ndarray, tail_row: np.ndarray) -> _
         none,
         tails.cause,
         np.where(after, tail_row[np.maximum(tails.after, 0)], ref_row[tails.ref]),
-        np.full(count, None, dtype=object),
+        none,
     )
 
 
@@ -190,7 +192,7 @@ class _Layout:
     ``unit_size``: per node, 1 + its
     transfers; ``rank``: per transfer, 1 + how many of its producer's transfers come
     before it; ``columns``: the transfers' fixed columns (device, stage, microbatch,
-    kind, peer, action)."""
+    kind, peer, action); ``node_action``: each node's entry in the pool of Actions."""
 
     on_channel: np.ndarray | slice
     producer: np.ndarray
@@ -198,6 +200,7 @@ class _Layout:
     rank: np.ndarray
     columns: tuple
     no_peer: np.ndarray  # -1 for every node: compute rows have no peer
+    node_action: np.ndarray  # 0, 1, ...: a node's Action is the pool's entry of its number
 
 
 def _layout(index: ScheduleIndex, links: LinkTimes) -> _Layout:
@@ -222,11 +225,13 @@ def _layout(index: ScheduleIndex, links: LinkTimes) -> _Layout:
             index.message_microbatch,
             index.message_kind,
             index.message_dst,
-            index.message_atom,
+            index.message_action,
         )
     )
-    no_peer = np.full(len(index.node_device), -1, dtype=np.int64)
-    layout = _Layout(on_channel, producer, 1 + sent, rank, columns, no_peer)
+    nodes = len(index.node_device)
+    no_peer = np.full(nodes, -1, dtype=np.int64)
+    node_action = np.arange(nodes, dtype=np.int64)
+    layout = _Layout(on_channel, producer, 1 + sent, rank, columns, no_peer, node_action)
     remember(index, key, layout)
     return layout
 
@@ -241,7 +246,7 @@ def _transfers(layout: _Layout, sweep: SweepResult, node_row, message_row) -> _C
     cause[queued] = Cause.CHANNEL
     cause_row = node_row[layout.producer]
     cause_row[queued] = message_row[behind[queued]]
-    src, stage, microbatch, kind, dst, atoms = layout.columns
+    src, stage, microbatch, kind, dst, action = layout.columns
     return _Columns(
         src,
         stage,
@@ -252,7 +257,7 @@ def _transfers(layout: _Layout, sweep: SweepResult, node_row, message_row) -> _C
         dst,
         cause,
         cause_row,
-        atoms,
+        action,
     )
 
 
@@ -346,7 +351,9 @@ def _tail_parts(tails: _Tails, tail_ms, optimizer_ms: Sequence[float] | None) ->
 
 
 def _assemble(index: ScheduleIndex, blocks: list[_Columns], places: list, total: int) -> Trace:
-    """Scatter the blocks' columns to their row numbers and freeze them into a Trace."""
+    """Scatter the blocks' columns to their row numbers and freeze them into a Trace; its
+    actions are made from the schedule's when first read (a table or JSON report reads
+    none)."""
 
     def column(name: str, dtype) -> np.ndarray:
         out = np.empty(total, dtype=dtype)
@@ -366,10 +373,15 @@ def _assemble(index: ScheduleIndex, blocks: list[_Columns], places: list, total:
         peer=column("peer", np.int64),
         start=column("start", np.float64),
         end=column("end", np.float64),
-        actions=column("actions", object).tolist(),
+        actions=MadeOnRead(total, partial(_row_actions, index, column("action", np.int64))),
         cause=column("cause", np.int8),
         cause_row=column("cause_row", np.int64),
     )
+
+
+def _row_actions(index: ScheduleIndex, action: np.ndarray) -> list:
+    """Each row's Action (None beside the schedule), picked from the index's pool."""
+    return index.pool()[action].tolist()
 
 
 __all__ = ["LinkTimes", "build_trace"]
