@@ -33,7 +33,9 @@ from pipesim.cluster.memory_bound import layer_memory_bound_bytes, stage_memory_
 from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, optimizer_implementation, sharding_stage
 from pipesim.cluster.transformer import (
     TransformerModel,
+    head_gemm_shape,
     layer_flops,
+    layer_gemm_shapes,
     stage_parameters,
 )
 from pipesim.sim.costs import Costs
@@ -77,20 +79,6 @@ class TensorParallel:
 # two norms, two fused bias-dropout-residual adds, the activation function. Each costs at
 # least the GPU's kernel launch time, which only shows where kernels are tiny (decode).
 MEMORY_BOUND_KERNELS_PER_LAYER = 5
-
-
-def layer_gemm_shapes(model: TransformerModel, tensor: int = 1) -> tuple[tuple[int, int], ...]:
-    """The ``(n, k)`` of each linear layer's forward GEMM on one of ``tensor`` GPUs, for
-    ``m`` = the microbatch's tokens: QKV ``(h + 2gd)/t x h``, the attention output
-    ``h x h/t``, the MLP up projection (fused with the gate when gated) ``(k-1)f/t x h``, the
-    down projection ``h x f/t`` (Megatron-LM's column- and row-parallel splits)."""
-    h, f, t = model.hidden, model.ffn, tensor
-    return (
-        ((h + 2 * model.kv_width) // t, h),
-        (h, h // t),
-        ((model.mlp_matrices - 1) * f // t, h),
-        (h, f // t),
-    )
 
 
 def linear_pass_ms(
@@ -190,7 +178,7 @@ def stage_pass_times(
     backward_input += memory_ms(ends.backward, gpu, efficiency)
     if last:
         tokens = microbatch_size * model.seq_len
-        head = ((model.vocab // tp.degree, model.hidden),)
+        head = (head_gemm_shape(model, tp.degree),)
         head_f, head_i, head_w = linear_pass_ms(head, tokens, gpu, efficiency)
         forward += head_f
         backward_input += head_i

@@ -321,6 +321,26 @@ def stage_extra_activation_bytes(
 # -- parameters and static memory ----------------------------------------------------------
 
 
+def layer_gemm_shapes(model: TransformerModel, tensor: int = 1) -> tuple[tuple[int, int], ...]:
+    """The ``(n, k)`` of each linear layer's forward GEMM on one of ``tensor`` GPUs, for
+    ``m`` = the tokens it runs: QKV ``(h + 2gd)/t x h``, the attention output ``h x h/t``,
+    the MLP up projection (fused with the gate when gated) ``(k-1)f/t x h``, the down
+    projection ``h x f/t`` (Megatron-LM's column- and row-parallel splits)."""
+    h, f, t = model.hidden, model.ffn, tensor
+    return (
+        ((h + 2 * model.kv_width) // t, h),
+        (h, h // t),
+        ((model.mlp_matrices - 1) * f // t, h),
+        (h, f // t),
+    )
+
+
+def head_gemm_shape(model: TransformerModel, tensor: int = 1) -> tuple[int, int]:
+    """The ``(n, k)`` of the LM head's forward GEMM on one of ``tensor`` GPUs: ``V/t x h``
+    (the vocabulary split over the ranks)."""
+    return (model.vocab // tensor, model.hidden)
+
+
 def layer_parameters(model: TransformerModel) -> int:
     """Weights of one layer: attention ``h (h + 2 g d) + h^2`` (QKV and output projection)
     with their biases, the MLP ``2hf`` (``3hf`` gated) with its biases, two layer norms
