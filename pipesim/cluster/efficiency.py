@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from pipesim.cluster.hardware import GpuProfile
 
-# The serving path's GEMM curve (``max_fraction``, ``half_tokens``: 65 % of the bf16 peak,
-# 643 TFLOP/s on an H100 SXM), as fitted on Megatron-LM's H100 runs before GEMMs were priced
-# by shape; serving's own costs are checked in docs/validation.md, "Serving".
+# The GEMM curve of the FLOPs-only model and of serving's bare roofs (``max_fraction``,
+# ``half_tokens``: 65 % of the bf16 peak, 643 TFLOP/s on an H100 SXM), as fitted on
+# Megatron-LM's H100 runs before GEMMs were priced by shape (training and serving both price
+# them by shape now; serving's costs are checked in docs/validation.md, "Serving").
 CALIBRATED_GEMM_FRACTION = 0.65
 # The training model, fitted (python -m tests.cluster.published_runs --fit: Nelder-Mead, 80
 # iterations, minimising the median plus half the largest |error|) on the ledger's 15
@@ -70,13 +71,14 @@ class Efficiency:
     published runs all use 4096 tokens or more per microbatch, where the curve is nearly
     flat). ``half_tokens = 0`` gives a constant efficiency.
 
-    That curve over ``gpu.peak_tflops`` is the serving path's GEMM rate
-    (``pipesim.cluster.inference``) and ``compute_ms``'s. A training pass prices each GEMM
-    by its shape instead (``pipesim.cluster.gemm.gemm_ms``): the GPU's measured large-GEMM
-    rate times the shape's tile and wave efficiency, times ``gemm_half_dim``'s small-
-    dimension penalty, times ``gemm_fraction`` (what a real step keeps of a benchmark's rate:
-    clocks under power draw, communication kernels sharing the SMs). ``fp8_blockwise_overhead``
-    is the extra time of a block-wise-scaled FP8 GEMM over a per-tensor-scaled one.
+    That curve over ``gpu.peak_tflops`` is ``compute_ms``'s GEMM rate and that of serving's
+    bare roofs (``pipesim.cluster.inference.ROOFLINE``). A training pass, and a serving
+    iteration with its calibrated costs, prices each GEMM by its shape instead
+    (``pipesim.cluster.gemm.gemm_ms``): the GPU's measured large-GEMM rate times the shape's
+    tile and wave efficiency, times ``gemm_half_dim``'s small-dimension penalty, times
+    ``gemm_fraction`` (what a real step keeps of a benchmark's rate: clocks under power
+    draw, communication kernels sharing the SMs). ``fp8_blockwise_overhead`` is the extra
+    time of a block-wise-scaled FP8 GEMM over a per-tensor-scaled one.
 
     ``attention_fraction`` is the fraction of the GPU's measured GEMM rate
     (``gpu.gemm_tflops``) a fused (flash) attention kernel reaches on the score FLOPs as

@@ -22,6 +22,9 @@ benchmark's rate), is the GEMM's rate; no kernel is shorter than the GPU's launc
 A MoE layer's experts run as one grouped GEMM (``grouped_gemm_ms``): many small GEMMs whose
 tiles fill the waves together.
 
+An inference iteration's GEMMs can be thinner than a tile (a decode step of a few sequences,
+a short prompt); ``thin_gemm_ms`` prices those as the kernels built for them run.
+
 FP8 (``fp8="tensorwise"`` or ``"blockwise"``) runs at the GPU's measured FP8 rate;
 block-wise scaling costs ``Efficiency.fp8_blockwise_overhead`` more. A GPU without FP8
 (A100) raises ``ValueError``. The real kernel picks among several tile shapes and can split
@@ -134,3 +137,19 @@ def _grouped_waves(
     useful = sum(m * n * c for m, n, _, c in shapes) / (tile_m * tile_n)
     tiles = sum(math.ceil(m / tile_m) * math.ceil(n / tile_n) * c for m, n, _, c in shapes)
     return useful / (math.ceil(tiles / sm_count) * sm_count)
+
+
+def thin_gemm_ms(
+    m: int, n: int, k: int, gpu: GpuProfile, efficiency: Efficiency, *, fp8: str | None = None
+) -> float:
+    """``gemm_ms`` for any number of rows ``m``, down to one.
+
+    A GEMM of fewer rows than a tile (``m < TILE_M``) does not compute a whole tile of rows:
+    cuBLAS and the inference engines pick kernels whose tiles are no taller than the rows
+    (a matrix-vector kernel for one row), so it pays ``m / TILE_M`` of the ``TILE_M``-row
+    GEMM of the same ``n`` and ``k``, its waves across the SMs unchanged, and at least the
+    launch cost. From ``TILE_M`` rows on it is ``gemm_ms``, which training's passes use."""
+    if m <= 0 or m >= TILE_M:
+        return gemm_ms(m, n, k, gpu, efficiency, fp8=fp8)
+    tile_rows_ms = gemm_ms(TILE_M, n, k, gpu, efficiency, fp8=fp8)
+    return max(tile_rows_ms * m / TILE_M, gpu.kernel_launch_us * 1e-3)

@@ -19,15 +19,22 @@ The counts, per layer, with ``h`` the hidden size and ``P`` the layer's weights
 
 The stage holding the LM head (the last) adds ``2 h V`` FLOPs per sequence that emits a
 token, and reads the ``V h`` head matrix once per iteration.
+
+Time follows kernel by kernel (``stage_iteration_ms``): each GEMM by its shape or its weight
+reads (``pipesim.cluster.inference_gemms``), the attention by its FLOPs or its KV reads, a
+fixed cost per kernel, and with tensor parallelism two all-reduces per layer as NCCL runs
+them (``pipesim.cluster.parallel.tensor_parallel_comm_ms``, as in training).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from pipesim.cluster.efficiency import step_gemm_fraction
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
+from pipesim.cluster.inference_gemms import linear_layers_ms, lm_head_ms
 from pipesim.cluster.model import Efficiency, partition_layers
 from pipesim.cluster.parallel import tensor_parallel_comm_ms
 from pipesim.cluster.transformer import TransformerModel, layer_parameters, stage_parameters
@@ -58,9 +65,11 @@ class BatchShape:
         return self.prefill_tokens + self.decode_seqs
 
 
-# What a serving engine pays beyond the two roofs, fitted on the calibration rows of
+# What a serving engine pays beyond its kernels' roofs, fitted on the calibration rows of
 # tests/serving/data/published_serving.csv (refit: python -m tests.serving.published_serving
-# --fit); every row, its source and its error are in docs/validation.md ("Serving").
+# --fit); every row, its source and its error are in docs/validation.md ("Serving"). The
+# GEMMs' rates are training's (pipesim.cluster.gemm) and the all-reduces NCCL's
+# (pipesim.cluster.collectives): nothing of theirs is fitted on these rows.
 #
 # Weights stream from HBM at 88 % of the data sheet's bandwidth: a read kernel reaches
 # 1.80 of the 2.04 TB/s of an A100 80GB SXM (Nsight Compute agrees: 88 %), and the GTC talk
@@ -76,21 +85,8 @@ ACHIEVABLE_BANDWIDTH_FRACTION = 0.88
 DECODE_KERNELS_PER_LAYER = 9
 # The fixed cost of one kernel without CUDA graphs (launch, ramp-up and tail), fitted, and
 # inside a replayed CUDA graph (no launch from the host: ramp-up and tail only), fitted.
-KERNEL_OVERHEAD_US = 10.0
+KERNEL_OVERHEAD_US = 9.75
 GRAPH_KERNEL_OVERHEAD_US = 7.5
-# One all-reduce of a few KB inside a node, as NCCL runs it (LL protocol, one step of
-# latency rather than the ring's 2(n-1)), fitted on the tensor-parallel calibration rows:
-# 11 us, below NCCL's own LL estimate (15 us on 8 GPUs, pipesim.cluster.collectives), as
-# serving engines run their own one-shot all-reduce kernels for small messages; the faster
-# of the two is taken (tensor_allreduce_ms).
-SMALL_ALLREDUCE_LATENCY_US = 11.0
-# A prefill GEMM over M prompt tokens streams its weights and then computes, the two in
-# series: 2MP / (peak x max_fraction) + P x dtype / achieved bandwidth, which is the
-# efficiency curve max_fraction x M / (M + M*) with M* the GPU's ridge point in tokens,
-# peak x max_fraction x dtype / (2 x achieved bandwidth) (113 tokens on an A100, 218 on an
-# H100). The scale on M* is fitted (training's Efficiency.half_tokens, 512, is an
-# assumption its runs never test: they all use 4096 tokens or more per microbatch).
-PREFILL_RIDGE_SCALE = 1.55
 # Fused (flash) attention forward, causal, head width 128: FlashAttention-2 reaches 50-73 %
 # of an A100's peak (Dao 2023, arXiv:2307.08691, abstract); provisional, not fitted.
 PREFILL_ATTENTION_FRACTION = 0.6
@@ -104,15 +100,13 @@ class ServingCosts:
     Every layer launches ``kernels_per_layer`` kernels, each a fixed ``kernel_overhead_us``
     (launch, ramp-up and tail: what dominates a small decode step); with ``cuda_graphs``
     (vLLM's default: decode steps replay a captured graph, prefills run eagerly) a pure
-    decode step pays ``graph_kernel_overhead_us`` per kernel instead. Each tensor-parallel
-    all-reduce of a small message costs ``allreduce_latency_us`` plus its bytes
-    (``tensor_allreduce_ms``; None: the ring's latency only). A prefill's GEMMs follow the
-    efficiency curve with its half point at ``prefill_ridge_scale`` times the GPU's ridge
-    point in tokens (``prefill_half_tokens``; None: ``Efficiency.half_tokens``); its
-    attention runs at ``attention_fraction`` of the peak on ``causal_work`` of the FLOPs
-    pipesim counts (a causal kernel skips the masked half of a whole prompt; a late chunk of
-    a long prompt does nearly all of its count), or, with ``attention_fraction`` None, with
-    the GEMMs.
+    decode step pays ``graph_kernel_overhead_us`` per kernel instead. With ``gemm_shapes``
+    each GEMM is priced by its shape (``pipesim.cluster.inference_gemms``); without, the
+    stage's GEMMs follow ``Efficiency``'s curve and the stage pays the longer of its two
+    roofs. A prefill's attention runs at ``attention_fraction`` of the peak on
+    ``causal_work`` of the FLOPs pipesim counts (a causal kernel skips the masked half of a
+    whole prompt; a late chunk of a long prompt does nearly all of its count), or, with
+    ``attention_fraction`` None, with the GEMMs.
 
     ``ROOFLINE`` is the bare roofs (pipesim's model before these costs were measured).
     """
@@ -122,8 +116,7 @@ class ServingCosts:
     kernel_overhead_us: float = KERNEL_OVERHEAD_US
     cuda_graphs: bool = False
     graph_kernel_overhead_us: float = GRAPH_KERNEL_OVERHEAD_US
-    allreduce_latency_us: float | None = SMALL_ALLREDUCE_LATENCY_US
-    prefill_ridge_scale: float | None = PREFILL_RIDGE_SCALE
+    gemm_shapes: bool = True
     attention_fraction: float | None = PREFILL_ATTENTION_FRACTION
     causal_work: float = 0.5
 
@@ -132,23 +125,15 @@ class ServingCosts:
             value = getattr(self, name)
             if value is not None and not 0 < value <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
-        names = ("kernels_per_layer", "kernel_overhead_us", "graph_kernel_overhead_us")
-        for name in (*names, "prefill_ridge_scale"):
+        for name in ("kernels_per_layer", "kernel_overhead_us", "graph_kernel_overhead_us"):
             value = getattr(self, name)
-            if value is not None and value < 0:
+            if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
 
-    def prefill_half_tokens(
-        self, gpu: GpuProfile, efficiency: Efficiency, dtype_bytes: int
-    ) -> float:
-        """Prompt tokens at which a prefill's GEMMs reach half of ``efficiency.max_fraction``:
-        ``prefill_ridge_scale`` times the ridge point ``peak x max_fraction x dtype_bytes /
-        (2 x bandwidth x bandwidth_fraction)``, or ``efficiency.half_tokens``."""
-        if self.prefill_ridge_scale is None:
-            return efficiency.half_tokens
-        achieved = gpu.memory_bandwidth_gbps * 1e9 * self.bandwidth_fraction
-        ridge = gpu.peak_tflops * 1e12 * efficiency.max_fraction * dtype_bytes / (2 * achieved)
-        return self.prefill_ridge_scale * ridge
+    def read_bytes_per_s(self, gpu: GpuProfile) -> float:
+        """The rate weights and KV entries are read at: ``bandwidth_fraction`` of the data
+        sheet's bandwidth."""
+        return gpu.memory_bandwidth_gbps * 1e9 * self.bandwidth_fraction
 
     def kernel_overhead_ms(self, layers: int, *, decode_only: bool = False) -> float:
         """The fixed cost of the kernels ``layers`` layers launch in one iteration; a
@@ -162,38 +147,10 @@ ROOFLINE = ServingCosts(
     bandwidth_fraction=1.0,
     kernel_overhead_us=0.0,
     graph_kernel_overhead_us=0.0,
-    allreduce_latency_us=None,
-    prefill_ridge_scale=None,
+    gemm_shapes=False,
     attention_fraction=None,
     causal_work=1.0,
 )
-
-
-def small_message_allreduce_ms(nbytes: float, ranks: int, link: Link, latency_us: float) -> float:
-    """One all-reduce of ``nbytes`` over ``ranks`` GPUs of a node as NCCL runs small
-    messages: a fixed ``latency_us`` (its low-latency protocol pays one step, not the
-    ring's ``2(n-1)``) plus the ring's bytes, ``2(n-1)/n * nbytes`` over ``link``.
-
-    Stands in until the shared collectives model (NCCL's algorithms and protocols by
-    message size) prices it; ``tensor_allreduce_ms`` takes whichever is faster."""
-    if ranks == 1:
-        return 0.0
-    bandwidth_ms = 2 * (ranks - 1) / ranks * nbytes / (link.bandwidth_gbps * 1e6)
-    return latency_us / 1e3 + bandwidth_ms
-
-
-def tensor_allreduce_ms(
-    nbytes: float, ranks: int, link: Link, serving: ServingCosts | None = None
-) -> float:
-    """One layer's two tensor-parallel all-reduces of ``nbytes``: the ring
-    (``tensor_parallel_comm_ms``), or, when faster, the small-message all-reduce at
-    ``serving.allreduce_latency_us`` (None: the ring only), as NCCL picks its protocol."""
-    serving = ServingCosts() if serving is None else serving
-    ring = tensor_parallel_comm_ms(nbytes, ranks, link)
-    if serving.allreduce_latency_us is None:
-        return ring
-    small = small_message_allreduce_ms(nbytes, ranks, link, serving.allreduce_latency_us)
-    return min(ring, 2 * small)
 
 
 def kv_heads_per_rank(model: TransformerModel, tensor: int = 1) -> int:
@@ -265,23 +222,23 @@ def stage_iteration_ms(
     """Time (ms) of one iteration of a batch of ``shape`` through a stage of ``layers``
     layers on ``gpu``, split over ``tensor`` GPUs.
 
-    A GPU is limited by two roofs: how fast it computes and how fast it reads memory. The
-    iteration takes the longer of
+    A GPU has two roofs, its compute and its memory reads; its kernels run one by one:
 
-    * compute: the prefill's matrix multiplications at the efficiency curve
-      ``efficiency.fraction`` with its half point at ``serving.prefill_half_tokens`` (a thin
-      prompt's GEMMs stream their weights for little math), its attention at ``serving.attention_fraction`` on the work a
-      causal flash kernel does, plus the decode FLOPs at ``efficiency.max_fraction`` (a
-      decode step's matrices are as wide as the weights; its bytes, not its shape, limit it);
-    * memory: the weights and the KV cache the decoding sequences read
-      (``stage_read_bytes``) at ``serving.bandwidth_fraction`` of the GPU's bandwidth.
+    * each linear layer's GEMM over all the batch's tokens (prompt tokens and one per
+      decoding sequence; the LM head, on the last stage, over the tokens that sample), at
+      the longer of its math by shape and its weight reads
+      (``pipesim.cluster.inference_gemms``);
+    * the attention: a prefill's at ``serving.attention_fraction`` of the peak on the work
+      a causal flash kernel does, a decode step's at the longer of its FLOPs and the KV
+      cache its sequences read (at ``serving.read_bytes_per_s``).
 
-    A pure prefill is thus compute bound, a pure decode step of a small batch is bandwidth
-    bound, and a mixed batch (chunked prefill with decodes) pays its prefill's compute plus
-    its decodes' compute, but reads the weights only once. On top come the fixed cost of
-    every kernel the stage launches (``serving.kernel_overhead_ms``), with ``tensor > 1``
-    two all-reduces per layer of the batch's activations over ``tensor_link``
-    (``tensor_allreduce_ms``), and ``efficiency.launch_overhead_ms``.
+    A small decode step thus costs its reads, a long prompt its math, and a mixed batch
+    (chunked prefill with decodes) reads the weights once for all its tokens. On top: the
+    fixed cost of every kernel (``serving.kernel_overhead_ms``), with ``tensor > 1`` two
+    all-reduces per layer over ``tensor_link`` as training's tensor parallelism prices them
+    (``tensor_parallel_comm_ms``), and ``efficiency.launch_overhead_ms``. With
+    ``serving.gemm_shapes`` False (``ROOFLINE``) the stage pays the longer of its compute
+    (GEMMs on ``efficiency``'s curve) and all its reads (``stage_read_bytes``) instead.
 
     ``first`` marks the stage holding the embedding (a lookup: no FLOPs counted), ``last``
     the one holding the LM head, computed for every decoding sequence and for ``emitting``
@@ -296,19 +253,17 @@ def stage_iteration_ms(
         raise ValueError(f"tensor parallelism ({tensor=}) needs tensor_link, the intra-node link")
     if shape.tokens == 0:
         return 0.0
-    compute_s = _compute_s(model, layers, gpu, shape, last, emitting, efficiency, serving, tensor)
-    memory_s = stage_read_bytes(model, layers, shape, last=last, tensor=tensor) / (
-        gpu.memory_bandwidth_gbps * 1e9 * serving.bandwidth_fraction
-    )
-    total_ms = max(compute_s, memory_s) * 1e3 + efficiency.launch_overhead_ms
+    price = _kernels_ms if serving.gemm_shapes else _two_roofs_ms
+    work_ms = price(model, layers, gpu, shape, last, emitting, efficiency, serving, tensor)
+    total_ms = work_ms + efficiency.launch_overhead_ms
     total_ms += serving.kernel_overhead_ms(layers, decode_only=not shape.prefill_tokens)
     if tensor > 1:
         message = stage_boundary_bytes(model, shape)
-        total_ms += layers * tensor_allreduce_ms(message, tensor, tensor_link, serving)
+        total_ms += layers * tensor_parallel_comm_ms(message, tensor, tensor_link)
     return total_ms
 
 
-def _compute_s(
+def _kernels_ms(
     model: TransformerModel,
     layers: int,
     gpu: GpuProfile,
@@ -319,26 +274,55 @@ def _compute_s(
     serving: ServingCosts,
     tensor: int,
 ) -> float:
-    """The iteration's compute time (s) on one of the stage's ``tensor`` GPUs: decode at
-    the GEMM ceiling, prefill GEMMs on their curve, prefill attention on its causal share at
-    its own rate (or, with ``serving.attention_fraction`` None, with the GEMMs)."""
+    """The iteration's GEMMs and attention on one of the stage's ``tensor`` GPUs, each at
+    the roof it hits (``stage_iteration_ms``)."""
+    read = serving.read_bytes_per_s(gpu)
+    kwargs = {"tensor": tensor, "read_bytes_per_s": read}
+    gemms_ms = linear_layers_ms(model, layers, shape.tokens, gpu, efficiency, **kwargs)
+    if last:
+        gemms_ms += lm_head_ms(model, emitting + shape.decode_seqs, gpu, efficiency, **kwargs)
+    if serving.attention_fraction is None:
+        rate = gpu.gemm_tflops * 1e12 * step_gemm_fraction(efficiency, gpu)
+    else:
+        rate = gpu.peak_tflops * 1e12 * serving.attention_fraction
+    per_pair = layers * 4 * model.hidden / tensor  # FLOPs per (query, key) pair
+    prefill_s = per_pair * shape.prefill_attention * serving.causal_work / rate
+    kv_bytes = layers * _kv_bytes_per_token_per_layer(model, tensor) * shape.decode_context
+    decode_s = max(per_pair * shape.decode_context / rate, kv_bytes / read)
+    return gemms_ms + (prefill_s + decode_s) * 1e3
+
+
+def _two_roofs_ms(
+    model: TransformerModel,
+    layers: int,
+    gpu: GpuProfile,
+    shape: BatchShape,
+    last: bool,
+    emitting: int,
+    efficiency: Efficiency,
+    serving: ServingCosts,
+    tensor: int,
+) -> float:
+    """The longer of the stage's compute and its reads (ms), the model before GEMMs were
+    priced by shape: decode FLOPs at ``efficiency.max_fraction`` of the peak, prefill GEMMs
+    on ``efficiency.fraction`` of the prompt tokens, prefill attention on its causal share
+    at its own rate (or, with ``serving.attention_fraction`` None, with the GEMMs)."""
     prefill_flops, decode_flops = stage_iteration_flops(
         model, layers, shape, last=last, emitting=emitting
     )
     peak = gpu.peak_tflops * 1e12
     compute_s = decode_flops / tensor / (peak * efficiency.max_fraction)
-    if not shape.prefill_tokens:
-        return compute_s
-    half = serving.prefill_half_tokens(gpu, efficiency, model.dtype_bytes)
-    curve = replace(efficiency, half_tokens=half)
-    # a per-shape GEMM time (pipesim.cluster.gemm) would replace curve.fraction here
-    gemm_fraction = curve.fraction(shape.prefill_tokens)
-    if serving.attention_fraction is None:
-        return compute_s + prefill_flops / tensor / (peak * gemm_fraction)
-    attention = layers * 4 * model.hidden * shape.prefill_attention
-    compute_s += (prefill_flops - attention) / tensor / (peak * gemm_fraction)
-    attention_flops = attention * serving.causal_work
-    return compute_s + attention_flops / tensor / (peak * serving.attention_fraction)
+    if shape.prefill_tokens:
+        gemm_rate = peak * efficiency.fraction(shape.prefill_tokens)
+        attention = layers * 4 * model.hidden * shape.prefill_attention
+        if serving.attention_fraction is None:
+            compute_s += prefill_flops / tensor / gemm_rate
+        else:
+            compute_s += (prefill_flops - attention) / tensor / gemm_rate
+            attention_rate = peak * serving.attention_fraction
+            compute_s += attention * serving.causal_work / tensor / attention_rate
+    read_bytes = stage_read_bytes(model, layers, shape, last=last, tensor=tensor)
+    return max(compute_s, read_bytes / serving.read_bytes_per_s(gpu)) * 1e3
 
 
 def stage_boundary_bytes(model: TransformerModel, shape: BatchShape) -> float:

@@ -35,7 +35,9 @@ from pipesim.cluster.moe import expert_pass_ms
 from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, optimizer_implementation, sharding_stage
 from pipesim.cluster.transformer import (
     TransformerModel,
+    head_gemm_shape,
     layer_flops,
+    layer_gemm_shapes,
     stage_blocks,
     stage_parameters,
 )
@@ -80,31 +82,6 @@ class TensorParallel:
 # two norms, two fused bias-dropout-residual adds, the activation function. Each costs at
 # least the GPU's kernel launch time, which only shows where kernels are tiny (decode).
 MEMORY_BOUND_KERNELS_PER_LAYER = 5
-
-
-def layer_gemm_shapes(model: TransformerModel, tensor: int = 1) -> tuple[tuple[int, int], ...]:
-    """The ``(n, k)`` of each linear layer's forward GEMM on one of ``tensor`` GPUs, for
-    ``m`` = the microbatch's tokens: QKV ``(h + 2gd)/t x h``, the attention output
-    ``h x h/t``, the MLP up projection (fused with the gate when gated) ``(k-1)f/t x h``, the
-    down projection ``h x f/t`` (Megatron-LM's column- and row-parallel splits). MLA's
-    projections are its own (``pipesim.cluster.mla``); a MoE layer has the router ``E x h``
-    (whole on every GPU) and its shared experts as one MLP ``S f_e`` wide here, its routed
-    experts in ``pipesim.cluster.moe.expert_pass_ms``."""
-    h, f, t, q = model.hidden, model.ffn, tensor, model.q_width
-    if model.mla is not None:
-        attention = model.mla.gemm_shapes(h, model.heads, t)
-    else:
-        attention = (((q + 2 * model.kv_width) // t, h), (h, q // t))
-    moe = model.moe
-    if moe is not None:
-        f = moe.shared_experts * moe.expert_ffn_hidden
-        router = ((moe.experts, h),)
-        return (
-            attention
-            + router
-            + ((((model.mlp_matrices - 1) * f // t, h), (h, f // t)) if f else ())
-        )
-    return attention + (((model.mlp_matrices - 1) * f // t, h), (h, f // t))
 
 
 def linear_pass_ms(
@@ -222,7 +199,7 @@ def stage_pass_times(
     backward_input += memory_ms(ends.backward, gpu, efficiency)
     if last:
         tokens, h, mtp = microbatch_size * model.seq_len, model.hidden, model.mtp_layers
-        head = ((model.vocab // tp.degree, h),) * (1 + mtp) + ((h // tp.degree, 2 * h),) * mtp
+        head = (head_gemm_shape(model, tp.degree),) * (1 + mtp) + ((h // tp.degree, 2 * h),) * mtp
         head_f, head_i, head_w = linear_pass_ms(head, tokens, gpu, efficiency)
         forward += head_f
         backward_input += head_i

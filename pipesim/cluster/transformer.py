@@ -187,6 +187,37 @@ def model_flops_per_step(
 # -- parameters and static memory ----------------------------------------------------------
 
 
+def layer_gemm_shapes(model: TransformerModel, tensor: int = 1) -> tuple[tuple[int, int], ...]:
+    """The ``(n, k)`` of each linear layer's forward GEMM on one of ``tensor`` GPUs, for
+    ``m`` = the microbatch's tokens: QKV ``(h + 2gd)/t x h``, the attention output
+    ``h x h/t``, the MLP up projection (fused with the gate when gated) ``(k-1)f/t x h``, the
+    down projection ``h x f/t`` (Megatron-LM's column- and row-parallel splits). MLA's
+    projections are its own (``pipesim.cluster.mla``); a MoE layer has the router ``E x h``
+    (whole on every GPU) and its shared experts as one MLP ``S f_e`` wide here, its routed
+    experts in ``pipesim.cluster.moe.expert_pass_ms``."""
+    h, f, t, q = model.hidden, model.ffn, tensor, model.q_width
+    if model.mla is not None:
+        attention = model.mla.gemm_shapes(h, model.heads, t)
+    else:
+        attention = (((q + 2 * model.kv_width) // t, h), (h, q // t))
+    moe = model.moe
+    if moe is not None:
+        f = moe.shared_experts * moe.expert_ffn_hidden
+        router = ((moe.experts, h),)
+        return (
+            attention
+            + router
+            + ((((model.mlp_matrices - 1) * f // t, h), (h, f // t)) if f else ())
+        )
+    return attention + (((model.mlp_matrices - 1) * f // t, h), (h, f // t))
+
+
+def head_gemm_shape(model: TransformerModel, tensor: int = 1) -> tuple[int, int]:
+    """The ``(n, k)`` of the LM head's forward GEMM on one of ``tensor`` GPUs: ``V/t x h``
+    (the vocabulary split over the ranks)."""
+    return (model.vocab // tensor, model.hidden)
+
+
 def attention_parameters(model: TransformerModel) -> int:
     """The attention block's weights and biases (and MLA's norms on its latents)."""
     if model.mla is not None:

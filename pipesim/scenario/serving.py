@@ -13,8 +13,8 @@ What an iteration costs on each stage comes from one of three places:
   ``serving.kv_blocks`` gives it, else the engine's default;
 * a profile (``costs: {profile: FILE}``) with ``prefill`` and ``decode`` timings per
   stage, used as hand-typed figures measured at ``decode.prompt_tokens``;
-* a model (``model:`` and ``hardware.gpu``): every iteration's stage time is the
-  roofline of ``pipesim.cluster.inference.stage_iteration_ms`` for that batch, each hop the
+* a model (``model:`` and ``hardware.gpu``): every iteration's stage time is
+  ``pipesim.cluster.inference.stage_iteration_ms`` for that batch, each hop the
   link time of its hidden states, the way back the link time of the sampled token ids,
   and the KV cache whatever memory ``gpu_memory_utilization`` leaves once the weights are
   loaded (``kv_capacity_tokens``, with the layers split as ``model.partition`` says, so

@@ -11,7 +11,7 @@ import pytest
 
 from pipesim.cluster.activations import layer_activation_memory_bytes
 from pipesim.cluster.efficiency import Efficiency
-from pipesim.cluster.gemm import gemm_ms, shape_efficiency, wave_efficiency
+from pipesim.cluster.gemm import gemm_ms, shape_efficiency, thin_gemm_ms, wave_efficiency
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.model import TransformerModel
 from pipesim.cluster.pass_time import TensorParallel, layer_pass_times, linear_pass_ms
@@ -55,6 +55,21 @@ def test_h100_square_gemm():
     # 51 waves (6732 slots).
     best = gemm_ms(6144, 17920, 2816, H100, BENCH)
     assert best == pytest.approx(2 * 6144 * 17920 * 2816 / (792.1e12 * 6720 / 6732) * 1e3)
+
+
+def test_a_gemm_thinner_than_a_tile_pays_for_its_rows_only():
+    # 8192 x 8192 weights on an H100: 32 columns of 256 (or 64 of 128) tiles, one wave.
+    # 128 rows fill one tile row (44.7 us); 64 rows pay half of it, 16 rows an eighth, and
+    # one row would pay 1/128 (0.35 us) but no kernel is shorter than the launch (2 us).
+    full = gemm_ms(128, 8192, 8192, H100, BENCH)
+    assert full == pytest.approx(0.0447, abs=1e-4)
+    assert thin_gemm_ms(128, 8192, 8192, H100, BENCH) == full
+    assert thin_gemm_ms(64, 8192, 8192, H100, BENCH) == pytest.approx(full / 2)
+    assert thin_gemm_ms(16, 8192, 8192, H100, BENCH) == pytest.approx(full / 8)
+    assert thin_gemm_ms(1, 8192, 8192, H100, BENCH) == H100.kernel_launch_us * 1e-3
+    # from a tile's height on it is gemm_ms, partial tile rows and all
+    assert thin_gemm_ms(129, 8192, 8192, H100, BENCH) == gemm_ms(129, 8192, 8192, H100, BENCH)
+    assert thin_gemm_ms(0, 8192, 8192, H100, BENCH) == 0.0
 
 
 def test_fp8_is_faster_by_the_measured_rate_ratio():

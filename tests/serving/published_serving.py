@@ -24,7 +24,6 @@ pipeline, the sampled tokens' way back to the first stage. ``role`` (``calibrate
 from __future__ import annotations
 
 import csv
-import itertools
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -149,42 +148,29 @@ def regimes(rows: list[ServingRow], serving: ServingCosts | None = None) -> list
     ]
 
 
-FITTED = (
-    "kernel_overhead_us",
-    "allreduce_latency_us",
-    "graph_kernel_overhead_us",
-    "prefill_ridge_scale",
-)
+FITTED = ("kernel_overhead_us", "graph_kernel_overhead_us")
 GRID = {
-    "kernel_overhead_us": [x / 2 for x in range(0, 41)],
-    "graph_kernel_overhead_us": [x / 4 for x in range(0, 41)],
-    "allreduce_latency_us": [float(x) for x in range(0, 61, 1)],
-    "prefill_ridge_scale": [x / 20 for x in range(0, 81)],
+    "kernel_overhead_us": [x / 4 for x in range(0, 81)],
+    "graph_kernel_overhead_us": [x / 4 for x in range(0, 81)],
 }
 
 
 def fit(rows: list[ServingRow]) -> ServingCosts:
     """The ``FITTED`` fields of ``ServingCosts`` minimising the squared relative error of
-    the calibration rows, each over its grid (the decode rows fix the kernel overhead and
-    the all-reduce latency, the CUDA-graph rows then the graph's per-kernel cost, and the
-    prefill rows the GEMM curve)."""
+    the calibration rows, each over its grid: the eager decode rows fix the per-kernel cost,
+    the CUDA-graph rows then the graph's. The GEMMs are priced by shape with training's
+    GEMM model and the all-reduces by the collectives model: nothing of theirs is fitted
+    here."""
     calibration = [row for row in rows if row.role == "calibrate"]
     eager = [row for row in calibration if row.metric == "tpot" and not row.cuda_graphs]
     graphs = [row for row in calibration if row.metric == "tpot" and row.cuda_graphs]
-    prefill = [row for row in calibration if row.metric == "ttft"]
-    best = ServingCosts()
-    pairs = itertools.product(GRID["kernel_overhead_us"], GRID["allreduce_latency_us"])
     best = min(
-        (replace(best, kernel_overhead_us=k, allreduce_latency_us=a) for k, a in pairs),
+        (replace(ServingCosts(), kernel_overhead_us=k) for k in GRID["kernel_overhead_us"]),
         key=lambda costs: _loss(eager, costs),
     )
-    best = min(
+    return min(
         (replace(best, graph_kernel_overhead_us=g) for g in GRID["graph_kernel_overhead_us"]),
         key=lambda costs: _loss(graphs, costs),
-    )
-    return min(
-        (replace(best, prefill_ridge_scale=h) for h in GRID["prefill_ridge_scale"]),
-        key=lambda costs: _loss(prefill, costs),
     )
 
 

@@ -47,10 +47,12 @@ def test_held_out_errors_against_the_target():
     count, median, worst = summary[("tpot", "a100-sxm-80gb")]
     assert median <= ledger.TARGET_PCT
     count, median, worst = summary[("ttft", "a100-sxm-80gb")]
-    # A miss, pinned: since the all-reduce latency was refitted beside NCCL's own (issue 19,
-    # part 2) the TTFT median is 15.7 %, over the target; the 1-token and 128-token prompts
-    # carry it (docs/validation.md, "Serving").
-    assert ledger.TARGET_PCT < median == pytest.approx(15.74, abs=0.05)
+    # Since the prefill's GEMMs are priced by shape (issue 19, the serving costs) the TTFT
+    # median is 7.5 %, within the target (15.7 % on the fitted efficiency curve before); the
+    # largest misses are LMDeploy's 128-token prefills, slower than TensorRT-LLM's on the
+    # same GPU (docs/validation.md, "Serving").
+    assert median <= ledger.TARGET_PCT
+    assert median == pytest.approx(7.52, abs=0.05)
     misses = sorted(
         row.id
         for row in ROWS
@@ -59,14 +61,11 @@ def test_held_out_errors_against_the_target():
     assert misses == [
         "gptfast-7b-tp4-tpot",
         "gptfast-7b-tp8-tpot",
-        "lmdeploy-13b-tp1-1-128-ttft",
-        "lmdeploy-13b-tp1-2048-128-ttft",
-        "lmdeploy-70b-tp4-1-128-ttft",
+        "lmdeploy-13b-tp1-128-2048-ttft",
         "lmdeploy-70b-tp4-128-2048-ttft",
-        "lmdeploy-7b-tp1-1-128-ttft",
+        "lmdeploy-7b-tp1-128-2048-ttft",
         "trtllm-70b-tp4-128-ttft",
-        "trtllm-7b-tp1-128-ttft",
-    ]  # 18 of the 27 held-out rows within the target
+    ]  # 21 of the 27 held-out rows within the target
 
 
 def test_the_fit_on_calibration_rows_gives_the_defaults():
@@ -111,7 +110,7 @@ def test_pipesim_serve_charges_a_lone_request_what_the_ledger_predicts(tmp_path,
     """LMDeploy's Llama-2-70B TP4 row as a serving scenario: one request of 2048 prompt
     tokens and 2 output tokens. Its TTFT is the ledger's prefill, its one decode step the
     ledger's decode at context 2049; serving.cuda_graphs takes 80 layers x 9 kernels x
-    (9 - 6.5) us = 1.8 ms off the decode step and nothing off the prefill."""
+    (9.75 - 7.5) us = 1.62 ms off the decode step and nothing off the prefill."""
     path = tmp_path / "lone.yaml"
     path.write_text(LONE_REQUEST)
     overrides = [f"serving.cuda_graphs={'true' if graphs else 'false'}"]
@@ -122,7 +121,7 @@ def test_pipesim_serve_charges_a_lone_request_what_the_ledger_predicts(tmp_path,
     tpot_ms = (requests.finish_s[0] - requests.first_token_s[0]) * 1e3
     assert tpot_ms == pytest.approx(ledger.predicted_ms(decode), rel=1e-9)
     eager = ledger.predicted_ms(replace(decode, cuda_graphs=False))
-    assert eager - tpot_ms == pytest.approx(1.8 if graphs else 0.0, abs=1e-9)
+    assert eager - tpot_ms == pytest.approx(1.62 if graphs else 0.0, abs=1e-9)
 
 
 TYPED = """\
