@@ -40,7 +40,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pipesim.cluster.collectives import all_to_all_ms
+from pipesim.cluster.all_to_all import all_to_all_ms
 from pipesim.cluster.efficiency import Efficiency, attention_ms
 from pipesim.cluster.hardware import GpuProfile
 from pipesim.cluster.pass_time import PassTimes, TensorParallel, stage_pass_times
@@ -124,7 +124,7 @@ def p2p_ms(nbytes: float, link: Link) -> float:
 def context_all_to_all_ms(nbytes_per_rank: float, ranks: int, link: Link) -> float:
     """An all-to-all over ``ranks`` GPUs of a context group, each holding ``nbytes_per_rank``:
     it keeps ``1 / ranks`` and sends the rest, priced as NCCL runs it
-    (``pipesim.cluster.collectives.all_to_all_ms``) with the whole group on ``link`` (the
+    (``pipesim.cluster.all_to_all.all_to_all_ms``) with the whole group on ``link`` (the
     link ``context_link`` picks: NVLink inside a node, else the network). On a link given by
     its numbers that is one latency plus ``(ranks - 1) / ranks`` of the bytes."""
     return all_to_all_ms(nbytes_per_rank, ranks, link)
