@@ -56,7 +56,7 @@ from pipesim.cluster.fabric import (
     rank_layout,
 )
 from pipesim.cluster.job import Job, JobError
-from pipesim.cluster.moe import ExpertSplit, expert_pass_ms
+from pipesim.cluster.moe import ExpertSplit, MoE, expert_pass_ms
 from pipesim.cluster.shape import TransformerModel
 from pipesim.cluster.static_memory import ExpertSharding
 from pipesim.cluster.transformer import stage_blocks, stage_parameters
@@ -92,6 +92,7 @@ class ExpertParallelCosts:
 
     degree: int
     tensor: int
+    moe: MoE
     span: GroupSpan
     load: ExpertLoad
     all_to_all: AllToAll
@@ -207,6 +208,7 @@ def expert_parallel_costs(
     return ExpertParallelCosts(
         degree=par.expert,
         tensor=par.experts_tensor,
+        moe=model.moe,
         span=span,
         load=expected_load(model.moe, par.expert, dispatch_tokens(job)),
         all_to_all=a2a,
