@@ -69,6 +69,8 @@ class MonteCarlo:
 
 RunStep = Callable[[DurationHook | None, LinkHook | None], tuple[float, float]]
 Progress = Callable[[int], None]
+DrawHook = Callable[[np.random.Generator], DurationHook]
+ROUTING_STREAM = 1  # run k's routing draws come from default_rng([seed, k, ROUTING_STREAM])
 
 
 def monte_carlo(
@@ -78,17 +80,32 @@ def monte_carlo(
     runs: int,
     seed: int,
     progress: Progress | None = None,
+    routing: DrawHook | None = None,
 ) -> MonteCarlo:
     """Run ``runs`` random steps; ``run_step(duration_scale, link_scale)`` simulates one
-    and returns ``(makespan_ms, bubble_fraction)``. ``progress(1)`` is called after each."""
+    and returns ``(makespan_ms, bubble_fraction)``. ``progress(1)`` is called after each.
+    ``routing(rng)``, where given, draws a MoE model's routing for a step
+    (``pipesim.cluster.expert_draws``), from a generator of its own (``ROUTING_STREAM``),
+    so the variability's draws stay what they are without it; its factors multiply the
+    variability's."""
     if runs < 1:
         raise ValueError(f"a Monte Carlo study needs at least one run, got {runs=}")
     makespans, bubbles = [], []
     for k in range(runs):
         rng = np.random.default_rng([seed, k])
-        makespan, bubble = run_step(*draw_hooks(variability, schedule, rng))
+        durations, links = draw_hooks(variability, schedule, rng)
+        if routing is not None:
+            durations = _both(durations, routing(np.random.default_rng([seed, k, ROUTING_STREAM])))
+        makespan, bubble = run_step(durations, links)
         makespans.append(makespan)
         bubbles.append(bubble)
         if progress is not None:
             progress(1)
     return MonteCarlo(seed, tuple(makespans), tuple(bubbles))
+
+
+def _both(first: DurationHook | None, second: DurationHook) -> DurationHook:
+    """Two duration factors, multiplied."""
+    if first is None:
+        return second
+    return lambda device, action: first(device, action) * second(device, action)

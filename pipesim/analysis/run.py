@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from pipesim.analysis.critical import Explanation, explain
+from pipesim.analysis.experts import moe_fields
 from pipesim.analysis.monte_carlo import MonteCarlo, MonteCarloSummary, Progress, monte_carlo
+from pipesim.cluster.expert_draws import routing_hook, varies
 from pipesim.scenario.build import Scenario
 from pipesim.scenario.schema import Mode, ScenarioError
 from pipesim.schedules.columns import performed_kinds
@@ -52,6 +54,9 @@ class Result:
         data = self.report.to_dict()
         data["memory_capacity_bytes"] = memory_capacity_bytes(self.scenario)
         data.update(parameter_fields(self.scenario))
+        moe = moe_fields(self.scenario, self.report.step_time_ms)
+        if moe is not None:
+            data["moe"] = moe
         if self.monte_carlo is not None:
             data.update(self.monte_carlo.to_dict())
         if self.explanation is not None:
@@ -78,6 +83,9 @@ class Result:
         data["static_memory_bytes_max"] = max(d.static_memory_bytes for d in per_device)
         data["runtime_memory_bytes_max"] = max(d.runtime_memory_bytes for d in per_device)
         data["memory_capacity_bytes"] = memory_capacity_bytes(self.scenario)
+        moe = moe_fields(self.scenario, self.report.step_time_ms)
+        for key in ("imbalance", "dropped_fraction", "all_to_all_share") if moe else ():
+            data[f"moe_{key}"] = moe[key]
         if self.monte_carlo is not None:
             data.update(self.monte_carlo.to_dict())
         if self.decode is not None:
@@ -202,15 +210,22 @@ def simulate_step(
 
 
 def study(scenario: Scenario, runs: int, seed: int, progress: Progress | None = None) -> MonteCarlo:
-    """A Monte Carlo study of a Scenario under its ``variability`` (none: every run is the
-    deterministic step)."""
+    """A Monte Carlo study of a Scenario under its ``variability`` and, for a MoE model
+    with expert parallelism (or a capacity factor), its routing drawn per microbatch
+    (``pipesim.cluster.expert_draws``); with neither, every run is the deterministic step."""
 
     def run_step(duration_scale, link_scale):
         report = simulate_step(scenario, duration_scale, link_scale, evaluator="simpy").report
         return report.makespan_ms, report.bubble_fraction
 
     variability = scenario.variability or Variability()
-    return monte_carlo(variability, scenario.schedule, run_step, runs, seed, progress)
+    ep, routing = scenario.expert_parallel, None
+    if varies(ep):  # a MoE model's routing, drawn per microbatch and stage
+
+        def routing(rng):
+            return routing_hook(ep, scenario.schedule, scenario.costs, rng)
+
+    return monte_carlo(variability, scenario.schedule, run_step, runs, seed, progress, routing)
 
 
 def choose_evaluator(

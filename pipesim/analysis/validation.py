@@ -53,6 +53,7 @@ class DeviceMemory:
     peak_memory_bytes: float  # static + peak activations + runtime
     oom: bool
     runtime_memory_bytes: float = 0.0  # CUDA context, NCCL buffers, fragmentation
+    transient_bytes: float = 0.0  # expert parallelism's all-to-all buffers, during a pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +158,8 @@ def device_memory(scenario: Scenario) -> tuple[DeviceMemory, ...]:
         runtime, total = accounting.device_memory(d, float(peaks[d]))
         static = float(accounting.static_memory_bytes[d])
         oom = accounting.over_capacity(total)
-        memory.append(DeviceMemory(d, static, float(peaks[d]), total, oom, runtime))
+        buffers = accounting.transient_bytes[d] if accounting.transient_bytes else 0.0
+        memory.append(DeviceMemory(d, static, float(peaks[d]), total, oom, runtime, buffers))
     return tuple(memory)
 
 

@@ -29,6 +29,7 @@ def layer_activation_memory_bytes(
     sequence_parallel: bool = False,
     *,
     context: int = 1,
+    load_factor: float = 1.0,
 ) -> tuple[float, float]:
     """Activation memory one layer keeps for one microbatch, and the part of it the
     weight-gradient pass ``W`` still needs after ``I`` has run. Returns ``(total, for_w)``.
@@ -62,7 +63,8 @@ def layer_activation_memory_bytes(
     under sequence parallelism); it is kept until W, which needs the recomputed inputs.
 
     Context parallelism of degree ``context`` keeps ``s / N`` tokens per GPU: every term
-    divides by N (the scores too: each GPU's queries against all keys).
+    divides by N (the scores too: each GPU's queries against all keys). Under expert
+    parallelism the slowest rank keeps ``load_factor`` times the routed experts' share.
     """
     b, h, a, t = microbatch_size, model.hidden, model.heads, tensor
     s = sequence_share(model, context)
@@ -70,7 +72,7 @@ def layer_activation_memory_bytes(
     if model.recompute:
         kept = 2 * sbh / (t if sequence_parallel else 1)
         return kept, kept
-    attention, mlp = _attention_bytes(model), _mlp_bytes(model)
+    attention, mlp = _attention_bytes(model), _mlp_bytes(model, load_factor)
     whole = 10 * sbh + s * b * (attention.whole + mlp.whole)
     split = s * b * (attention.split + mlp.split)
     if model.fp8 is not None:  # the linear inputs saved in 1 byte instead of 2
@@ -127,10 +129,10 @@ class _TokenBytes:
     ``whole`` on every tensor-parallel GPU, ``split`` over them, and of those what FP8
     saves (the linear layers' inputs, one byte an element instead of two)."""
 
-    whole: int
-    split: int
-    fp8_whole: int
-    fp8_split: int
+    whole: float
+    split: float
+    fp8_whole: float
+    fp8_split: float
 
 
 def _attention_bytes(model: TransformerModel) -> _TokenBytes:
@@ -144,15 +146,20 @@ def _attention_bytes(model: TransformerModel) -> _TokenBytes:
     return _TokenBytes(2 * whole, 2 * split, latents, model.heads * mla.v_head_dim)
 
 
-def _mlp_bytes(model: TransformerModel) -> _TokenBytes:
+def _mlp_bytes(model: TransformerModel, load_factor: float = 1.0) -> _TokenBytes:
     """The MLP's activation and down-projection inputs (``2 f`` a matrix); a MoE layer's
     for each of the ``k + S`` experts a token passes through, the router's probabilities in
-    fp32 (``4 E``) and the ``k`` token copies dispatched to the experts (``2 k h``)."""
+    fp32 (``4 E``) and the ``k`` token copies dispatched to the experts (``2 k h``); the
+    routed experts' part ``load_factor`` times that on the slowest expert-parallel rank."""
     moe = model.moe
     if moe is None:
         return _TokenBytes(0, 2 * model.mlp_matrices * model.ffn, 0, model.ffn)
     experts = moe.active_experts * moe.expert_ffn_hidden
     copies = moe.top_k * model.hidden
+    if load_factor != 1.0:
+        routed = moe.top_k * load_factor
+        experts = (moe.shared_experts + routed) * moe.expert_ffn_hidden
+        copies = routed * model.hidden
     return _TokenBytes(
         4 * moe.experts + 2 * copies, 2 * model.mlp_matrices * experts, copies, experts
     )
@@ -166,17 +173,24 @@ def stage_activation_memory_bytes(
     sequence_parallel: bool = False,
     *,
     context: int = 1,
+    load_factor: float = 1.0,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Activation memory each stage keeps per microbatch, and the part of it W still needs:
     its layers' (``layer_activation_memory_bytes``) plus the embedding's or the LM head's
-    (``stage_extra_activation_bytes``), on one of ``context`` context-parallel GPUs."""
+    (``stage_extra_activation_bytes``), on one of ``context`` context-parallel GPUs; MoE
+    layers' routed parts ``load_factor`` times the even share."""
     last, start = len(partition) - 1, 0
     act, wgrad = [], []
     for k, layers in enumerate(partition):
         layer_mem = layer_w = 0.0
         for count, view in stage_blocks(model, layers, start=start):
             mem, w = layer_activation_memory_bytes(
-                view, microbatch_size, tensor, sequence_parallel, context=context
+                view,
+                microbatch_size,
+                tensor,
+                sequence_parallel,
+                context=context,
+                load_factor=load_factor,
             )
             layer_mem, layer_w = layer_mem + count * mem, layer_w + count * w
         start += layers

@@ -1,4 +1,4 @@
-"""Collectives as NCCL runs them: all-reduce, reduce-scatter, all-gather, broadcast, all-to-all.
+"""Collectives as NCCL runs them: all-reduce, reduce-scatter, all-gather, broadcast.
 
 NCCL prices every collective before it runs it, and runs the cheapest way it knows. For each
 algorithm (ring; tree, for all-reduce; NVLink SHARP, NVLS, inside an NVSwitch node) and each
@@ -217,7 +217,7 @@ def all_gather_ms(
 
 
 @dataclass(frozen=True, slots=True)
-class _Shape:
+class GroupShape:
     """What the tuner reads off a group: its sizes, hardware and the ceilings that follow."""
 
     ranks: int
@@ -229,7 +229,7 @@ class _Shape:
     ll_max_gbps: float
 
     @classmethod
-    def of(cls, group: Group) -> _Shape:
+    def of(cls, group: Group) -> GroupShape:
         intra_hw, generation = fabric(group.intra) or ("net", "hopper")
         nodes = group.nodes
         if nodes == 1:
@@ -249,7 +249,7 @@ class _Shape:
 def _candidates(kind: Collective, group: Group):
     """(algorithm, protocol, latency_us, algorithm bandwidth GB/s) of every way NCCL's tuner
     considers, as ncclTopoTuneModel builds them."""
-    shape = _Shape.of(group)
+    shape = GroupShape.of(group)
     for p, protocol in shape.protocols():
         yield _ring(kind, shape, p, protocol)
         if kind == Collective.ALL_REDUCE:
@@ -262,13 +262,13 @@ def _candidates(kind: Collective, group: Group):
                 yield Algorithm.NVLS, protocol, latency, nvls_bus * n / (2 * (n - 1))
 
 
-def _has_nvls(shape: _Shape) -> bool:
+def _has_nvls(shape: GroupShape) -> bool:
     """NVLink SHARP: inside one NVSwitch node of Hopper or later (across nodes NCCL needs
     CollNet for it, not modelled)."""
     return shape.nodes == 1 and shape.intra_hw == "nvlink" and shape.generation in NVLS_BUSBW_GAIN
 
 
-def _ring(kind: Collective, shape: _Shape, p: int, protocol: Protocol):
+def _ring(kind: Collective, shape: GroupShape, p: int, protocol: Protocol):
     n, nodes = shape.ranks, shape.nodes
     steps = {Collective.ALL_REDUCE: 2 * (n - 1), Collective.BROADCAST: n}.get(kind, n - 1)
     hw = HW_LATENCY_US
@@ -288,7 +288,7 @@ def _ring(kind: Collective, shape: _Shape, p: int, protocol: Protocol):
     return Algorithm.RING, protocol, base + latency, bus * n / steps
 
 
-def _tree(shape: _Shape, p: int, protocol: Protocol):
+def _tree(shape: GroupShape, p: int, protocol: Protocol):
     """The tree all-reduce: up and down a chain inside each node and a binary tree of nodes;
     half the bus bandwidth (NCCL's tree ratio), LL at 1/3.8 of it, LL128 at 7/9 in a node
     and 120/128 across nodes."""
@@ -356,45 +356,3 @@ def _plain_ms(kind: Collective, nbytes: float, group: Group) -> float:
         across = ring_ms(2 * (nodes - 1), nodes, nbytes / k, group.inter)
     total = inside + across
     return total if kind == Collective.ALL_REDUCE else total / 2
-
-
-# -- all-to-all ----------------------------------------------------------------------------
-
-
-def all_to_all_ms(
-    nbytes_per_rank: float,
-    ranks: int,
-    intra_link: Link,
-    inter_link: Link | None = None,
-    ranks_per_node: int | None = None,
-) -> float:
-    """An all-to-all in which every rank sends ``nbytes_per_rank`` in all, ``1 / ranks`` of it
-    to each rank (itself included), as expert parallelism's dispatch and combine and
-    Ulysses-style context parallelism do (ms).
-
-    NCCL runs it as grouped sends and receives, priced outside its tuner; pipesim prices it
-    with the tuner's ring constants as ``n - 1`` pairwise rounds (``k - 1`` over NVLink,
-    ``n - k`` over the network) and the slower of the two byte streams: ``(k - 1) / n`` of
-    the buffer over the intra-node link, ``(n - k) / n`` of it over the rank's own network
-    card. Each protocol is tried, as for the other collectives. On links NCCL does not
-    describe: one latency of the slowest link used plus the same byte streams."""
-    group = Group(ranks, intra_link, inter_link, ranks_per_node)
-    n, k = group.ranks, group.per_node
-    if n == 1:
-        return 0.0
-    streams = [((k - 1) / n * nbytes_per_rank, intra_link)]
-    if inter_link is not None and n > k:
-        streams.append(((n - k) / n * nbytes_per_rank, inter_link))
-    if any(fabric(link) is None for link in group.links):
-        size = max(b / (link.bandwidth_gbps * 1e6) for b, link in streams)
-        return max(link.latency_ms for link in group.links) + size
-    shape = _Shape.of(group)
-    best = math.inf
-    for p, _ in shape.protocols():
-        factor = (0.5, 0.92, 1.0)[p]
-        latency = BASE_LATENCY_US[Algorithm.RING][p]
-        latency += (k - 1) * HW_LATENCY_US[shape.intra_hw][Algorithm.RING][p]
-        latency += (n - k) * HW_LATENCY_US["net"][Algorithm.RING][p]
-        size_us = max(b / (1e3 * link.bandwidth_gbps * factor) for b, link in streams)
-        best = min(best, latency + size_us)
-    return best / 1e3

@@ -40,9 +40,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pipesim.cluster.collectives import all_to_all_ms
+from pipesim.cluster.all_to_all import all_to_all_ms
 from pipesim.cluster.efficiency import Efficiency, attention_ms
 from pipesim.cluster.hardware import GpuProfile
+from pipesim.cluster.moe import ONE_RANK, ExpertSplit
 from pipesim.cluster.pass_time import PassTimes, TensorParallel, stage_pass_times
 from pipesim.cluster.transformer import TransformerModel, layer_flops, sequence_share
 from pipesim.sim.links import Link
@@ -124,7 +125,7 @@ def p2p_ms(nbytes: float, link: Link) -> float:
 def context_all_to_all_ms(nbytes_per_rank: float, ranks: int, link: Link) -> float:
     """An all-to-all over ``ranks`` GPUs of a context group, each holding ``nbytes_per_rank``:
     it keeps ``1 / ranks`` and sends the rest, priced as NCCL runs it
-    (``pipesim.cluster.collectives.all_to_all_ms``) with the whole group on ``link`` (the
+    (``pipesim.cluster.all_to_all.all_to_all_ms``) with the whole group on ``link`` (the
     link ``context_link`` picks: NVLink inside a node, else the network). On a link given by
     its numbers that is one latency plus ``(ranks - 1) / ranks`` of the bytes."""
     return all_to_all_ms(nbytes_per_rank, ranks, link)
@@ -196,10 +197,12 @@ def stage_passes(
     efficiency: Efficiency,
     tp: TensorParallel,
     cp: ContextParallel,
+    split: ExpertSplit = ONE_RANK,
 ) -> list[PassTimes]:
     """Each stage's three passes on one GPU (``pipesim.cluster.pass_time``): the local
     model's (``local_model``: the model itself without context parallelism), with each
-    layer's context-parallel attention and communication on top."""
+    layer's context-parallel attention and communication on top; routed experts as
+    ``split`` runs them."""
     local, last, start = local_model(model, cp.degree), len(partition) - 1, 0
     shapes: dict[tuple, PassTimes] = {}  # stages of one shape pass alike
     passes = []
@@ -216,6 +219,7 @@ def stage_passes(
                 first=k == 0,
                 last=k == last,
                 start=start,
+                split=split,
             )
         passes.append(shapes[shape])
         start += layers

@@ -50,7 +50,10 @@ class ParallelLayout:
     ``zero_stage`` and their gradient reduction overlapped with the backward
     (``dp_overlap``), and ``context`` GPUs sharing every sequence (context parallelism,
     ``context_mode`` ``ring`` or ``all-to-all``: ``pipesim.cluster.context_parallel``).
-    Ranks are ordered as Megatron-LM orders them: tensor, context, data, pipeline."""
+    Ranks are ordered as Megatron-LM orders them: tensor, context, data, pipeline. A MoE
+    model's routed experts are spread over ``expert`` ranks carved out of the data x
+    context ranks, each split ``expert_tensor`` ways (None: ``tensor``), as Megatron-Core
+    lays them out (``pipesim.cluster.expert_parallel``)."""
 
     tensor: int = 1
     data: int = 1
@@ -62,6 +65,22 @@ class ParallelLayout:
     context_mode: str = "ring"
     optimizer: str = DEFAULT_OPTIMIZER  # pipesim.cluster.optimizers; zero_stage is its own
     pipeline_scatter_gather: bool = False  # each TP rank sends 1/tensor of a stage's output
+    expert: int = 1
+    expert_tensor: int | None = None
+
+    @property
+    def experts_tensor(self) -> int:
+        """The experts' tensor parallelism: ``expert_tensor``, or ``tensor`` where not set."""
+        return self.expert_tensor or self.tensor
+
+    @property
+    def expert_data(self) -> int:
+        """Replicas of each routed expert, over which its gradients are reduced (Megatron-
+        Core's expert data parallelism): ``tensor x context x data / (expert x
+        expert_tensor)``, ``data x context / expert`` where the experts split as the
+        layers do."""
+        ranks = self.tensor * self.context * self.data
+        return max(ranks // (self.expert * self.experts_tensor), 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,17 @@ from dataclasses import dataclass, replace
 
 from pipesim.cluster.collectives import Collective, Group, collective_ms
 from pipesim.cluster.context_parallel import context_link, local_model
-from pipesim.cluster.fabric import Fabric, allreduce_levels, group_span
+from pipesim.cluster.expert_parallel import (
+    ExpertParallelCosts,
+    buffer_bytes,
+    dense_parameters,
+    expert_data_span,
+    expert_parallel_costs,
+    expert_sharding,
+    expert_split,
+    with_all_to_all,
+)
+from pipesim.cluster.fabric import Fabric, GroupSpan, allreduce_levels, group_span
 from pipesim.cluster.job import Job, JobError
 from pipesim.cluster.model import (
     TransformerModel,
@@ -48,6 +58,7 @@ class ModelCosts:
     accounting: Accounting
     tail_ms: tuple[float, ...] | None
     optimizer_ms: tuple[float, ...] | None = None  # the optimizer step's part of tail_ms
+    expert_parallel: ExpertParallelCosts | None = None  # MoE: all-to-alls, loads (in costs)
 
 
 def split_layers(job: Job, stages: int, by_time: bool = False) -> tuple[int, ...]:
@@ -67,7 +78,7 @@ def split_layers(job: Job, stages: int, by_time: bool = False) -> tuple[int, ...
             )
             size = job.batch.microbatch_size
             local = local_model(model, par.context)  # what one context rank runs
-            loads = time_loads(local, size, job.hardware.gpu, job.efficiency, tp)
+            loads = time_loads(local, size, job.hardware.gpu, job.efficiency, tp, expert_split(job))
         return partition_layers(model, stages, job.partition, loads=loads)
     except ValueError as exc:
         field = "model.pipeline_layout" if is_layout(job.partition) else "model"
@@ -81,31 +92,16 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
     The tail of each device is its optimizer step plus the data-parallel gradient
     reduction it waits for (``_step_tail``). Forward-only (``job.training`` False,
     inference) counts forward FLOPs for MFU, keeps the weights only in static memory (no
-    gradients, no optimizer states) and has no tail.
+    gradients, no optimizer states) and has no tail. A MoE model's expert parallelism
+    (``pipesim.cluster.expert_parallel``) adds its all-to-alls to the passes, its buffers
+    to the peak memory, and keeps both by name (``ModelCosts.expert_parallel``).
     """
-    hw, par, size = job.hardware, job.parallel, job.batch.microbatch_size
-    gpu = hw.gpu
+    par, size, gpu = job.parallel, job.batch.microbatch_size, job.hardware.gpu
     if gpu is None:
         raise JobError("hardware.gpu", "required with a model section")
-    intra, inter = hw.node_links()
     partition = split_layers(job, schedule.model_stages, by_time=True)
     model = _model(job)
-    per_node = job.gpus_per_node(schedule.devices)
-    costs = stage_costs(
-        model,
-        partition,
-        size,
-        gpu,
-        job.efficiency,
-        tensor=par.tensor,
-        tensor_link=intra if par.tensor > 1 else None,
-        sequence_parallel=par.sequence_parallel,
-        tensor_overlap=par.tp_overlap,
-        context=par.context,
-        context_mode=par.context_mode,
-        context_link=context_link(par.tensor, par.context, per_node, intra, inter),
-        scatter_gather=par.pipeline_scatter_gather,
-    )
+    costs, experts = _pass_costs(job, schedule, partition)
     stages_on: list[list[int]] = [[] for _ in range(schedule.devices)]
     for stage, device in enumerate(schedule.placement):
         stages_on[device].append(schedule.model_stage(stage))
@@ -118,6 +114,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         job.training,
         pipelined=not _reduces_every_backward(schedule),
         optimizer=par.optimizer,
+        experts=expert_sharding(job, partition),
     )
     tail = optimizer = None
     if job.training:
@@ -132,8 +129,37 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         replicas=par.data,
         flops_per_step=model_flops_per_step(model, global_batch, forward_only=not job.training),
         peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * _gradient_group(job),
+        transient_bytes=buffer_bytes(experts, stages_on),
     )
-    return ModelCosts(costs, accounting, tail, optimizer)
+    return ModelCosts(costs, accounting, tail, optimizer, experts)
+
+
+def _pass_costs(
+    job: Job, schedule: Schedule, partition: tuple[int, ...]
+) -> tuple[Costs, ExpertParallelCosts | None]:
+    """Every stage's passes (``pipesim.cluster.model.stage_costs``) with its expert-parallel
+    all-to-alls in them, and those all-to-alls by name."""
+    hw, par = job.hardware, job.parallel
+    intra, inter = hw.node_links()
+    per_node = job.gpus_per_node(schedule.devices)
+    costs = stage_costs(
+        _model(job),
+        partition,
+        job.batch.microbatch_size,
+        hw.gpu,
+        job.efficiency,
+        tensor=par.tensor,
+        tensor_link=intra if par.tensor > 1 else None,
+        sequence_parallel=par.sequence_parallel,
+        tensor_overlap=par.tp_overlap,
+        context=par.context,
+        context_mode=par.context_mode,
+        context_link=context_link(par.tensor, par.context, per_node, intra, inter),
+        scatter_gather=par.pipeline_scatter_gather,
+        expert_split=expert_split(job),
+    )
+    experts = expert_parallel_costs(job, schedule.devices, partition)
+    return with_all_to_all(costs, experts), experts
 
 
 def _model(job: Job) -> TransformerModel:
@@ -177,6 +203,7 @@ def _step_tail(
         par.zero_stage,
         par.tensor,
         optimizer=par.optimizer,
+        experts=expert_sharding(job, partition),
     )
     reduction, compute = (0.0,) * len(partition), costs  # compute: before any gathers
     if group > 1 and par.zero_stage < 3:
@@ -222,16 +249,42 @@ def _zero3_costs(
 def _gradient_reduction_ms(
     job: Job, schedule: Schedule, partition: tuple[int, ...]
 ) -> tuple[float, ...]:
-    """Each stage's data-parallel gradient all-reduce, level by level as the group sits
+    """Each stage's data-parallel gradient all-reduce over Megatron-LM's data-parallel
+    group with context parallelism: every context rank of every replica (they saw
+    different tokens), ``_reduction_over`` its span. Under expert parallelism the routed
+    experts' gradients are reduced apart, over each expert's own replicas (Megatron-Core's
+    expert data-parallel group), and the rest over data x context."""
+    span = group_span(job.rank_layout(schedule.devices), "cp", "dp")
+    sharding = expert_sharding(job, partition)
+    if sharding is None:
+        return _reduction_over(job, span, partition, job.parallel.tensor)
+    dense = dense_parameters(_model(job), partition, sharding)
+    experts_span = expert_data_span(job, schedule.devices)
+    return tuple(
+        a + b
+        for a, b in zip(
+            _reduction_over(job, span, partition, job.parallel.tensor, dense),
+            _reduction_over(job, experts_span, partition, sharding.tensor, sharding.local),
+            strict=True,
+        )
+    )
+
+
+def _reduction_over(
+    job: Job,
+    span: GroupSpan,
+    partition: tuple[int, ...],
+    tensor: int,
+    parameters: tuple[float, ...] | None = None,
+) -> tuple[float, ...]:
+    """The all-reduce of each stage's gradients (``parameters``, split ``tensor`` ways;
+    None: all of the stage's) over the group ``span`` places, level by level
     (``pipesim.cluster.fabric.allreduce_levels``): a ring inside one node; across nodes,
     reduced inside each node first when a node holds several replicas, then across the
     group's nodes of a pod, then across pods at the bandwidth the fabric leaves above them.
     Each level is one ``data_parallel_allreduce_ms`` over its ranks and link, of the share
-    of the gradients each GPU holds there (the bytes of ``tensor * share`` GPUs' split).
-    With context parallelism the group is Megatron-LM's data-parallel group with context
-    parallelism: every context rank of every replica (they saw different tokens)."""
-    par, model, hw = job.parallel, _model(job), job.hardware
-    span = group_span(job.rank_layout(schedule.devices), "cp", "dp")
+    of the gradients each GPU holds there (the bytes of ``tensor * share`` GPUs' split)."""
+    model, hw = _model(job), job.hardware
     intra, inter = hw.node_links()
     if not span.crosses_pods:  # in one node, or in one pod: NVLink, then the network
         sharing = span.per_node if span.crosses_nodes else 1
@@ -240,9 +293,10 @@ def _gradient_reduction_ms(
             partition,
             span.ranks,
             inter if span.crosses_nodes else intra,
-            par.tensor,
+            tensor,
             ranks_per_node=sharing,
             intra_node_link=intra,
+            parameters=parameters,
         )
     total = [0.0] * len(partition)
     for level in allreduce_levels(span, intra, inter, hw.fabric or Fabric()):
@@ -251,8 +305,9 @@ def _gradient_reduction_ms(
             partition,
             level.ranks,
             level.link,
-            par.tensor * level.share,
+            tensor * level.share,
             bucket_params=megatron_bucket_params(span.ranks) / level.share,
+            parameters=parameters,
         )
         total = [t + p for t, p in zip(total, part, strict=True)]
     return tuple(total)

@@ -29,6 +29,7 @@ from pipesim.cluster.context_parallel import RING, ContextParallel, local_model,
 from pipesim.cluster.efficiency import FLOPS_ONLY, Efficiency, compute_ms
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
 from pipesim.cluster.layout import layout_partition
+from pipesim.cluster.moe import ONE_RANK, ExpertSplit
 from pipesim.cluster.parallel import data_parallel_allreduce_ms, tensor_parallel_comm_ms
 from pipesim.cluster.pass_time import TensorParallel, stage_pass_times
 from pipesim.cluster.static_memory import StaticMemory, static_memory
@@ -175,11 +176,12 @@ def time_loads(
     gpu: GpuProfile,
     efficiency: Efficiency,
     tp: TensorParallel | None = None,
+    split: ExpertSplit = ONE_RANK,
 ) -> Loads:
     """The same three loads as stage times in picoseconds (F + I + W from
     ``pipesim.cluster.pass_time``): with memory-bound work counted, the embedding and the
     loss weigh more than their FLOPs say, and a FLOPs-balanced split leaves the last stage
-    slower than the others."""
+    slower than the others. MoE layers run their routed experts as ``split`` says."""
     tp = tp or TensorParallel()
 
     def total_ps(layers: int, first: bool, last: bool, start: int = 0) -> int:
@@ -193,6 +195,7 @@ def time_loads(
             first=first,
             last=last,
             start=start,
+            split=split,
         )
         return round((p.forward_ms + p.backward_input_ms + p.backward_weight_ms) * 1e9)
 
@@ -295,27 +298,25 @@ def stage_costs(
     context_mode: str = RING,
     context_link: Link | None = None,
     scatter_gather: bool = False,
+    expert_split: ExpertSplit = ONE_RANK,
 ) -> Costs:
     """Per-stage durations and sizes of ``model`` split as ``partition``, one microbatch of
-    ``microbatch_size`` sequences, on ``gpu``.
-
-    Each pass is its GEMM FLOPs divided by ``tensor`` over the achieved rate, the attention
+    ``microbatch_size`` sequences, on ``gpu``. Each pass is its GEMM FLOPs divided by ``tensor`` over the achieved rate, the attention
     scores over the attention kernel's rate, the memory-bound operators' bytes over the
     achieved bandwidth, and the embedding, LM head and loss on the first and last stages
     (``pipesim.cluster.pass_time``). With ``tensor > 1`` each layer adds two ring
     all-reduces of its activation per pass over ``tensor_link`` (required then): to F, and
     to I (with recomputation, twice to I: the recomputed forward has its own); with
     ``tensor_overlap`` only what the layer's GEMMs do not hide
-    (``Efficiency.tensor_overlap_fraction``). W has no communication.
-    ``efficiency`` defaults to ``Efficiency()``, the calibrated model; ``FLOPS_ONLY`` counts
-    matrix multiplications alone. Between stages each GPU sends its share of the activation:
-    all ``b s h`` elements, or with ``sequence_parallel`` its ``1/tensor`` of the sequence
-    (Megatron-LM's ``get_tensor_shapes``), each tensor-parallel rank over its own link.
-    ``scatter_gather`` splits it so without sequence parallelism too (Megatron-LM's
-    scatter/gather, Narayanan et al. 2021, 4.1; the receivers' all-gather is not counted).
-    ``context`` GPUs share each sequence (``context_mode`` over ``context_link``): each
-    runs ``s / context`` tokens, plus ``pipesim.cluster.context_parallel``'s attention.
-    """
+    (``Efficiency.tensor_overlap_fraction``). W has no communication. ``efficiency``:
+    ``Efficiency()`` by default, ``FLOPS_ONLY`` counts matrix multiplications alone.
+    Between stages each GPU sends all ``b s h`` elements, or with ``sequence_parallel`` its
+    ``1/tensor`` of the sequence (Megatron-LM's ``get_tensor_shapes``), each tensor-parallel
+    rank over its own link; ``scatter_gather`` splits it so without sequence parallelism
+    too (Narayanan et al. 2021, 4.1; not the receivers' all-gather). ``context`` GPUs share
+    each sequence (``context_mode`` over ``context_link``), each running ``s / context``
+    tokens and ``pipesim.cluster.context_parallel``'s attention. Routed experts run as
+    ``expert_split`` says (``pipesim.cluster.moe``)."""
     gpu = gpu_profile(gpu) if isinstance(gpu, str) else gpu
     efficiency = Efficiency() if efficiency is None else efficiency
     partition = partition_layers(model, len(partition), partition)
@@ -325,9 +326,10 @@ def stage_costs(
         message, microbatch_size, tensor, tensor_link, sequence_parallel, tensor_overlap, efficiency
     )
     cp = ContextParallel(context, context_mode, context_link)
-    passes = stage_passes(model, partition, microbatch_size, gpu, efficiency, tp, cp)
+    passes = stage_passes(model, partition, microbatch_size, gpu, efficiency, tp, cp, expert_split)
+    shape = (model, partition, microbatch_size, tensor, sequence_parallel)
     act, wgrad = stage_activation_memory_bytes(
-        model, partition, microbatch_size, tensor, sequence_parallel, context=context
+        *shape, context=context, load_factor=expert_split.load_factor
     )
     return Costs(
         forward_ms=tuple(p.forward_ms for p in passes),

@@ -126,6 +126,7 @@ def data_parallel_allreduce_ms(
     ranks_per_node: int = 1,
     intra_node_link: Link | None = None,
     bucket_params: float | None = None,
+    parameters: Sequence[float] | None = None,
 ) -> tuple[float, ...]:
     """End-of-step gradient reduction per stage: each GPU's share of the stage's gradients
     (``params / tensor * dtype_bytes`` bytes) all-reduced over the ``data_parallel``
@@ -139,7 +140,8 @@ def data_parallel_allreduce_ms(
     data_parallel)`` parameters (NVIDIA/Megatron-LM,
     megatron/core/distributed/distributed_data_parallel_config.py). torch's DDP buckets by
     bytes instead, ``bucket_cap_mb=25`` (torch/nn/parallel/distributed.py): pass
-    ``25 * 2**20 / dtype_bytes``."""
+    ``25 * 2**20 / dtype_bytes``. ``parameters``: each stage's parameters to reduce, where
+    not all of ``stage_parameters`` (expert parallelism reduces the routed experts apart)."""
     if ranks_per_node > 1 and intra_node_link is None:
         raise ValueError("ranks_per_node > 1 needs intra_node_link, the link inside a node")
     bucket = bucket_params or megatron_bucket_params(data_parallel)
@@ -154,7 +156,7 @@ def data_parallel_allreduce_ms(
         return ring_allreduce_ms(nbytes, data_parallel, link)
 
     times, alike = [], {}  # stages of one parameter count reduce alike
-    for params in stage_parameters(model, partition):
+    for params in stage_parameters(model, partition) if parameters is None else parameters:
         if params not in alike:
             full, rest = divmod(params / tensor, bucket)
             rest_ms = reduce_ms(rest * model.dtype_bytes) if rest else 0.0

@@ -31,8 +31,9 @@ from pipesim.cluster.efficiency import Efficiency, attention_ms, memory_ms
 from pipesim.cluster.gemm import gemm_ms
 from pipesim.cluster.hardware import GpuProfile
 from pipesim.cluster.memory_bound import layer_memory_bound_bytes, stage_memory_bound_bytes
-from pipesim.cluster.moe import expert_pass_ms
+from pipesim.cluster.moe import ONE_RANK, ExpertSplit, expert_pass_ms
 from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, optimizer_implementation, sharding_stage
+from pipesim.cluster.static_memory import ExpertSharding
 from pipesim.cluster.transformer import (
     TransformerModel,
     head_gemm_shape,
@@ -117,11 +118,13 @@ def layer_pass_times(
     gpu: GpuProfile,
     efficiency: Efficiency,
     tp: TensorParallel,
+    split: ExpertSplit = ONE_RANK,
 ) -> PassTimes:
     """One layer's three passes for one microbatch on one GPU (no recomputation): its GEMMs
     shape by shape (``linear_pass_ms``), the attention scores at the attention kernel's rate
     (the forward one kernel, the backward one), the memory-bound operators over the
-    bandwidth, and the tensor-parallel communication the GEMMs leave exposed."""
+    bandwidth, and the tensor-parallel communication the GEMMs leave exposed; a MoE layer's
+    routed experts as ``split`` runs them (``pipesim.cluster.moe.expert_pass_ms``)."""
     tokens = microbatch_size * model.seq_len
     flops = layer_flops(model, microbatch_size)
     scores = (flops.forward - flops.backward_weight) / tp.degree
@@ -137,6 +140,7 @@ def layer_pass_times(
             efficiency,
             tensor=tp.degree,
             fp8=model.fp8,
+            split=split,
         )
         forward, inputs, weights = (forward + experts[0], inputs + experts[1], weights + experts[2])
     # without a fused kernel the scores are batched GEMMs at the GEMM rate
@@ -171,15 +175,17 @@ def stage_pass_times(
     first: bool,
     last: bool,
     start: int = 0,
+    split: ExpertSplit = ONE_RANK,
 ) -> PassTimes:
     """A stage's three passes: ``layers`` layers from index ``start`` (dense and MoE layers
     each their own), with recomputation one more forward of them inside ``I``, the embedding
     if ``first``, the LM head and loss if ``last`` (the LM head's GEMMs ``(tokens, V/t, h)``
     in bf16 also under FP8, as Megatron-LM runs its output layer), and there the MTP
-    modules: each a block, a projection ``(tokens, h/t, 2h)`` and the LM head again."""
+    modules: each a block, a projection ``(tokens, h/t, 2h)`` and the LM head again. MoE
+    layers run their routed experts as ``split`` says."""
     forward = backward_input = backward_weight = 0.0
     for count, view in stage_blocks(model, layers, start=start, last=last):
-        layer = layer_pass_times(view, microbatch_size, gpu, efficiency, tp)
+        layer = layer_pass_times(view, microbatch_size, gpu, efficiency, tp, split)
         forward += count * layer.forward_ms
         backward_input += count * layer.backward_input_ms
         backward_weight += count * layer.backward_weight_ms
@@ -217,19 +223,30 @@ def optimizer_step_ms(
     tensor: int = 1,
     *,
     optimizer: str = DEFAULT_OPTIMIZER,
+    experts: ExpertSharding | None = None,
 ) -> tuple[float, ...]:
     """The optimizer step per stage: the implementation's step bytes
     (``OPTIMIZER_STEP_BYTES_PER_PARAM`` for Adam) for each parameter one GPU updates (its
     ``1/tensor`` share, and of that ``1/data_parallel`` where the optimizer states are
     sharded: ZeRO stage 1 and up, Megatron-LM's distributed optimizer, DeepSpeed's BF16
-    optimizer, FSDP) over the memory bandwidth."""
+    optimizer, FSDP) over the memory bandwidth. Under expert parallelism (``experts``) a
+    GPU updates its own expert slots, sharded over each expert's replicas."""
     impl = optimizer_implementation(optimizer)
-    stage = sharding_stage(optimizer, zero_stage, data_parallel)
-    shards = tensor * (data_parallel if stage >= 1 else 1)
-    return tuple(
-        memory_ms(impl.step_bytes_per_param * params / shards, gpu, efficiency)
-        for params in stage_parameters(model, partition)
-    )
+
+    def shards(replicas: int) -> int:
+        return replicas if sharding_stage(optimizer, zero_stage, replicas) >= 1 else 1
+
+    if experts is None:
+        updated = [p / (tensor * shards(data_parallel)) for p in stage_parameters(model, partition)]
+    else:
+        updated = [
+            dense / shards(data_parallel) + routed / shards(experts.replicas)
+            for dense, routed in (
+                experts.split(k, p, tensor)
+                for k, p in enumerate(stage_parameters(model, partition))
+            )
+        ]
+    return tuple(memory_ms(impl.step_bytes_per_param * p, gpu, efficiency) for p in updated)
 
 
 def exposed_data_parallel_ms(

@@ -23,6 +23,24 @@ from pipesim.cluster.transformer import (
 
 
 @dataclass(frozen=True, slots=True)
+class ExpertSharding:
+    """The routed experts' part of each stage's parameters under expert parallelism:
+    ``routed`` all of them, ``local`` those of the expert slots one GPU holds (before their
+    ``tensor``-way split), and the ``replicas`` of each expert, over which ZeRO shards
+    their optimizer states (Megatron-Core's expert data-parallel group)."""
+
+    routed: tuple[float, ...]
+    local: tuple[float, ...]
+    tensor: int
+    replicas: int
+
+    def split(self, k: int, params: float, tensor: int) -> tuple[float, float]:
+        """Stage ``k``'s parameters on one GPU: ``(dense part / tensor, local experts /
+        the experts' tensor)``."""
+        return (params - self.routed[k]) / tensor, self.local[k] / self.tensor
+
+
+@dataclass(frozen=True, slots=True)
 class StaticMemory:
     """Bytes that live for the whole step on one GPU of a stage."""
 
@@ -45,6 +63,7 @@ def static_memory(
     *,
     pipelined: bool = False,
     optimizer: str = DEFAULT_OPTIMIZER,
+    experts: ExpertSharding | None = None,
 ) -> tuple[StaticMemory, ...]:
     """Weights, gradients and optimizer states per GPU of each stage.
 
@@ -63,6 +82,9 @@ def static_memory(
     backward with gradient synchronisation off and reduce-scatters at the stage's
     ``REDUCE_GRAD`` (``torch/distributed/pipelining/stage.py``, ``perform_reduce_grad``),
     so ZeRO-2 and ZeRO-3 keep the stage's whole gradients until then.
+
+    Under expert parallelism (``experts``) a GPU holds only its expert slots of the routed
+    experts, and ZeRO shards their optimizer states over each expert's replicas.
     """
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
@@ -72,26 +94,48 @@ def static_memory(
     n, width = data_parallel, model.dtype_bytes
     result = []
     for k, params in enumerate(stage_parameters(model, partition)):
-        local = params / tensor
+        parts = [(params / tensor, n)]
+        if experts is not None:
+            dense, routed = experts.split(k, params, tensor)
+            parts = [(dense, n), (routed, experts.replicas)]
+        fp8 = _fp8_copy_bytes(model, k, partition, tensor, experts)
         if not training:
-            stage = sharding_stage(optimizer, zero_stage, n)
-            weights = width * local / (n if stage >= 3 else 1)
-            result.append(
-                StaticMemory(weights + _fp8_copy_bytes(model, k, partition, tensor), 0.0, 0.0)
+            weights = sum(
+                width * local / (r if sharding_stage(optimizer, zero_stage, r) >= 3 else 1)
+                for local, r in parts
             )
+            result.append(StaticMemory(weights + fp8, 0.0, 0.0))
             continue
-        weights, gradients, states = parameter_bytes(
+        sharding = (optimizer, width, zero_stage, pipelined, _units(model, partition, k, tensor))
+        weights, gradients, states = _held(parts, *sharding)
+        result.append(StaticMemory(weights + fp8, gradients, states))
+    return tuple(result)
+
+
+def _held(
+    parts: list[tuple[float, int]],
+    optimizer: str,
+    width: int,
+    zero_stage: int,
+    pipelined: bool,
+    units: list[float],
+) -> tuple[float, float, float]:
+    """Weights, gradients and optimizer states of ``(parameters, replicas)`` parts of one
+    stage on one GPU, each sharded over its own replicas."""
+    held = [
+        parameter_bytes(
             optimizer,
             local,
             width=width,
-            data_parallel=n,
+            data_parallel=replicas,
             zero_stage=zero_stage,
             pipelined=pipelined,
-            unit_params=_units(model, partition, k, tensor),
+            unit_params=units,
         )
-        weights += _fp8_copy_bytes(model, k, partition, tensor)
-        result.append(StaticMemory(weights, gradients, states))
-    return tuple(result)
+        for local, replicas in parts
+    ]
+    weights, gradients, states = (sum(part) for part in zip(*held, strict=True))
+    return weights, gradients, states
 
 
 def _units(model: TransformerModel, partition: Sequence[int], k: int, tensor: int) -> list[float]:
@@ -106,11 +150,18 @@ def _units(model: TransformerModel, partition: Sequence[int], k: int, tensor: in
 
 
 def _fp8_copy_bytes(
-    model: TransformerModel, k: int, partition: Sequence[int], tensor: int
+    model: TransformerModel,
+    k: int,
+    partition: Sequence[int],
+    tensor: int,
+    experts: ExpertSharding | None = None,
 ) -> float:
     """The FP8 copies of a stage's layer weights on one GPU (0 without ``fp8``), whole (each
-    GPU casts the full weights it computes with, also under ZeRO-3)."""
+    GPU casts the full weights it computes with, also under ZeRO-3): under expert
+    parallelism those of its own expert slots only."""
     if model.fp8 is None:
         return 0.0
     held = sum(count * each for count, each in stage_layer_groups(model, partition)[k])
+    if experts is not None:
+        return FP8_WEIGHT_COPY_BYTES * sum(experts.split(k, held, tensor))
     return FP8_WEIGHT_COPY_BYTES * held / tensor

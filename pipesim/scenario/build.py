@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pipesim.cluster.expert_parallel import ExpertParallelCosts
 from pipesim.cluster.transformer import ParameterCount, parameter_count
 from pipesim.scenario import decode_mode, derive, searched
 from pipesim.scenario.load import apply_overrides, read_mapping
@@ -72,6 +73,7 @@ class Scenario:
     costs_per_chunk: bool = True
     search: SearchResult | None = None  # how zb-auto / v-auto found the schedule
     parameters: ParameterCount | None = None  # a model's total and activated parameters
+    expert_parallel: ExpertParallelCosts | None = None  # a MoE model's all-to-alls and loads
 
 
 # ---------------------------------------------------------------------------
@@ -183,6 +185,7 @@ def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
         optimizer_ms=derived.optimizer_ms,
         costs_per_chunk=False,
         parameters=parameter_count(job.model),
+        expert_parallel=derived.expert_parallel,
     )
 
 

@@ -33,8 +33,8 @@ from pipesim.cluster.job import BatchSizes, Hardware, Job, JobError, ParallelLay
 from pipesim.cluster.job_costs import ModelCosts
 from pipesim.cluster.mla import MLA
 from pipesim.cluster.model import Efficiency, TransformerModel
-from pipesim.cluster.moe import MoE
 from pipesim.cluster.optimizers import sharding_stage
+from pipesim.scenario.experts import check_expert_parallel, moe_of
 from pipesim.scenario.schema import LinkSpec, Mode, ModelSpec, ScenarioError, ScenarioSpec
 from pipesim.schedules.ir import Schedule
 from pipesim.sim.costs import Costs
@@ -90,10 +90,12 @@ def check_tensor_parallel(spec: ScenarioSpec, source: str) -> None:
     one node (Megatron-LM): ``t`` divides the heads and the FFN width, and the node."""
     m, t = spec.model, spec.parallel.tensor
     check_context_parallel(spec, source)
+    check_expert_parallel(spec, source)
     if t == 1:
         return
     widths = [("heads", m.heads), ("ffn_hidden", m.ffn_hidden or 4 * m.hidden)]
-    if m.moe is not None and m.moe.expert_ffn_hidden is not None:  # experts split as MLPs
+    own = spec.parallel.expert_tensor is not None  # the experts' own split: checked there
+    if m.moe is not None and m.moe.expert_ffn_hidden is not None and not own:
         widths.append(("moe.expert_ffn_hidden", m.moe.expert_ffn_hidden))
     for name, size in widths:
         if size % t:
@@ -194,6 +196,8 @@ def parallel_of(spec: ScenarioSpec) -> ParallelLayout:
         context=par.context,
         context_mode=par.context_mode,
         pipeline_scatter_gather=par.pipeline_scatter_gather,
+        expert=par.expert,
+        expert_tensor=par.expert_tensor,
     )
 
 
@@ -251,20 +255,12 @@ def _transformer(spec: ScenarioSpec, source: str) -> TransformerModel:
             flash_attention=m.flash_attention,
             fp8=m.fp8,
             head_dim=m.head_dim,
-            moe=None if m.moe is None else _moe(m),
+            moe=moe_of(m),
             mla=None if m.mla is None else MLA(**m.mla.model_dump()),
             mtp_layers=m.mtp_layers,
         )
     except ValueError as exc:
         raise ScenarioError(f"{source}: model: {exc}") from None
-
-
-def _moe(m: ModelSpec) -> MoE:
-    """``model.moe`` with its experts' width (``model.ffn_hidden`` where not given)."""
-    moe = m.moe.model_dump()
-    if moe["expert_ffn_hidden"] is None:
-        moe["expert_ffn_hidden"] = m.ffn_hidden or 4 * m.hidden
-    return MoE(**moe)
 
 
 def check_mixture(spec: ScenarioSpec, source: str) -> None:

@@ -282,6 +282,11 @@ class ParallelSpec(_Strict):
     # Megatron-LM's scatter/gather between stages (section 4.1 of Narayanan et al. 2021):
     # each tensor-parallel rank sends 1/tensor of the activation without sequence parallelism
     pipeline_scatter_gather: bool = False
+    # Mixture-of-experts layers: experts spread over `expert` ranks carved out of data x
+    # context, each split `expert_tensor` ways (absent: as parallel.tensor), as Megatron-Core
+    # lays them out (pipesim.cluster.expert_parallel)
+    expert: Count = 1
+    expert_tensor: Count | None = None
 
     # The implementation and what it shards (pipesim.cluster.optimizers)
     optimizer: Literal[tuple(OPTIMIZERS)] = DEFAULT_OPTIMIZER  # type: ignore[valid-type]

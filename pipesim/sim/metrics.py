@@ -68,7 +68,9 @@ class Accounting:
     (static plus activations) the caching allocator holds on top; ``memory_headroom``: the
     share of the capacity the OOM check keeps free (``device_memory``, ``over_capacity``);
     ``replicas``: data-parallel copies of the pipeline (samples/s counts all of them);
-    ``flops_per_step`` and ``peak_flops`` (all GPUs of the job, FLOP/s) give MFU.
+    ``flops_per_step`` and ``peak_flops`` (all GPUs of the job, FLOP/s) give MFU;
+    ``transient_bytes[d]`` (empty: none): buffers device d holds only while a pass runs
+    (expert parallelism's all-to-all buffers), counted in its peak.
     """
 
     static_memory_bytes: tuple[float, ...]
@@ -79,6 +81,7 @@ class Accounting:
     runtime_memory_bytes: float = 0.0
     fragmentation: float = 0.0
     memory_headroom: float = 0.0
+    transient_bytes: tuple[float, ...] = ()
 
     @property
     def usable_bytes(self) -> float:
@@ -88,8 +91,10 @@ class Accounting:
     def device_memory(self, device: int, activation_bytes: float) -> tuple[float, float]:
         """``(runtime bytes, peak bytes)`` of ``device`` holding ``activation_bytes`` at its
         peak: runtime = the fixed runtime + fragmentation x (static + activations), peak =
-        static + activations + runtime."""
+        static + activations (and transient buffers) + runtime."""
         allocated = float(self.static_memory_bytes[device]) + activation_bytes
+        if self.transient_bytes:
+            allocated += self.transient_bytes[device]
         runtime = self.runtime_memory_bytes + self.fragmentation * allocated
         return runtime, allocated + runtime
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipesim.cluster.all_to_all import all_to_all_ms
 from pipesim.cluster.collectives import (
     Algorithm,
     Collective,
@@ -15,7 +16,6 @@ from pipesim.cluster.collectives import (
     Protocol,
     all_gather_ms,
     all_reduce_ms,
-    all_to_all_ms,
     collective_choice,
     reduce_scatter_ms,
 )

@@ -76,10 +76,13 @@ def digest_of(scenario) -> dict:
     accounting = scenario.accounting
     costs = dataclasses.asdict(scenario.costs)
     assert costs.pop("optimizer_ms") is None  # only torch's REDUCE_GRAD posts carry one
+    held = None if accounting is None else dataclasses.asdict(accounting)
+    if held is not None:  # only expert parallelism holds all-to-all buffers
+        assert held.pop("transient_bytes") == ()
     return {
         "costs": costs,
         "tail_ms": scenario.tail_ms,
-        "accounting": None if accounting is None else dataclasses.asdict(accounting),
+        "accounting": held,
         "links": [repr(scenario.topology.link(a, b)) for a, b in _hops(scenario.schedule)],
     }
 

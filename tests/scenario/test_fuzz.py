@@ -368,6 +368,12 @@ PLAUSIBLE = {
     "parallel.zero_stage": ["0", "1", "3"],
     "parallel.sequence_parallel": ["true", "false"],
     "parallel.dp_overlap": ["true", "false"],
+    "parallel.expert": ["1", "2", "3", "8", "64"],
+    "parallel.expert_tensor": ["1", "2", "3"],
+    "model.moe.routing.kind": ["uniform", "zipf", "hot", "histogram"],
+    "model.moe.capacity_factor": ["1.0", "1.25"],
+    "model.moe.redundant_experts": ["0", "3", "8"],
+    "model.moe.max_nodes_per_token": ["1", "4"],
 }
 
 

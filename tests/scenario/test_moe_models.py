@@ -151,10 +151,18 @@ def test_deepseek_stages_hold_the_dense_layers_first_and_mtp_last():
     # expert cost, so the layers weigh alike; the last stage, with the LM head and the MTP
     # module, keeps one layer
     assert partition == (4,) * 15 + (1,)
-    # every GPU holds every expert of its stage's layers (no expert parallelism):
-    # 16 bytes per parameter, split 8 ways, the optimizer states over 16 replicas
+    # DualPipe runs two copies of the model, one each way: device 1 holds model stages 1
+    # and 14, 4 MoE layers each; each GPU holds 4 of every MoE layer's 256 routed experts
+    # (EP 64), each expert on 2 GPUs (128 replicas / 64): Adam's 4 bytes of weights and
+    # gradients and 2 of FP8 copies a parameter it holds, its 12 optimizer bytes over 128
+    # replicas for the rest of the layer, over the expert's 2 for the experts (ZeRO-1)
+    expert = model.moe.expert_parameters(model.hidden, model.mlp_matrices)
+    routed, local = 4 * 256 * expert, 4 * 4 * expert
+    one = (params[1] - routed) * (4 + 12 / 128 + 2) + local * (4 + 12 / 2 + 2)
+    assert params[14] == params[1]
+    expected = 2 * one
     static = scenario.accounting.static_memory_bytes
-    assert static[1] == pytest.approx(params[1] / 8 * (4 + 12 / 16))
+    assert static[1] == pytest.approx(expected, rel=1e-12)
 
 
 def mla_without(key: str, tmp_path: Path) -> Path:

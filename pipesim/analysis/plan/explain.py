@@ -9,12 +9,14 @@ parallelism, and the optimizer step: the "end-of-step tail"). Taking the device
 that finishes last (the one that sets the step's end; of those, the busiest) and splitting
 its step that way gives
 
-    step = compute + tensor-parallel communication + recompute
+    step = compute + tensor-parallel communication + expert all-to-all + recompute
            + bubble + communication + end-of-step tail (+ done early)
 
 where the busy time is split by running the same plan again: with an ideal link inside the
 node, what the tensor-parallel all-reduces cost; on that link without recomputation, what
-the forward pass run again inside the backward costs. Subtracting the runner-up's
+the forward pass run again inside the backward costs; a MoE model's dispatch and combine
+all-to-alls are their own term (``pipesim.analysis.experts``), taken out of the others, and
+the explanation says where its EP group sits (inside a node, or over how many nodes). Subtracting the runner-up's
 terms from the winner's says where the difference comes from.
 
 Some choices are not made for speed but forced by memory. For the winner and the
@@ -41,6 +43,7 @@ from pipesim.analysis.critical import (
     SENDING,
     UPSTREAM,
 )
+from pipesim.analysis.experts import device_all_to_all_ms, moe_fields
 from pipesim.analysis.plan.planner import run_emitted
 from pipesim.analysis.plan.prune import capacity_reason, usable_text
 from pipesim.analysis.plan.rank import describe, emit_mapping
@@ -56,6 +59,7 @@ from pipesim.sim.trace import Lane
 TERMS = (
     "compute",
     "tensor-parallel communication",
+    "expert all-to-all",
     "recompute",
     "bubble",
     "communication",
@@ -85,6 +89,7 @@ class Breakdown:
     forced: tuple[str, ...]  # memory-forced choices, as sentences
     memory: str = ""  # "memory: 71.2 of 76.0 GiB usable (80 GiB less 5% headroom)"
     network: str = ""  # "across pods: data-parallel groups span 4 pods ...: 812.000 ms ..."
+    experts: str = ""  # "experts: EP 64 over 8 nodes (8 per node), all-to-all ... a step"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +124,7 @@ class PlanExplanation:
                 "memory_forced": list(b.forced),
                 "memory": b.memory,
                 "network": b.network,
+                "experts": b.experts,
             }
 
         return {"winner": one(self.winner), "runner_up": one(self.runner_up)}
@@ -126,7 +132,7 @@ class PlanExplanation:
 
 def _describe(rank: int, b: Breakdown) -> str:
     terms = ", ".join(f"{t} {b.terms_ms[t]:.3f}" for t in TERMS if b.terms_ms[t] > 1e-9)
-    forced = "".join(f"; {f}" for f in (b.memory, b.network, *b.forced) if f)
+    forced = "".join(f"; {f}" for f in (b.memory, b.network, b.experts, *b.forced) if f)
     return f"#{rank} {b.label}: {b.step_time_ms:.3f} ms on device {b.device}: {terms}{forced}"
 
 
@@ -155,12 +161,25 @@ def _breakdown(base: dict[str, Any], source: str, row: PlanRow) -> Breakdown:
     terms = dict.fromkeys(TERMS, 0.0)
     for term, ms in _idle_terms(result, device).items():
         terms[term] += ms
-    busy = report.per_device[device].busy_ms
-    terms |= _busy_terms(base, source, row.candidate, device, busy)
+    terms |= _busy_terms(base, source, row.candidate, device, result)
     forced = _memory_forced(base, source, row.candidate)
     memory = _memory_words(result.scenario.accounting, row.peak_memory_bytes)
     network = _network_words(base, source, row.candidate, report.step_time_ms)
-    return Breakdown(describe(row), report.step_time_ms, device, terms, forced, memory, network)
+    experts = _expert_words(result, device)
+    step = report.step_time_ms
+    return Breakdown(describe(row), step, device, terms, forced, memory, network, experts)
+
+
+def _expert_words(result: Result, device: int) -> str:
+    """Where a MoE plan's EP group sits and what its all-to-alls cost the device."""
+    moe = moe_fields(result.scenario, result.report.step_time_ms)
+    if moe is None:
+        return ""
+    a2a = device_all_to_all_ms(result.scenario)[device]
+    return (
+        f"experts: {moe['placement']}, imbalance {moe['imbalance']:.3f}, all-to-all "
+        f"{a2a:.3f} ms a step on device {device} (exposed)"
+    )
 
 
 def _memory_words(accounting: Accounting | None, peak_bytes: float) -> str:
@@ -190,25 +209,35 @@ def _network_words(base: dict[str, Any], source: str, c: Candidate, step_ms: flo
 
 
 def _busy_terms(
-    base: dict[str, Any], source: str, c: Candidate, device: int, busy_ms: float
+    base: dict[str, Any], source: str, c: Candidate, device: int, result: Result
 ) -> dict[str, float]:
     """The device's busy time split into compute, tensor-parallel communication (what an
-    ideal link inside the node would save) and recompute (what turning it off saves, on
-    that ideal link, so no millisecond is counted twice)."""
+    ideal link inside the node would save), the expert all-to-alls, and recompute (what
+    turning it off saves, on that ideal link, so no millisecond is counted twice); each
+    run's own all-to-alls are taken out before two runs are compared."""
+    busy_ms = _busy_without_all_to_all(result, device)
     ideal_base = vary(base, {"hardware.intra_node_link": "ideal"}, source=source)
     tensor_ms, ideal_busy = 0.0, busy_ms
     if c.tensor > 1:
-        ideal_busy = _run(ideal_base, source, c).report.per_device[device].busy_ms
+        ideal_busy = _busy_without_all_to_all(_run(ideal_base, source, c), device)
         tensor_ms = busy_ms - ideal_busy
     recompute_ms = 0.0
     if c.recompute:
         plain = _run(ideal_base, source, replace(c, recompute=False))
-        recompute_ms = ideal_busy - plain.report.per_device[device].busy_ms
+        recompute_ms = ideal_busy - _busy_without_all_to_all(plain, device)
     return {
         "compute": busy_ms - tensor_ms - recompute_ms,
         "tensor-parallel communication": tensor_ms,
+        "expert all-to-all": device_all_to_all_ms(result.scenario)[device],
         "recompute": recompute_ms,
     }
+
+
+def _busy_without_all_to_all(result: Result, device: int) -> float:
+    busy = result.report.per_device[device].busy_ms
+    if result.scenario.expert_parallel is None:
+        return busy
+    return busy - device_all_to_all_ms(result.scenario)[device]
 
 
 def _idle_terms(result: Result, device: int) -> dict[str, float]:

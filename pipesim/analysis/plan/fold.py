@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pipesim.analysis.plan.axes import ALL_AXES, Candidate
 from pipesim.analysis.plan.score import Outcome
-from pipesim.analysis.plan.space import AXIS_ATTRIBUTES, Candidate
 
 FOLDED = "(folded before scoring)"  # the end of every reason ``fold`` counts
 
@@ -49,9 +49,7 @@ def fold(
 def folded_reason(kept: Candidate, other: Candidate) -> str:
     """Why ``other`` was folded into ``kept``, by the keys they differ in:
     "same step as an earlier candidate but for pipeline.schedule (folded before scoring)"."""
-    keys = [
-        key for key, attr in AXIS_ATTRIBUTES.items() if getattr(kept, attr) != getattr(other, attr)
-    ]
+    keys = [key for key, attr in ALL_AXES.items() if getattr(kept, attr) != getattr(other, attr)]
     return f"same step as an earlier candidate but for {' and '.join(keys)} {FOLDED}"
 
 

@@ -311,7 +311,7 @@ def scored_rows(
 
 def axes_tried(space: Space) -> dict[str, list[Any]]:
     """Each axis's values as searched (the default pipeline sizes spelt out)."""
-    axes = {key: list(values) for key, values in space.axes.items()}
+    axes = {key: list(values) for key, values in space.axes.items() if values != (None,)}
     tensors = space.axes["parallel.tensor"]
     axes["pipeline.devices"] = sorted({p for t in tensors for p in pipeline_sizes(space, t)})
     axes |= {key: list(values) for key, values in space.derived.items() if values is not None}
@@ -375,6 +375,7 @@ def _share_key(c: Candidate) -> tuple:
         c.microbatch_size,
         c.recompute,
         c.partition,
+        c.expert or 1,
     )
 
 

@@ -90,10 +90,12 @@ def emit_mapping(
 
 def describe(row: PlanRow) -> str:
     """A candidate in one short phrase:
-    ``TP8 PP4 DP2 1f1b v1 b1 m16 no recompute zero1 balanced tp overlap``."""
+    ``TP8 PP4 DP2 1f1b v1 b1 m16 no recompute zero1 balanced tp overlap`` (``EP8`` after
+    the data parallelism where experts are spread)."""
     c = row.candidate
     parts = [
-        f"TP{c.tensor} PP{c.devices} DP{c.data}",
+        f"TP{c.tensor} PP{c.devices} DP{c.data}"
+        + (f" EP{c.expert}" if (c.expert or 1) > 1 else ""),
         c.schedule,
         f"v{c.virtual_stages} b{c.microbatch_size} m{c.microbatches}",
         "recompute" if c.recompute else "no recompute",

@@ -2,7 +2,8 @@
 
 A row is what the planner ranks, what the Pareto front is made of and what ``pipesim plan``
 prints. ``to_dict`` is the row as ``--format json`` and ``--format csv`` write it: the
-candidate's scenario keys (named as ``--space`` names them, in ``AXIS_ATTRIBUTES`` order),
+candidate's scenario keys (named as ``--space`` names them, in ``AXIS_ATTRIBUTES`` order, and
+``parallel.expert`` for a MoE model),
 then ``METRICS``, the evaluator that ran, and the peak memory of every device.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipesim.analysis.plan.space import AXIS_ATTRIBUTES, Candidate
+from pipesim.analysis.plan.axes import ALL_AXES, Candidate
 from pipesim.sim.fast import Evaluator
 
 METRICS = ("step_time_ms", "tokens_per_second", "mfu", "peak_memory_bytes", "bubble_fraction")
@@ -48,7 +49,8 @@ class PlanRow:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PlanRow:
         """The row ``to_dict`` gave (as read back from a plan's JSON)."""
-        candidate = Candidate(**{attr: data[key] for key, attr in AXIS_ATTRIBUTES.items()})
+        given = ALL_AXES.items()
+        candidate = Candidate(**{attr: data[key] for key, attr in given if key in data})
         return cls(
             candidate,
             *(data[name] for name in METRICS),

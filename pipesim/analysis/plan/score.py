@@ -217,6 +217,7 @@ class Scorer:
             tail_after_flush=not c.dp_overlap,
             optimizer_ms=derived.optimizer_ms,
             costs_per_chunk=False,
+            expert_parallel=derived.expert_parallel,
         )
 
     def _refused(self, exc: ScenarioError) -> str:

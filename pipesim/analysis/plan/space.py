@@ -11,7 +11,11 @@ global batch: ``G = microbatches x microbatch_size x data``), activation recompu
 the ZeRO stage, how layers are spread over stages (``even`` or ``balanced``), and whether
 the data-parallel and the tensor-parallel communication overlap compute. Context
 parallelism (``parallel.context``) is not an axis: it stays at the scenario's value, and
-the GPUs are ``tensor x context x pipeline x data``.
+the GPUs are ``tensor x context x pipeline x data``. A MoE model adds expert parallelism
+(``parallel.expert``): by default every power of two that divides its experts (with
+redundant ones, its expert slots) up to the GPUs; its EP groups are carved out of the data
+x context ranks (``pipesim.cluster.expert_parallel``), so a size that does not divide the
+experts or data x context, or exceeds the GPUs, is pruned with that reason.
 
 Each axis is named by the scenario key it sets (``parallel.tensor``,
 ``pipeline.schedule``, ...), so ``--space KEY=V1,V2`` narrows or widens it in the same
@@ -34,72 +38,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pipesim.analysis.grid import parse_grid
+from pipesim.analysis.plan.axes import (
+    AXIS_ATTRIBUTES,
+    Candidate,
+    PlanError,
+    parse_space,
+)
 from pipesim.cluster.fabric import DEFAULT_ORDER, FabricError, rank_layout
 from pipesim.scenario.derive import check_context_parallel
 from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, fit_virtual_stages
 from pipesim.search import AUTO_POLICIES
 
-
-class PlanError(ValueError):
-    """A plan that cannot be made as asked (a bad --space key or value, bad --gpus); one
-    line."""
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One configuration of the job: a point of the space, in the scenario's own terms."""
-
-    tensor: int
-    devices: int
-    data: int
-    schedule: str
-    virtual_stages: int
-    microbatch_size: int
-    microbatches: int
-    recompute: bool
-    zero_stage: int
-    partition: str
-    sequence_parallel: bool
-    dp_overlap: bool
-    tp_overlap: bool
-
-    def keys(self) -> dict[str, Any]:
-        """The scenario keys this candidate sets, named as ``--space`` names them."""
-        return {key: getattr(self, attr) for key, attr in AXIS_ATTRIBUTES.items()}
-
-
-# Scenario key -> Candidate attribute, in the order results show them.
-AXIS_ATTRIBUTES = {
-    "parallel.tensor": "tensor",
-    "pipeline.devices": "devices",
-    "parallel.data": "data",
-    "pipeline.schedule": "schedule",
-    "pipeline.virtual_stages": "virtual_stages",
-    "pipeline.microbatch_size": "microbatch_size",
-    "pipeline.microbatches": "microbatches",
-    "model.recompute": "recompute",
-    "parallel.zero_stage": "zero_stage",
-    "model.partition": "partition",
-    "parallel.sequence_parallel": "sequence_parallel",
-    "parallel.dp_overlap": "dp_overlap",
-    "parallel.tp_overlap": "tp_overlap",
-}
-COUNT_KEYS = (
-    "parallel.tensor",
-    "pipeline.devices",
-    "parallel.data",
-    "pipeline.virtual_stages",
-    "pipeline.microbatch_size",
-    "pipeline.microbatches",
-)
-BOOL_KEYS = (
-    "model.recompute",
-    "parallel.sequence_parallel",
-    "parallel.dp_overlap",
-    "parallel.tp_overlap",
-)
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
 DEFAULT_VIRTUAL_STAGES = (1, 2, 4)
 # Every ZeRO stage: 1 and 2 cost what plain data parallelism costs, 3 gathers the weights
@@ -122,6 +72,7 @@ class Space:
     max_actions: int = 10_000_000  # the scenario's size guard (pipeline.max_actions)
     context: int = 1  # parallel.context, fixed at the scenario's value
     context_widths: tuple[int, ...] = ()  # all-to-all: split over tensor x context
+    experts: int = 0  # a MoE model's expert slots (experts + redundant); 0: a dense model
 
 
 def _divisors(number: int) -> list[int]:
@@ -145,7 +96,25 @@ def default_axes(spec: ScenarioSpec, gpus: int) -> dict[str, tuple[Any, ...]]:
         "parallel.sequence_parallel": (par.sequence_parallel,),
         "parallel.dp_overlap": (False, True),
         "parallel.tp_overlap": (False, True),
+        "parallel.expert": _expert_sizes(_expert_slots(spec), gpus),  # (None,): dense
     }
+
+
+def _expert_slots(spec: ScenarioSpec) -> int:
+    moe = spec.model.moe
+    return 0 if moe is None else moe.experts + moe.redundant_experts
+
+
+def _expert_sizes(slots: int, gpus: int) -> tuple[int | None, ...]:
+    """Powers of two that divide the expert slots, up to the GPUs; a dense model has no
+    expert axis (None)."""
+    if not slots:
+        return (None,)
+    sizes, size = [1], 2
+    while size <= gpus and slots % size == 0:
+        sizes.append(size)
+        size *= 2
+    return tuple(sizes)
 
 
 def _widths(spec: ScenarioSpec) -> tuple[int, ...]:
@@ -204,6 +173,7 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
         spec.pipeline.max_actions,
         par.context,
         _widths(spec)[:2] if par.context_mode == "all-to-all" else (),
+        _expert_slots(spec),
     )
     check_size(space)
     return space
@@ -222,46 +192,6 @@ def _check_fabric(spec: ScenarioSpec, source: str, gpus: int) -> None:
         rank_layout(fabric, {"dp": gpus}, hw.gpus_per_node)
     except FabricError as exc:
         raise PlanError(f"{source}: {exc} (with --gpus {gpus})") from None
-
-
-def parse_space(items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-    """``["parallel.tensor=4,8", ...]`` -> ``{key: values}``, each value checked."""
-    try:
-        grid = parse_grid(items)
-    except ValueError as exc:
-        raise PlanError(str(exc).replace("--grid", "--space")) from None
-    parsed = {}
-    for axis in grid:
-        if axis.key not in AXIS_ATTRIBUTES:
-            raise PlanError(
-                f"--space {axis.key}: not an axis of the plan; allowed: "
-                + ", ".join(AXIS_ATTRIBUTES)
-            )
-        values = [
-            _checked(axis.key, raw, value) for raw, value in zip(axis.raw, axis.values, strict=True)
-        ]
-        parsed[axis.key] = tuple(dict.fromkeys(values))  # a value given twice counts once
-    return parsed
-
-
-def _checked(key: str, raw: str, value: Any) -> Any:
-    """One value of an axis, or PlanError saying what the axis allows."""
-    if key in COUNT_KEYS:
-        ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1 << 20
-        allowed = "whole numbers from 1 to 1048576"
-    elif key in BOOL_KEYS:
-        ok, allowed = isinstance(value, bool), "true, false"
-    elif key == "parallel.zero_stage":
-        ok = value in (0, 1, 2, 3) and not isinstance(value, bool)
-        allowed = "0, 1, 2, 3"
-    elif key == "model.partition":
-        ok, allowed = value in ("even", "balanced"), "even, balanced"
-    else:  # pipeline.schedule
-        ok = isinstance(value, str) and (value in POLICIES or value in AUTO_POLICIES)
-        allowed = ", ".join([*POLICIES, *AUTO_POLICIES])
-    if not ok:
-        raise PlanError(f"--space {key}: {raw!r} is not allowed; allowed: {allowed}")
-    return value
 
 
 def policy_chunks(name: str, virtual_stages: Sequence[int]) -> list[int]:
@@ -309,19 +239,52 @@ def enumerate_space(space: Space) -> Iterator[tuple[Candidate | None, str | None
         for name in axes["pipeline.schedule"]:
             for chunks in policy_chunks(name, axes["pipeline.virtual_stages"]):
                 for size in axes["pipeline.microbatch_size"]:
-                    reason, data, count = _layout(space, tensor, devices, chunks, size)
-                    for combo in itertools.product(*rest):
-                        if reason is not None:
-                            yield None, reason
-                            continue
-                        replicas = data * space.context  # ZeRO shards over data x context
-                        if (same := _same_as_another(tensor, replicas, combo)) is not None:
-                            yield None, same
-                            continue
-                        yield (
-                            Candidate(tensor, devices, data, name, chunks, size, count, *combo),
-                            None,
-                        )
+                    layout = _layout(space, tensor, devices, chunks, size)
+                    point = (tensor, devices, name, chunks, size)
+                    for expert in axes["parallel.expert"]:
+                        yield from _candidates(space, point, layout, expert, rest)
+
+
+def _candidates(
+    space: Space,
+    point: tuple[int, int, str, int, int],
+    layout: tuple[str | None, int, int],
+    expert: int | None,
+    rest: list[tuple[Any, ...]],
+) -> Iterator[tuple[Candidate | None, str | None]]:
+    """One layout's candidates at one EP size, every combination of the ``rest`` axes:
+    ``point`` is (tensor, devices, schedule, chunks, microbatch size), ``layout`` what
+    ``_layout`` says of it."""
+    tensor, devices, name, chunks, size = point
+    reason, data, count = layout
+    reason = reason or _expert_reason(space, expert, data)
+    for combo in itertools.product(*rest):
+        if reason is not None:
+            yield None, reason
+            continue
+        if (expert or 1) > 1 and combo[1] == 3:  # combo: recompute, zero_stage, ...
+            yield None, "ZeRO-3 with expert parallelism (not modelled)"
+            continue
+        replicas = data * space.context  # ZeRO shards over data x context
+        if (same := _same_as_another(tensor, replicas, combo)) is not None:
+            yield None, same
+            continue
+        yield Candidate(tensor, devices, data, name, chunks, size, count, *combo, expert), None
+
+
+def _expert_reason(space: Space, expert: int | None, data: int) -> str | None:
+    """Why an EP size cannot run with ``data`` replicas (module docstring), or None."""
+    if expert in (None, 1):
+        return None
+    if not space.experts:
+        return "expert parallelism without model.moe"
+    if space.experts % expert:
+        return "expert size does not divide the experts"
+    if expert > space.gpus:
+        return "expert size exceeds the GPUs"
+    if (data * space.context) % expert:
+        return "expert size does not divide data x context"
+    return None
 
 
 def _same_as_another(tensor: int, data: int, combo: tuple[Any, ...]) -> str | None:

@@ -46,6 +46,8 @@ def _memory_line(validation: Validation) -> str:
         f"{format_bytes(worst.peak_activation_bytes)} activations + "
         f"{format_bytes(worst.runtime_memory_bytes)} runtime"
     )
+    if worst.transient_bytes:
+        parts += f" + {format_bytes(worst.transient_bytes)} all-to-all buffers"
     if validation.memory_capacity_bytes is None:
         return (
             f"peak {format_bytes(worst.peak_memory_bytes)} on device {worst.device} ({parts}); "

@@ -18,6 +18,7 @@ import yaml
 from pipesim.analysis.accuracy import PlanAccuracy, plan_accuracy
 from pipesim.analysis.plan import (
     AXIS_ATTRIBUTES,
+    EXPERT_AXIS,
     METRICS,
     Plan,
     PlanExplanation,
@@ -142,7 +143,8 @@ def _aligned(cells: tuple[str, ...], widths: list[int]) -> str:
 def _csv(rows: list[PlanRow]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    header = [*AXIS_ATTRIBUTES, *METRICS, "evaluator"]
+    moe = any(row.candidate.expert is not None for row in rows)
+    header = [*AXIS_ATTRIBUTES, *(EXPERT_AXIS if moe else ()), *METRICS, "evaluator"]
     writer.writerow(header)
     for row in rows:
         writer.writerow([row.to_dict()[key] for key in header])

@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict
 
 from pipesim.analysis.accuracy import AccuracyBand, scenario_bands
+from pipesim.analysis.experts import moe_fields
 from pipesim.analysis.monte_carlo import MonteCarloSummary
 from pipesim.analysis.run import Result
 from pipesim.cli.output import Files, figure_bytes, suffix_of
@@ -46,7 +47,8 @@ def render_table(result: Result) -> str:
     memory = _memory_lines(report, result.scenario.accounting)
     if memory and memory[-1].lstrip().startswith("peak memory"):
         memory += band_lines(bands, ("peak_memory",))
-    lines += _parameter_lines(result.scenario.parameters) + memory + [""] + _device_lines(report)
+    lines += _parameter_lines(result.scenario.parameters) + _moe_lines(result) + memory
+    lines += [""] + _device_lines(report)
     if result.explanation is not None:
         path = path_lines(result.explanation, report.makespan_ms, TABLE_PATH_STEPS)
         lines += [""] + [f"  {line}" if line else line for line in path]
@@ -161,6 +163,24 @@ def _monte_carlo_lines(summary: MonteCarloSummary) -> list[str]:
     ):
         values = " ".join(fmt.format(v) for v in (figure.p50, figure.p90, figure.p99))
         lines.append(f"  {label:<18}{' ' * 10}{values}")
+    return lines
+
+
+def _moe_lines(result: Result) -> list[str]:
+    """A MoE model's expert parallelism: where the group sits, the routing's imbalance and
+    drops, and the all-to-alls' time per step on the busiest device."""
+    moe = moe_fields(result.scenario, result.report.step_time_ms)
+    if moe is None:
+        return []
+    lines = [f"  {'experts':<18}{moe['placement']}, imbalance {moe['imbalance']:.3f}"]
+    if moe["dropped_fraction"]:
+        lines[-1] += f", {moe['dropped_fraction'] * 100:.2f}% of copies dropped"
+    if moe["expert_parallel"] > 1:
+        share = moe["all_to_all_share"] * 100
+        lines.append(
+            f"  {'all-to-all':<18}{moe['all_to_all_ms_per_step']:.3f} ms a step "
+            f"({share:.1f}% of it, exposed), {moe['all_to_all_ms']:.3f} ms a dispatch"
+        )
     return lines
 
 
