@@ -127,8 +127,8 @@ def lower_bound(
         (device_floor_ms(problem, chain, d), f"work of device {d}") for d in range(problem.devices)
     ]
     for s in range(problem.stages):
-        fit = in_flight(problem, s)
-        parts.append((round_trips_ms(problem, chain, s), f"round trips of stage {s} ({fit} fit)"))
+        name = f"round trips of stage {s} (at most {in_flight(problem, s)} in flight)"
+        parts.append((round_trips_ms(problem, chain, s), name))
     ms, part = max(parts, key=lambda found: found[0])
     return LowerBound(max(ms, 0.0) * (1 - MARGIN), part)
 

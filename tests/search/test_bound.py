@@ -243,7 +243,7 @@ def test_the_least_memory_forces_a_round_trip_per_microbatch():
     found = search_schedule("zb-auto", p, m, costs, memory_limit_bytes=1.0)
     assert found.lower_bound_ms == pytest.approx(m * (2 * p + 1))
     assert found.makespan_ms == pytest.approx(found.lower_bound_ms)
-    assert found.lower_bound_part == "round trips of stage 0 (1 fit)"
+    assert found.lower_bound_part == "round trips of stage 0 (at most 1 in flight)"
 
 
 def test_latency_adds_to_the_head_of_the_last_device():
