@@ -36,7 +36,8 @@ Columns: case, the end time their own timing model predicts for their order (it 
 pipesim's engine when the conversion is faithful), their
 makespan on pipesim's engine, ours, the difference ``(ours - theirs) / theirs``
 (negative: pipesim's search is faster), their peak / our peak / the limit (GiB, worst
-device).
+device), and the search's lower bound (no order within the limit is faster) with our gap
+to it, ``ours / bound - 1``. The last lines give the median and largest gap per policy.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import argparse
 import contextlib
 import importlib.util
 import io
+import statistics
 import sys
 import types
 from pathlib import Path
@@ -170,7 +172,10 @@ def measure(schedule, costs, topology) -> tuple[float, float]:
     return report.makespan_ms, max(d.peak_activation_bytes for d in report.per_device)
 
 
-def run_case(zb, zbv, policy: str, p: int, m: int, shape: str, comm: float, k: int) -> str:
+def run_case(
+    zb, zbv, policy: str, p: int, m: int, shape: str, comm: float, k: int
+) -> tuple[str, float | None]:
+    """The case's line, and the search's gap to its lower bound (None if a side failed)."""
     chunks = 2 if policy == "v-auto" else 1
     fiw = COST_SHAPES[shape]
     stages = p * chunks
@@ -194,20 +199,21 @@ def run_case(zb, zbv, policy: str, p: int, m: int, shape: str, comm: float, k: i
         theirs = from_csv("\n".join(",".join(row) for row in rows), "zero-bubble")
         their_ms, their_peak = measure(theirs, costs, topology)
     except (ValueError, AssertionError, IndexError, KeyError) as error:
-        return f"{case}  theirs failed: {type(error).__name__}: {error}"
+        return f"{case}  theirs failed: {type(error).__name__}: {error}", None
     try:
         found = search_schedule(policy, p, m, costs, topology, memory_limit_bytes=limit)
     except SearchError as error:
-        return f"{case}  {their_ms:>9.3f}  ours failed: {error}"
+        return f"{case}  {their_ms:>9.3f}  ours failed: {error}", None
     over = "!" if their_peak > limit * (1 + 1e-9) else " "
     diff = (found.makespan_ms - their_ms) / their_ms
     diff = 0.0 if abs(diff) < 5e-5 else diff
     own_text = "-" if own is None else f"{own:.3f}"
-    return (
+    line = (
         f"{case}  {own_text:>9}  {their_ms:>9.3f}  {found.makespan_ms:>9.3f}  {diff:>+7.2%}  "
         f"{their_peak / GiB:>6.3f}{over}/{found.peak_activation_bytes / GiB:>6.3f}"
-        f"/{limit / GiB:>6.3f}"
+        f"/{limit / GiB:>6.3f}  {found.lower_bound_ms:>9.3f}  {found.gap:>6.2%}"
     )
+    return line, found.gap
 
 
 def costs_loop(fiw, p: int):
@@ -232,15 +238,25 @@ def main() -> None:
     policies = ["zb-auto"] if args.no_v else ["zb-auto", "v-auto"]
     print(
         f"{'case':<46}  {'own est':>9}  {'theirs ms':>9}  {'ours ms':>9}  {'diff':>7}  "
-        "peak theirs/ours/limit GiB"
+        f"{'peak theirs/ours/limit GiB':<26}  {'bound ms':>9}  {'gap':>6}"
     )
+    gaps = {policy: [] for policy in policies}
     for policy in policies:
         for p in args.devices:
             for m in (p, 2 * p, 3 * p):
                 for shape in COST_SHAPES:
                     for comm in COMMS_MS:
                         for k in (1, 2):
-                            print(run_case(zb, zbv, policy, p, m, shape, comm, k), flush=True)
+                            line, gap = run_case(zb, zbv, policy, p, m, shape, comm, k)
+                            print(line, flush=True)
+                            if gap is not None:
+                                gaps[policy].append(gap)
+    for policy, found in gaps.items():
+        if found:
+            print(
+                f"{policy}: gap to the lower bound over {len(found)} cases: median "
+                f"{statistics.median(found):.2%}, max {max(found):.2%}"
+            )
 
 
 if __name__ == "__main__":

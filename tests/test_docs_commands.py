@@ -273,6 +273,16 @@ def serving_layouts(stdout: str, folder: Path, document: str) -> None:
     assert_agree([rate], [printed(r"max rate\s+([\d.]+) requests/s", result.stdout)], "TP8")
 
 
+def search_bound(stdout: str, folder: Path, document: str) -> None:
+    """The makespan and the lower bound line the comment quotes, as the run prints them."""
+    pattern = r"lower bound\s+([\d.]+) ms \(the order found is within ([\d.]+)% of it\)"
+    quoted = list(re.search(pattern, document).groups())
+    quoted.append(re.search(r"ZB-H1's, ([\d.]+) ms", prose(document)).group(1))
+    bound, gap = re.search(pattern, stdout).groups()
+    makespan = printed(r"makespan\s+([\d.]+) ms", stdout)
+    assert_agree(quoted, [number(bound), number(gap), makespan], "lower bound")
+
+
 def fixed_recipes(stdout: str, folder: Path, document: str) -> None:
     quoted = re.findall(r"([\w-]+) ([\d.]+) ms at (\d+) GiB", document)
     rows = {row["schedule"]: row for row in table(stdout, "schedule")}
@@ -331,6 +341,7 @@ CHECKS: dict[str, tuple[str, Check]] = {
     f"pipesim serve scenarios/{BURSTY}.yaml --plot bursty.png": (BURSTY, serving("bursty trace")),
     f"pipesim serve scenarios/{BURSTY}.yaml {POISSON}": (BURSTY, serving("Poisson")),
     f"pipesim sweep scenarios/{LLAMA}.yaml {GRID} -o layouts.csv": (LLAMA, serving_layouts),
+    f"pipesim run scenarios/{ZB}.yaml": (ZB, search_bound),
     f"pipesim compare scenarios/{ZB}.yaml": (ZB, fixed_recipes),
     f"pipesim sweep scenarios/{ZB}.yaml {LIMITS} --plot limit-sweep.png": (ZB, limit_sweep),
 }

@@ -257,7 +257,9 @@ def _explain(result: Result) -> Explanation:
 
 
 def search_dict(search: SearchResult) -> dict[str, float | int | str]:
-    """The search's numbers for JSON: limit, peak reached, candidates, seconds, source."""
+    """The search's numbers for JSON: limit, peak reached, candidates, seconds, source, and
+    the lower bound with the gap to it (``makespan_ms / lower_bound_ms - 1``) and the part
+    of the bound that gives it."""
     return {
         "memory_limit_bytes": search.limit_bytes,
         "peak_activation_bytes": search.peak_activation_bytes,
@@ -265,6 +267,9 @@ def search_dict(search: SearchResult) -> dict[str, float | int | str]:
         "candidates": search.candidates,
         "seconds": search.seconds,
         "source": search.source,
+        "lower_bound_ms": search.lower_bound_ms,
+        "gap": search.gap,
+        "lower_bound_part": search.lower_bound_part,
     }
 
 

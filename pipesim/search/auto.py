@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, Schedule, ScheduleError, single_chain, v_placement
 from pipesim.schedules.validity import validate
+from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import Problem, Rules, Stalled, construct, make_problem
 from pipesim.search.improve import improve
 from pipesim.sim.costs import Costs, uniform_costs
@@ -156,6 +157,15 @@ class SearchResult:
     candidates: int
     seconds: float
     source: str  # the starting recipe, "heuristic", or "improved from <recipe>"
+    lower_bound_ms: float = 0.0  # no valid order within the limit is faster (search.bound)
+    lower_bound_part: str = ""  # which part of the bound gives it
+
+    @property
+    def gap(self) -> float:
+        """How much slower the order found is than the lower bound (0: optimal)."""
+        if self.lower_bound_ms <= 0:
+            return 0.0
+        return self.makespan_ms / self.lower_bound_ms - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +279,7 @@ def search_schedule(
     best = search.best
     schedule = replace(best.schedule, name=name)
     validate(schedule)
+    bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms)
     return SearchResult(
         schedule=schedule,
         makespan_ms=best.makespan_ms,
@@ -277,6 +288,8 @@ def search_schedule(
         candidates=search.count,
         seconds=time.perf_counter() - began,
         source=best.source,
+        lower_bound_ms=bound.makespan_ms,
+        lower_bound_part=bound.part,
     )
 
 

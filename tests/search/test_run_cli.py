@@ -46,6 +46,8 @@ def test_run_prints_limit_peak_candidates_and_seconds(scenario):
     assert any(line.startswith("  peak reached      ") for line in lines)
     search = next(line for line in lines if line.startswith("  search  "))
     assert " candidates in " in search and search.endswith(" s")
+    # the last device starts after 3 forwards, then works 8 x 5 ms: the order is optimal
+    assert "  lower bound       46.000 ms (the order found is within 0.0% of it)" in lines
 
 
 def test_run_json_has_a_search_key(scenario):
@@ -56,6 +58,26 @@ def test_run_json_has_a_search_key(scenario):
     assert search["peak_activation_bytes"] <= 4096
     assert search["candidates"] > 0 and search["seconds"] > 0
     assert set(search) >= {"makespan_ms", "source"}
+    assert 0 < search["lower_bound_ms"] <= search["makespan_ms"]
+    assert search["gap"] == pytest.approx(search["makespan_ms"] / search["lower_bound_ms"] - 1)
+
+
+def test_the_bundled_scenario_reports_its_lower_bound():
+    """zb-auto-under-memory: the order found (ZB-H1's) and how far it can be from the best:
+    device 0 waits for its first gradient beyond what its 4 forwards fill, then works 36 ms."""
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "zb-auto-under-memory.yaml"
+    table = invoke("run", path)
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    at = lines.index("  lower bound       40.727 ms (the order found is within 4.2% of it)")
+    assert lines[at - 1].startswith("  search            ")
+    result = invoke("run", path, "--format", "json")
+    assert result.exit_code == 0, result.output
+    search = json.loads(result.stdout)["search"]
+    assert search["makespan_ms"] == pytest.approx(42.45326592)
+    assert search["lower_bound_ms"] == pytest.approx(40.72663292)
+    assert search["gap"] == pytest.approx(42.45326592 / 40.72663292 - 1)
+    assert search["lower_bound_part"] == "work of device 0"
 
 
 def test_a_limit_below_the_minimum_is_one_line_exit_2(scenario):

@@ -146,11 +146,15 @@ def _decode_lines(decode: DecodeMetrics) -> list[str]:
 
 
 def _search_lines(search: SearchResult) -> list[str]:
-    """What the schedule search did: under which limit, how close it came, at what cost."""
+    """What the schedule search did: under which limit, how close it came, at what cost,
+    and how far from the best order it can be (no order within the limit beats the
+    lower bound)."""
     return [
         f"  {'memory limit':<18}{format_bytes(search.limit_bytes)} per device (searched)",
         f"  {'peak reached':<18}{format_bytes(search.peak_activation_bytes)}   ({search.source})",
         f"  {'search':<18}{search.candidates} candidates in {search.seconds:.2f} s",
+        f"  {'lower bound':<18}{search.lower_bound_ms:.3f} ms (the order found is within "
+        f"{search.gap:.1%} of it)",
     ]
 
 

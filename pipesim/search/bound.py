@@ -1,0 +1,209 @@
+"""A lower bound on the makespan of every order the search could return, without a solver.
+
+The search finds a good order, not a proven best one. This module says how far from the
+best it can be: the largest of a few durations that no valid order of the same actions
+(per stage ``F``, ``I``, ``W``; or ``F``, ``B``), on the same placement, costs and links,
+within the same per-device memory limit, can beat. The search's makespan over it is the
+gap: 0 means the order found is optimal.
+
+The bound holds for any timed schedule that keeps the engine's rules, whatever order each
+device runs: a device runs one action at a time; ``F(s,i)`` starts after ``F(s-1,i)``
+ended and its activation crossed the hop; ``I(s,i)`` after ``F(s,i)`` and after
+``I(s+1,i)`` ended and its gradient crossed back; ``W(s,i)`` after ``I(s,i)``; a device
+never holds more activation bytes than the limit. Messages that queue on a busy channel
+or keep their sender busy only add time, so each hop counts its time on an idle link.
+
+A full backward ``B`` is counted as an ``I`` of ``min(I, B)`` followed at once by a ``W``
+of the rest: an order that runs ``B`` is then an order of the split actions that sends
+its gradient and frees its bytes no earlier, so one bound covers both (1F1B is among the
+search's candidates). Every action also pays ``Costs.overhead_ms``.
+
+Notation, per stage ``s``: ``head(s)`` the forward chain before it (forwards and hops of
+stages ``0..s-1``), the earliest ``F(s,i)`` can start; ``trip(s)`` the round trip from
+the start of ``F(s,i)`` to the end of ``I(s,i)``: the forwards of stages ``s..S-1``, the
+input backwards of the same stages, and every hop between them twice; ``drain(s)`` what
+must follow the end of ``I(s,i)``: its own ``W``, or the input backwards and hops down to
+some earlier stage ``t`` and ``W(t,i)`` after them. The parts of the bound:
+
+* **a device's work** (``busy``: m times its stages' ``F + I + W``). Let ``iota`` be the
+  start of its first ``I`` and ``e`` the end of its last. Before ``iota`` it can only run
+  forwards, at most as many as its memory holds (nothing is freed before an ``I`` ends),
+  and none before the head of its first stage; ``iota`` is no earlier than the first
+  gradient can arrive (``head + trip - I`` of its deepest stage). After ``e`` it can only
+  run ``W`` passes, at most as many as the limit keeps pending (each holds its
+  weight-gradient bytes), while the gradient of that last ``I`` (at its first stage ``s``)
+  still walks down: ``e >= iota - forwards + busy - W passes`` and ``makespan >= e +
+  max(W passes, drain below s)``. So::
+
+      makespan >= max(head, first gradient - forwards that fit) + busy
+                  + max(0, chain below s - W passes that fit)
+
+  The same holds with the last forward of its deepest stage in place of ``e``: that
+  microbatch still needs ``trip + drain``, and the work left on the device is at most
+  that forward, its backwards, and an ``I`` and a ``W`` for each other microbatch in
+  flight or a ``W`` for each waiting for one, as many as the memory holds beside it. (The
+  warm-up term counts only when more forwards come than fit before ``iota``; else
+  ``head``.)
+
+* **round trips** (per stage ``s``, ``pipesim.search.round_trips``): a microbatch holds
+  the activation of ``s`` (and of every earlier stage of the same device: it is still in
+  flight there) until its ``I`` there ends, and the weight-gradient part until its ``W``
+  ends, so the ``j``-th forward at ``s`` waits until enough of the earlier ones have come
+  back to make room; their ``I`` ends at least ``trip(s)`` after their forward started.
+  This floors every forward start ``phi_j`` (about ``ceil(m / k)`` round trips when ``k``
+  fit, the forwards back to back when memory does not bind), and::
+
+      makespan >= (m-th I end) + drain(s),    makespan >= phi_j + (m - j + 1) x work
+
+  where ``work`` is what a microbatch not yet started at ``s`` still needs of the device.
+  With ``m = 1`` this is the critical path of one microbatch through all stages.
+
+The largest part is the bound, lowered by ``MARGIN`` so that float sums taken in another
+order than the engine's never lift it above an optimal makespan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipesim.search.fits import counts_memory, held_by_one, in_flight, most_ms, room_bytes
+from pipesim.search.greedy import Problem
+from pipesim.search.round_trips import paced_ends
+
+MARGIN = 1e-9  # relative: the bound is lowered by this much
+
+
+@dataclass(frozen=True, slots=True)
+class LowerBound:
+    """No valid order is faster than ``makespan_ms``; ``part`` says which part gives it."""
+
+    makespan_ms: float
+    part: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Chains:
+    """Per stage durations as the bound counts them (ms), and the chains they make."""
+
+    forward: tuple[float, ...]
+    input: tuple[float, ...]  # the backward that sends the gradient on (I, or B's share)
+    weight: tuple[float, ...]  # what may follow it on the device (W, or the rest of B)
+    head: tuple[float, ...]
+    trip: tuple[float, ...]
+    below: tuple[float, ...]  # after I(s) ends: the chain down to some W(t), t < s
+
+
+def chains(problem: Problem, backward_ms: tuple[float, ...], overhead_ms: float) -> _Chains:
+    """The durations and chains of ``problem``; ``backward_ms``: each stage's full B."""
+    stages, hop = problem.stages, problem.hop_ms
+    forward = tuple(f + overhead_ms for f in problem.forward_ms)
+    first = [min(i, b) for i, b in zip(problem.input_ms, backward_ms[:stages], strict=True)]
+    input_ = tuple(i + overhead_ms for i in first)
+    weight = tuple(
+        max(min(w + overhead_ms, b - i), 0.0)
+        for w, b, i in zip(problem.weight_ms, backward_ms[:stages], first, strict=True)
+    )
+    head = [0.0] * stages
+    for s in range(1, stages):
+        head[s] = head[s - 1] + forward[s - 1] + hop[s - 1]
+    trip = [0.0] * stages
+    for s in reversed(range(stages)):
+        there_and_back = 0.0 if s == stages - 1 else trip[s + 1] + 2 * hop[s]
+        trip[s] = forward[s] + input_[s] + there_and_back
+    below = [0.0] * stages
+    for s in range(1, stages):
+        # down one hop and one I to s-1, then either its W or on down
+        below[s] = hop[s - 1] + input_[s - 1] + max(weight[s - 1], below[s - 1])
+    return _Chains(forward, input_, weight, tuple(head), tuple(trip), tuple(below))
+
+
+def lower_bound(
+    problem: Problem, backward_ms: tuple[float, ...], overhead_ms: float = 0.0
+) -> LowerBound:
+    """The largest of the parts (module docstring) for ``problem``, whose memory limit and
+    placement are those of the search; ``backward_ms`` is each stage's full backward."""
+    chain = chains(problem, backward_ms, overhead_ms)
+    parts = [
+        (device_floor_ms(problem, chain, d), f"work of device {d}") for d in range(problem.devices)
+    ]
+    for s in range(problem.stages):
+        name = f"round trips of stage {s} (at most {in_flight(problem, s)} in flight)"
+        parts.append((round_trips_ms(problem, chain, s), name))
+    ms, part = max(parts, key=lambda found: found[0])
+    return LowerBound(max(ms, 0.0) * (1 - MARGIN), part)
+
+
+def stages_on(problem: Problem, device: int) -> list[int]:
+    return [s for s in range(problem.stages) if problem.placement[s] == device]
+
+
+def device_floor_ms(problem: Problem, chain: _Chains, device: int) -> float:
+    """The device's work plus the idle no order avoids: before its first gradient arrives
+    (what forwards cannot fill), and at the end, where neither the ``W`` passes that can
+    wait nor the work left after its last forward covers the chain still to run."""
+    mine = stages_on(problem, device)
+    if not mine:
+        return 0.0
+    m, first, deepest = problem.microbatches, mine[0], mine[-1]
+    room = room_bytes(problem) if counts_memory(problem) else float("inf")
+    busy = m * sum(chain.forward[s] + chain.input[s] + chain.weight[s] for s in mine)
+    gradient = min(chain.head[s] + chain.trip[s] - chain.input[s] for s in mine)
+    forwards = most_ms(
+        [(chain.forward[s], problem.taken_bytes[s]) for s in mine], room, m, nested=True
+    )
+    warm_up = max(chain.head[first], gradient - forwards)
+    pending = most_ms([(chain.weight[s], problem.weight_grad_bytes[s]) for s in mine], room, m)
+    ends = [warm_up + max(0.0, chain.below[first] - pending)]
+    # After the last forward of its deepest stage: that microbatch's way back, against the
+    # work left then (its own, and what the others in flight or waiting for W hold). When
+    # more forwards come than fit before the first gradient, it comes after the warm-up.
+    start = warm_up if m > in_flight(problem, deepest) else chain.head[first]
+    back = chain.trip[deepest] + max(chain.weight[deepest], chain.below[deepest])
+    ends.append(start + max(0.0, back - left_after_last_forward(problem, chain, mine, room)))
+    return max(ends) + busy
+
+
+def left_after_last_forward(problem: Problem, chain: _Chains, mine: list[int], room) -> float:
+    """The most work a device can have left once the last forward of its deepest stage
+    starts: that forward and its microbatch's backwards, and for the others, an ``I`` and
+    a ``W`` per stage where one is in flight, a ``W`` where one waits for it, as many as
+    the room beside that microbatch holds."""
+    deepest = mine[-1]
+    own = chain.forward[deepest] + sum(chain.input[s] + chain.weight[s] for s in mine)
+    kinds = []
+    for s in mine:
+        kinds.append((chain.input[s] + chain.weight[s], problem.taken_bytes[s]))
+        kinds.append((chain.weight[s], problem.weight_grad_bytes[s]))
+    others = problem.microbatches - 1
+    left = room - held_by_one(problem, deepest)
+    # one stage: each other microbatch is in flight there or waits for its W, not both
+    total = others if len(mine) == 1 else None
+    return own + most_ms(kinds, left, others, total)
+
+
+def round_trips_ms(problem: Problem, chain: _Chains, stage: int) -> float:
+    """The round trips of ``stage`` as memory paces them (``pipesim.search.round_trips``):
+    the last input backward of each stage of the device up to ``stage``, then its own
+    ``W`` or the chain below it; and each forward's floor plus the work of the microbatches
+    not yet started there."""
+    starts, levels = paced_ends(
+        problem,
+        stage,
+        (chain.head[stage], chain.trip[stage], chain.forward[stage]),
+        (chain.input, chain.weight),
+        counts_memory(problem),
+    )
+    device, m = problem.placement[stage], problem.microbatches
+    mine = [t for t in range(stage, -1, -1) if problem.placement[t] == device]
+    found = max(
+        max(level.inputs[-1] + max(chain.weight[t], chain.below[t]), level.weights[-1])
+        for t, level in zip(mine, levels, strict=True)
+    )
+    each = sum(
+        (chain.forward[t] if t >= stage else 0.0) + chain.input[t] + chain.weight[t]
+        for t in stages_on(problem, device)
+    )
+    return max(found, max(start + (m - j) * each for j, start in enumerate(starts)))
+
+
+__all__ = ["MARGIN", "LowerBound", "chains", "lower_bound"]
