@@ -55,7 +55,7 @@ from pipesim.scenario.build import Scenario, build_scenario, parse_spec
 from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.columns import columns
-from pipesim.schedules.ir import Kind, Schedule, ScheduleError
+from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
 from pipesim.sim.fast import EvaluatorCache
 from pipesim.sim.links import Topology
@@ -322,8 +322,8 @@ def _schedule_digest(s: Schedule) -> str:
     digest = hashlib.blake2b(digest_size=12)
     for array in (table.node, table.device, table.stage, table.kind, table.microbatch):
         digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
-    groups = [Kind.OVERLAP_F_B] * int(table.is_group.sum())  # the one kind a group has
-    digest.update(repr((groups, s.placement, s.chains, s.posts)).encode())
+    digest.update(np.ascontiguousarray(table.is_group, dtype=bool).tobytes())  # OVERLAP_F_B
+    digest.update(repr((s.placement, s.chains, s.posts)).encode())
     return digest.hexdigest()
 
 
