@@ -29,6 +29,7 @@ from pipesim.cluster.context_parallel import RING, ContextParallel, local_model,
 from pipesim.cluster.efficiency import FLOPS_ONLY, Efficiency, compute_ms
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
 from pipesim.cluster.layout import layout_partition
+from pipesim.cluster.memo import by_value
 from pipesim.cluster.moe import ONE_RANK, ExpertSplit
 from pipesim.cluster.parallel import data_parallel_allreduce_ms, tensor_parallel_comm_ms
 from pipesim.cluster.pass_time import TensorParallel, stage_pass_times
@@ -90,6 +91,7 @@ def mfu(
 # -- partitioning --------------------------------------------------------------------------
 
 
+@by_value  # a planner asks again for every candidate that shares it
 def partition_layers(
     model: TransformerModel,
     stages: int,
@@ -283,6 +285,7 @@ def _level_down(counts: list[int], extras: list[int], per_layer: int, layers: in
 # -- assembling Costs ----------------------------------------------------------------------
 
 
+@by_value  # a planner asks again for every candidate that shares it
 def stage_costs(
     model: TransformerModel,
     partition: Sequence[int],

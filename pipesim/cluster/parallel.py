@@ -27,6 +27,7 @@ from pipesim.cluster.collectives import (
     collective_ms,
     fabric,
 )
+from pipesim.cluster.memo import by_value
 from pipesim.cluster.transformer import TransformerModel, stage_parameters
 from pipesim.sim.links import Link
 
@@ -116,6 +117,7 @@ def data_parallel_link(
     return inter_node_link
 
 
+@by_value  # a planner asks again for every candidate that shares it
 def data_parallel_allreduce_ms(
     model: TransformerModel,
     partition: Sequence[int],

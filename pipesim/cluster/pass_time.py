@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pipesim.cluster.efficiency import Efficiency, attention_ms, memory_ms
 from pipesim.cluster.gemm import gemm_ms
 from pipesim.cluster.hardware import GpuProfile
+from pipesim.cluster.memo import by_value
 from pipesim.cluster.memory_bound import layer_memory_bound_bytes, stage_memory_bound_bytes
 from pipesim.cluster.moe import ONE_RANK, ExpertSplit, expert_pass_ms
 from pipesim.cluster.optimizers import DEFAULT_OPTIMIZER, optimizer_implementation, sharding_stage
@@ -213,6 +214,7 @@ def stage_pass_times(
     return PassTimes(forward, backward_input, backward_weight)
 
 
+@by_value  # a planner asks again for every candidate that shares it
 def optimizer_step_ms(
     model: TransformerModel,
     partition: Sequence[int],

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pipesim.cluster.memo import by_value
 from pipesim.cluster.optimizers import (
     DEFAULT_OPTIMIZER,
     optimizer_implementation,
@@ -53,6 +54,7 @@ class StaticMemory:
         return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
 
 
+@by_value  # a planner asks again for every candidate that shares it
 def static_memory(
     model: TransformerModel,
     partition: Sequence[int],

@@ -48,6 +48,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from pipesim.cluster.memo import by_value
 from pipesim.cluster.shape import TransformerModel
 
 OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam m + Adam v, 4 bytes each
@@ -255,6 +256,7 @@ def mtp_module_parameters(model: TransformerModel) -> int:
     return layer_parameters(model.mtp_block) + 2 * h * h + h + 4 * h
 
 
+@by_value  # a planner asks again for every candidate that shares it
 def stage_layer_groups(
     model: TransformerModel, partition: Sequence[int]
 ) -> tuple[tuple[tuple[int, int], ...], ...]:
@@ -273,6 +275,7 @@ def stage_layer_groups(
     return tuple(groups)
 
 
+@by_value  # a planner asks again for every candidate that shares it
 def stage_parameters(model: TransformerModel, partition: Sequence[int]) -> tuple[int, ...]:
     """Weights held by each stage: its layers, the word embedding ``Vh`` on the first stage,
     the LM head ``Vh`` on the last unless embeddings are tied, and with MTP modules on a

@@ -118,6 +118,26 @@ def peak_activation_bytes(program: MemoryProgram, costs: Costs) -> np.ndarray:
     return np.where(lengths > 0, np.maximum(peaks, 0.0), 0.0)
 
 
+class MemoryWalks:
+    """A planner's memory walks: each schedule's program, and its peaks under each pair of
+    memory terms (activation and weight-gradient bytes per stage), made once; candidates
+    that differ in what leaves those alone share them."""
+
+    def __init__(self) -> None:
+        self._programs: dict[tuple, MemoryProgram] = {}
+        self._peaks: dict[tuple, np.ndarray] = {}
+
+    def add(self, key: tuple, schedule: Schedule) -> None:
+        self._programs[key] = memory_program(schedule)
+
+    def peaks(self, key: tuple, costs: Costs) -> np.ndarray:
+        """The peak activation bytes each device of schedule ``key`` holds under ``costs``."""
+        memory = (key, costs.activation_memory_bytes, costs.weight_grad_memory_bytes)
+        if memory not in self._peaks:
+            self._peaks[memory] = peak_activation_bytes(self._programs[key], costs)
+        return self._peaks[memory]
+
+
 def exceeds(peak_bytes: np.ndarray, accounting: Accounting) -> bool:
     """Whether static plus peak activation memory, with the runtime's share, passes the
     usable memory (capacity less headroom) on some device (unknown capacity: never)."""

@@ -37,7 +37,7 @@ import numpy as np
 
 from pipesim.analysis.plan.bound import BoundProgram, bound_program, step_floor_ms
 from pipesim.analysis.plan.prune import (
-    MemoryProgram,
+    MemoryWalks,
     capacity_reason,
     exceeds,
     memory_program,
@@ -105,7 +105,7 @@ class Scorer:
             memory_headroom=hw.memory_headroom,
         )
         self._schedules: dict[tuple, Schedule | str] = {}
-        self._programs: dict[tuple, MemoryProgram] = {}
+        self._walks = MemoryWalks()
         self._derived: dict[tuple, ModelCosts] = {}
         self._topologies: dict[tuple, Topology] = {}
         self._timelines: dict[tuple, tuple[Report, str]] = {}
@@ -192,7 +192,7 @@ class Scorer:
             topology, where = self._topology(schedule, c)
         except ScenarioError as exc:
             return Outcome(reason=self._refused(exc))
-        peaks = peak_activation_bytes(self._programs[key], derived.costs)
+        peaks = self._walks.peaks(key, derived.costs)
         if exceeds(peaks, derived.accounting):  # what the Report checks
             return Outcome(reason=capacity_reason(derived.accounting))
         return _Prepared(key, schedule, derived, topology, where, peaks)
@@ -230,7 +230,7 @@ class Scorer:
             name, devices, microbatches, chunks = key
             try:
                 schedule = get_schedule(name, devices, microbatches, chunks)
-                self._programs[key] = memory_program(schedule)
+                self._walks.add(key, schedule)
                 self._schedules[key] = schedule
             except ScheduleError:
                 self._schedules[key] = f"{name} needs {POLICIES[name].constraints}"
