@@ -254,7 +254,8 @@ def serving(label: str) -> Callable:
 
 
 def moe_serving(label: str) -> Callable:
-    """TTFT p90, TPOT p90, output tokens/s: a row of serve-mixtral-8x7b-h100.yaml."""
+    """TTFT p90, TPOT p90, output tokens/s: a row of serve-mixtral-8x7b-h100.yaml or
+    serve-deepseek-v3-2x8xh200.yaml."""
 
     def check(stdout: str, folder: Path, document: str) -> None:
         latency = {row["latency (ms)"]: row for row in table(stdout, "latency (ms)")}
@@ -317,7 +318,7 @@ def limit_sweep(stdout: str, folder: Path, document: str) -> None:
 
 
 GPIPE, LINKS, INTERLEAVED = "gpipe-vs-1f1b", "gpt-nvlink-vs-pcie", "interleaved"
-MIXTRAL = "serve-mixtral-8x7b-h100"
+MIXTRAL, DEEPSEEK = "serve-mixtral-8x7b-h100", "serve-deepseek-v3-2x8xh200"
 DECODE, BURSTY, LLAMA, ZB = (
     "decode-pipeline-fill",
     "serve-bursty-trace",
@@ -361,6 +362,14 @@ CHECKS: dict[str, tuple[str, Check]] = {
     f"pipesim serve scenarios/{MIXTRAL}.yaml --set parallel.expert=8": (
         MIXTRAL,
         moe_serving("one expert per GPU (EP8)"),
+    ),
+    f"pipesim serve scenarios/{DEEPSEEK}.yaml": (
+        DEEPSEEK,
+        moe_serving("32 experts per GPU (EP8)"),
+    ),
+    f"pipesim serve scenarios/{DEEPSEEK}.yaml --set parallel.expert=1": (
+        DEEPSEEK,
+        moe_serving("experts split 8 ways (EP1)"),
     ),
     f"pipesim run scenarios/{ZB}.yaml": (ZB, search_bound),
     f"pipesim compare scenarios/{ZB}.yaml": (ZB, fixed_recipes),

@@ -20,6 +20,8 @@ the KV cache's capacity.
 
 from __future__ import annotations
 
+import functools
+
 from pipesim.cluster.efficiency import step_gemm_fraction
 from pipesim.cluster.hardware import GpuProfile, gpu_profile
 from pipesim.cluster.inference_attention import (
@@ -113,21 +115,40 @@ def stage_iteration_ms(
     overhead_ms = efficiency.launch_overhead_ms + serving.kernel_overhead_ms(
         layers, decode_only=not shape.prefill_tokens, moe_layers=stage.moe_layers
     )
-    return work_ms + overhead_ms + _communication_ms(stage, shape, tensor_link)
+    return work_ms + overhead_ms + _communication_ms(stage, shape.tokens, tensor_link)
 
 
-def _communication_ms(stage: StageSlice, shape: BatchShape, link: Link | None) -> float:
+# An iteration's GEMMs and collectives depend on its token count alone, which repeats from
+# one iteration to the next: both are kept per (stage, tokens), as pipesim.cluster.gemm
+# keeps its GEMMs.
+@functools.lru_cache(maxsize=1 << 14)
+def _communication_ms(stage: StageSlice, tokens: int, link: Link | None) -> float:
     """Each layer's two tensor-parallel all-reduces and each MoE layer's dispatch and
-    combine, over the stage's intra-node ``link``."""
+    combine of ``tokens`` tokens, over the stage's intra-node ``link``."""
     total_ms = 0.0
     if stage.tensor > 1:
-        message = stage_boundary_bytes(stage.model, shape)
+        message = float(tokens * stage.model.hidden * stage.model.dtype_bytes)
         total_ms += stage.layers * tensor_parallel_comm_ms(message, stage.tensor, link)
     if stage.expert > 1 and stage.moe_layers:
         split = {"tensor": stage.tensor, "expert": stage.expert}
-        total_ms += stage.moe_layers * expert_all_to_all_ms(
-            stage.model, shape.tokens, link, **split
-        )
+        total_ms += stage.moe_layers * expert_all_to_all_ms(stage.model, tokens, link, **split)
+    return total_ms
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _layer_gemms_ms(stage: StageSlice, tokens: int) -> float:
+    """The GEMMs of the stage's layers over ``tokens`` tokens on one GPU (ms): each kind of
+    layer's linear layers, and a MoE layer's routed experts."""
+    model, gpu, efficiency = stage.model, stage.gpu, stage.efficiency
+    kwargs = {"tensor": stage.tensor, "read_bytes_per_s": stage.serving.read_bytes_per_s(gpu)}
+    total_ms = 0.0
+    for count, view in stage_layer_kinds(model, stage.layers, stage.start):
+        total_ms += linear_layers_ms(view, count, tokens, gpu, efficiency, **kwargs)
+        if view.moe is not None:
+            experts_ms = routed_experts_ms(
+                view, tokens, gpu, efficiency, expert=stage.expert, **kwargs
+            )
+            total_ms += count * experts_ms
     return total_ms
 
 
@@ -135,17 +156,10 @@ def _kernels_ms(stage: StageSlice, shape: BatchShape, last: bool, emitting: int)
     """The iteration's GEMMs and attention on one of the stage's ``tensor`` GPUs, each at
     the roof it hits (``stage_iteration_ms``)."""
     model, gpu, efficiency, serving = stage.model, stage.gpu, stage.efficiency, stage.serving
-    tensor, tokens = stage.tensor, shape.tokens
+    tensor = stage.tensor
     read = serving.read_bytes_per_s(gpu)
     kwargs = {"tensor": tensor, "read_bytes_per_s": read}
-    gemms_ms = 0.0
-    for count, view in stage_layer_kinds(model, stage.layers, stage.start):
-        gemms_ms += linear_layers_ms(view, count, tokens, gpu, efficiency, **kwargs)
-        if view.moe is not None:
-            experts_ms = routed_experts_ms(
-                view, tokens, gpu, efficiency, expert=stage.expert, **kwargs
-            )
-            gemms_ms += count * experts_ms
+    gemms_ms = _layer_gemms_ms(stage, shape.tokens)
     if last:
         gemms_ms += lm_head_ms(model, emitting + shape.decode_seqs, gpu, efficiency, **kwargs)
     if serving.attention_fraction is None:
