@@ -197,8 +197,18 @@ def parallel_of(spec: ScenarioSpec) -> ParallelLayout:
         context_mode=par.context_mode,
         pipeline_scatter_gather=par.pipeline_scatter_gather,
         expert=par.expert,
-        expert_tensor=par.expert_tensor,
+        expert_tensor=_experts_tensor(spec),
     )
+
+
+def _experts_tensor(spec: ScenarioSpec) -> int | None:
+    """``parallel.expert_tensor``; in a serving replica, whose expert-parallel ranks are
+    carved out of each stage's tensor GPUs (``pipesim.scenario.experts``), ``tensor /
+    expert``: the same layout as Megatron-Core's expert groups tiling the tensor ranks."""
+    par = spec.parallel
+    if spec.serving is None or par.expert == 1 or par.expert_tensor is not None:
+        return par.expert_tensor
+    return max(1, par.tensor // par.expert)
 
 
 def efficiency_of(spec: ScenarioSpec) -> Efficiency:
