@@ -253,6 +253,22 @@ def serving(label: str) -> Callable:
     return check
 
 
+def moe_serving(label: str) -> Callable:
+    """TTFT p90, TPOT p90, output tokens/s: a row of serve-mixtral-8x7b-h100.yaml or
+    serve-deepseek-v3-2x8xh200.yaml."""
+
+    def check(stdout: str, folder: Path, document: str) -> None:
+        latency = {row["latency (ms)"]: row for row in table(stdout, "latency (ms)")}
+        shown = [
+            number(latency["TTFT"]["p90"]),
+            number(latency["TPOT"]["p90"]),
+            printed(r"([\d.]+) output tokens/s", stdout),
+        ]
+        assert_agree(quoted_row(document, label), shown, label)
+
+    return check
+
+
 LAYOUTS = {"TP8": (8, 1), "PP2 x TP4": (4, 2), "PP4 x TP2": (2, 4), "PP8": (1, 8)}
 
 
@@ -302,6 +318,7 @@ def limit_sweep(stdout: str, folder: Path, document: str) -> None:
 
 
 GPIPE, LINKS, INTERLEAVED = "gpipe-vs-1f1b", "gpt-nvlink-vs-pcie", "interleaved"
+MIXTRAL, DEEPSEEK = "serve-mixtral-8x7b-h100", "serve-deepseek-v3-2x8xh200"
 DECODE, BURSTY, LLAMA, ZB = (
     "decode-pipeline-fill",
     "serve-bursty-trace",
@@ -341,6 +358,19 @@ CHECKS: dict[str, tuple[str, Check]] = {
     f"pipesim serve scenarios/{BURSTY}.yaml --plot bursty.png": (BURSTY, serving("bursty trace")),
     f"pipesim serve scenarios/{BURSTY}.yaml {POISSON}": (BURSTY, serving("Poisson")),
     f"pipesim sweep scenarios/{LLAMA}.yaml {GRID} -o layouts.csv": (LLAMA, serving_layouts),
+    f"pipesim serve scenarios/{MIXTRAL}.yaml": (MIXTRAL, moe_serving("experts split 8 ways (EP1)")),
+    f"pipesim serve scenarios/{MIXTRAL}.yaml --set parallel.expert=8": (
+        MIXTRAL,
+        moe_serving("one expert per GPU (EP8)"),
+    ),
+    f"pipesim serve scenarios/{DEEPSEEK}.yaml": (
+        DEEPSEEK,
+        moe_serving("32 experts per GPU (EP8)"),
+    ),
+    f"pipesim serve scenarios/{DEEPSEEK}.yaml --set parallel.expert=1": (
+        DEEPSEEK,
+        moe_serving("experts split 8 ways (EP1)"),
+    ),
     f"pipesim run scenarios/{ZB}.yaml": (ZB, search_bound),
     f"pipesim compare scenarios/{ZB}.yaml": (ZB, fixed_recipes),
     f"pipesim sweep scenarios/{ZB}.yaml {LIMITS} --plot limit-sweep.png": (ZB, limit_sweep),

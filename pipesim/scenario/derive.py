@@ -197,8 +197,18 @@ def parallel_of(spec: ScenarioSpec) -> ParallelLayout:
         context_mode=par.context_mode,
         pipeline_scatter_gather=par.pipeline_scatter_gather,
         expert=par.expert,
-        expert_tensor=par.expert_tensor,
+        expert_tensor=_experts_tensor(spec),
     )
+
+
+def _experts_tensor(spec: ScenarioSpec) -> int | None:
+    """``parallel.expert_tensor``; in a serving replica, whose expert-parallel ranks are
+    carved out of each stage's tensor GPUs (``pipesim.scenario.experts``), ``tensor /
+    expert``: the same layout as Megatron-Core's expert groups tiling the tensor ranks."""
+    par = spec.parallel
+    if spec.serving is None or par.expert == 1 or par.expert_tensor is not None:
+        return par.expert_tensor
+    return max(1, par.tensor // par.expert)
 
 
 def efficiency_of(spec: ScenarioSpec) -> Efficiency:
@@ -266,18 +276,24 @@ def _transformer(spec: ScenarioSpec, source: str) -> TransformerModel:
 def check_mixture(spec: ScenarioSpec, source: str) -> None:
     """What one key of ``model`` says of another (``pipesim.scenario.moe_schema``):
     ``top_k`` at most ``experts``, ``dense_layers`` at most ``layers``, ``model.mla`` with
-    ``attention: mla`` and only then, ``kv_heads`` as the attention kind says; and that
-    decode and serving, which do not model MoE, MLA or MTP yet, get none of them."""
+    ``attention: mla`` and only then, ``kv_heads`` as the attention kind says; that the
+    static decode pipeline (``pipeline.mode: decode``), which does not model MoE, MLA or
+    MTP yet, gets none of them, and serving no MTP modules."""
     m = spec.model
     problem = _mixture_problem(m)
-    if problem is None and (spec.serving is not None or spec.pipeline.mode == Mode.DECODE):
+    if problem is None and spec.pipeline.mode == Mode.DECODE:
         given = [key for key in ("moe", "mla", "mtp_layers") if getattr(m, key)]
         if given:
             problem = (
-                f"model.{given[0]}: decode and serving do not model mixture-of-experts, "
-                "MLA or MTP yet; allowed: training and forward steps (pipeline.mode: "
-                "train or forward)"
+                f"model.{given[0]}: the static decode pipeline (pipeline.mode: decode) does "
+                "not model mixture-of-experts, MLA or MTP yet; allowed: pipeline.mode train "
+                "or forward (pipesim serve models MoE and MLA: leave pipeline.mode out)"
             )
+    if problem is None and spec.serving is not None and m.mtp_layers:
+        problem = (
+            f"model.mtp_layers: {m.mtp_layers}; pipesim serve does not model "
+            "multi-token prediction (speculative decoding) yet; allowed: 0"
+        )
     if problem is not None:
         raise ScenarioError(f"{source}: {problem}")
 

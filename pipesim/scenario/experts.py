@@ -8,6 +8,11 @@ redundant experts the experts plus those), fit in the job's GPUs and divide ``da
 context``; with ``parallel.expert_tensor`` each expert is split that many ways, which must
 divide its width, and the expert groups (``expert x expert_tensor``) must tile the ``tensor
 x context x data`` ranks of a stage. A measured routing histogram has one count per expert.
+A serving replica (``pipesim serve``) has no data-parallel ranks: its ``parallel.expert``
+ranks are carved out of each pipeline stage's ``parallel.tensor`` GPUs (vLLM's
+``--enable-expert-parallel``), each expert split ``tensor / expert`` ways
+(``pipesim.cluster.inference_moe``), so the degree must fit the replica's GPUs, divide
+the experts and divide ``parallel.tensor``; routing is uniform and no slot redundant.
 Each problem is one ScenarioError line naming the key and what is allowed.
 """
 
@@ -68,6 +73,8 @@ def _parallel_problem(spec: ScenarioSpec) -> str | None:
             key = "expert" if ep > 1 else "expert_tensor"
             return f"parallel.{key}: needs model.moe (a mixture-of-experts model); allowed: 1"
         return None
+    if spec.serving is not None:
+        return _serving_problem(spec)
     experts, redundant = m.moe.experts, m.moe.redundant_experts
     if redundant and (experts + redundant) % ep:
         return (
@@ -95,6 +102,38 @@ def _parallel_problem(spec: ScenarioSpec) -> str | None:
             f"groups are carved out of; allowed: {_divisors(replicas)}"
         )
     return _expert_tensor_problem(spec)
+
+
+def _serving_problem(spec: ScenarioSpec) -> str | None:
+    """A serving replica's experts (module docstring)."""
+    moe, par = spec.model.moe, spec.parallel
+    ep, tensor, stages = par.expert, par.tensor, spec.pipeline.devices or 1
+    if par.expert_tensor is not None:
+        return (
+            "parallel.expert_tensor: not used by pipesim serve (each expert is split "
+            "parallel.tensor / parallel.expert ways); leave it out"
+        )
+    if moe.routing.kind != "uniform" or moe.redundant_experts:
+        key = "routing.kind" if moe.routing.kind != "uniform" else "redundant_experts"
+        allowed = "uniform" if key == "routing.kind" else "0"
+        return f"model.moe.{key}: pipesim serve models uniform routing only; allowed: {allowed}"
+    if ep > tensor * stages:
+        return (
+            f"parallel.expert: {ep} expert-parallel ranks, but a replica has {tensor * stages} "
+            f"GPUs (parallel.tensor x pipeline.devices = {tensor} x {stages}); allowed: at "
+            f"most {tensor}, a divisor of parallel.tensor"
+        )
+    if moe.experts % ep:
+        return (
+            f"parallel.expert: {ep} does not divide model.moe.experts ({moe.experts}); "
+            f"allowed: {_divisors(moe.experts)}"
+        )
+    if tensor % ep:
+        return (
+            f"parallel.expert: {ep} ranks do not divide parallel.tensor ({tensor}), the GPUs "
+            f"of a pipeline stage the experts are spread over; allowed: {_divisors(tensor)}"
+        )
+    return None
 
 
 def _expert_tensor_problem(spec: ScenarioSpec) -> str | None:

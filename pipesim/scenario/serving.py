@@ -1,8 +1,11 @@
 """From a scenario with a ``serving:`` section to what the serving engine runs.
 
 A serving scenario reuses the training scenario's sections: ``pipeline.devices`` is the
-pipeline size of one replica, ``parallel.tensor`` its tensor size, ``hardware`` the GPUs
-and links, ``model`` the transformer. ``serving`` adds the traffic and the scheduler.
+pipeline size of one replica, ``parallel.tensor`` its tensor size, ``parallel.expert`` how
+many of each stage's tensor GPUs a mixture-of-experts model's routed experts are spread
+over (``pipesim.cluster.inference_moe``; 1: every expert split ``tensor`` ways),
+``hardware`` the GPUs and links, ``model`` the transformer (dense or MoE; grouped-query or
+multi-head latent attention). ``serving`` adds the traffic and the scheduler.
 What an iteration costs on each stage comes from one of three places:
 
 * hand-typed: ``costs.prefill_ms`` (a whole prompt of ``decode.prompt_tokens`` tokens
@@ -308,6 +311,7 @@ def _model_costs(spec: ScenarioSpec, source: str) -> tuple[list[ModelIterationCo
             links=tuple(links[: stages - 1]),
             back_link=links[-1] if stages > 1 else None,
             serving_costs=ServingCosts(cuda_graphs=serving.cuda_graphs),
+            expert=par.expert,
         )
         for links in replica_links(spec, stages, source)
     ]

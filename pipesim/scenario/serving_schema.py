@@ -113,7 +113,8 @@ class SloSpec(Strict):
 
 class ServingSpec(Strict):
     """Replicas behind a router, each an iteration-level scheduler over
-    ``parallel.tensor`` x ``pipeline.devices`` GPUs of the scenario's hardware. ``router``
+    ``parallel.tensor`` x ``pipeline.devices`` GPUs of the scenario's hardware (a MoE
+    model's routed experts spread over ``parallel.expert`` of each stage's tensor GPUs). ``router``
     and ``scheduler`` are names in ``pipesim.serving.router.ROUTERS`` and
     ``pipesim.serving.scheduler.SCHEDULERS`` (``vllm``: vLLM v0's continuous batching)."""
 

@@ -31,7 +31,9 @@ class ModelIterationCosts:
     (``links``, one per stage boundary), and the way back over ``back_link``: the last
     stage sends the token ids it sampled (``TOKEN_ID_BYTES`` each) to the first, as
     vLLM's last pipeline rank returns its sampler output to the driver. ``back_link``
-    None: the way back is free (one stage).
+    None: the way back is free (one stage). A mixture-of-experts model's routed experts
+    are spread over ``expert`` of each stage's ``tensor`` GPUs
+    (``pipesim.cluster.inference_moe``).
 
     The LM head runs for every prompt that finishes in the iteration; the batch shape does
     not say how many do, so it is estimated as ``prefill_tokens**2 / prefill_attention``
@@ -48,6 +50,7 @@ class ModelIterationCosts:
     links: tuple[Link, ...]
     back_link: Link | None = None
     serving_costs: ServingCosts | None = None  # None: the calibrated ServingCosts()
+    expert: int = 1  # expert-parallel ranks among each stage's tensor GPUs
 
     @property
     def stages(self) -> int:
@@ -67,6 +70,8 @@ class ModelIterationCosts:
             efficiency=self.efficiency,
             emitting=emitting,
             serving=self.serving_costs,
+            start=sum(self.partition[:stage]),
+            expert=self.expert,
         )
 
     def hop_ms(self, stage: int, shape: BatchShape) -> float:

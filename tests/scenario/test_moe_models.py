@@ -222,7 +222,7 @@ def mla_without(key: str, tmp_path: Path) -> Path:
         (
             SERVE,
             ["model.moe.experts=8", "model.moe.top_k=2"],
-            "model.moe: decode and serving do not model mixture-of-experts",
+            "model.moe: the static decode pipeline (pipeline.mode: decode) does not model",
         ),
     ],
 )

@@ -7,6 +7,10 @@ and answer lengths, and either the time to first token (``ttft``: the prefill of
 prompt, its first token sampled) or the time per output token (``tpot``: one decode step).
 LMDeploy's static table gives output throughput and first-token latency; its TPOT is
 ``(output_tokens / throughput - ttft) / (output_tokens - 1)``, the mean over the answer.
+vLLM's nightly latency test (``benchmark_latency``: 8 prompts of 32 tokens, 128 tokens
+each, CUDA graphs, dummy weights) gives the end-to-end latency of the batch; its TPOT is
+``latency / output_tokens``, which counts the prefill in as one more step (its 256 prompt
+tokens cost about a decode step here, so the bias is under 1 %).
 
 The prediction is what pipesim's serving simulator charges a lone batch: the prefill
 iteration of ``batch`` prompts through every stage (``stage_iteration_ms``) and the hops
@@ -32,12 +36,15 @@ from pathlib import Path
 from pipesim.cluster.hardware import gpu_profile, link_profile
 from pipesim.cluster.inference import TOKEN_ID_BYTES, BatchShape, ServingCosts, stage_iteration_ms
 from pipesim.cluster.model import partition_layers
+from pipesim.cluster.moe import MoE
 from pipesim.cluster.transformer import TransformerModel
 
 DATA = Path(__file__).parent / "data" / "published_serving.csv"
 TARGET_PCT = 15.0  # issue 19: serving TTFT and TPOT within 15 % on held-out rows
 
-# The models' shapes from their Hugging Face config.json files (Touvron et al. 2023).
+# The models' shapes from their Hugging Face config.json files (Llama 2: Touvron et al.
+# 2023; Llama 3: Meta's Meta-Llama-3-8B and -70B-Instruct; Mixtral: Jiang et al. 2024).
+LLAMA_3 = {"kv_heads": 8, "mlp": "gated", "seq_len": 8192, "vocab": 128256}
 MODELS = {
     "llama-2-7b": TransformerModel(
         layers=32, hidden=4096, heads=32, ffn_hidden=11008, mlp="gated", seq_len=4096, vocab=32000
@@ -54,6 +61,19 @@ MODELS = {
         mlp="gated",
         seq_len=4096,
         vocab=32000,
+    ),
+    "llama-3-8b": TransformerModel(layers=32, hidden=4096, heads=32, ffn_hidden=14336, **LLAMA_3),
+    "llama-3-70b": TransformerModel(layers=80, hidden=8192, heads=64, ffn_hidden=28672, **LLAMA_3),
+    "mixtral-8x7b": TransformerModel(
+        layers=32,
+        hidden=4096,
+        heads=32,
+        kv_heads=8,
+        ffn_hidden=14336,
+        mlp="gated",
+        seq_len=32768,
+        vocab=32000,
+        moe=MoE(experts=8, top_k=2, expert_ffn_hidden=14336),
     ),
 }
 # The NVLink generation inside each GPU's node (its NVSwitch), achievable figures.
@@ -125,6 +145,7 @@ def predicted_ms(row: ServingRow, serving: ServingCosts | None = None) -> float:
             tensor_link=link if row.tensor > 1 else None,
             emitting=emitting,
             serving=serving,
+            start=sum(partition[:stage]),
         )
     hops = (stages - 1) * link.transfer_ms(float(shape.tokens * model.hidden * model.dtype_bytes))
     back = link.transfer_ms(float(row.batch * TOKEN_ID_BYTES)) if stages > 1 else 0.0

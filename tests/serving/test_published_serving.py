@@ -43,7 +43,12 @@ def test_held_out_errors_against_the_target():
         for role, metric, gpu, count, median, worst in ledger.regimes(ROWS)
         if role == "held_out"
     }
-    assert set(summary) == {("ttft", "a100-sxm-80gb"), ("tpot", "a100-sxm-80gb")}
+    assert set(summary) == {
+        ("ttft", "a100-sxm-80gb"),
+        ("tpot", "a100-sxm-80gb"),
+        ("tpot", "h100-sxm"),
+        ("tpot", "h200"),
+    }
     count, median, worst = summary[("tpot", "a100-sxm-80gb")]
     assert median <= ledger.TARGET_PCT
     count, median, worst = summary[("ttft", "a100-sxm-80gb")]
@@ -65,7 +70,17 @@ def test_held_out_errors_against_the_target():
         "lmdeploy-70b-tp4-128-2048-ttft",
         "lmdeploy-7b-tp1-128-2048-ttft",
         "trtllm-70b-tp4-128-ttft",
-    ]  # 21 of the 27 held-out rows within the target
+    ]  # 30 of the 36 held-out rows within the target
+
+
+def test_mixtral_rows_against_the_target():
+    """vLLM's nightly latency test of Mixtral 8x7B on TP2 (held out, fitted on nothing):
+    pipesim's decode steps read the experts the batch of 8 touches, 7.2 of 8 a layer. The
+    same harness's dense Llama 3 rows err by -14.3 % to -0.2 %, the same sign: vLLM's step
+    carries what pipesim does not price (sampling, scheduling between steps)."""
+    errors = {row.gpu: ledger.error_pct(row) for row in ROWS if row.model == "mixtral-8x7b"}
+    assert set(errors) == {"a100-sxm-80gb", "h100-sxm", "h200"}
+    assert all(-ledger.TARGET_PCT < error < 0 for error in errors.values())
 
 
 def test_the_fit_on_calibration_rows_gives_the_defaults():
