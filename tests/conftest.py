@@ -9,13 +9,28 @@ of their own that retries and tolerates a loaded machine (``.ci/run``). Select t
 Tests marked ``ledger`` re-simulate every row of a published-runs ledger (the searched
 Zero Bubble schedules take minutes in all); the default run checks a quick subset of the
 same rows, and ``-m ledger`` runs the whole ledger on demand (docs/validation.md).
+
+Tests marked ``fuzz`` are the long fuzzing runs (three times the cases of the default
+ones, on other seeds); the default run fuzzes each command line with its standard count,
+and ``-m fuzz`` runs the long ones on demand.
+
+A test run started in the background of a script (``pytest &``, as some CI runners do)
+inherits SIGINT ignored, and so would every command a test starts: Ctrl-C tests would see
+pipesim keep an ignored signal ignored, as it should. The run takes SIGINT back at its
+start, so the commands it starts get it as a user's terminal gives it.
 """
 
+import signal
+
 import pytest
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REASONS = {
     "timing": "wall-clock judgement: run with -m timing (CI's own step)",
     "ledger": "the whole ledger, minutes: run with -m ledger",
+    "fuzz": "a long fuzzing run, a minute or more: run with -m fuzz",
 }
 
 

@@ -703,7 +703,7 @@ def test_fuzz_the_command_line(tmp_path):
     assert not failures, f"{len(failures)} cases broke the contract:\n" + "\n".join(failures)
 
 
-@pytest.mark.slow
+@pytest.mark.fuzz
 def test_fuzz_the_command_line_longer(tmp_path):
     failures, _ = fuzz(2000, SEED + 1, tmp_path)  # every command's fuzz: tests/cli/fuzz
     assert not failures, f"{len(failures)} cases broke the contract:\n" + "\n".join(failures)

@@ -120,7 +120,7 @@ def test_every_command_keeps_the_contract_under_fuzzed_inputs(corpus, tmp_path):
     check(corpus, cases, int(os.environ.get("PIPESIM_FUZZ_SEED", SEED)), tmp_path)
 
 
-@pytest.mark.slow
+@pytest.mark.fuzz
 def test_every_command_keeps_the_contract_under_three_times_as_many_cases(corpus, tmp_path):
     # 3,000 other cases (about 40 s); PIPESIM_FUZZ_CASES=10000 on the default test runs more
     check(corpus, 3_000, SEED + 1, tmp_path)
