@@ -18,6 +18,7 @@ from pipesim.scenario.schema import Mode, PipelineSpec, ScenarioError, ScenarioS
 from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.forward import forward_only
 from pipesim.schedules.ir import Schedule, ScheduleError
+from pipesim.schedules.policies import A2A_OVERLAP_POLICIES
 from pipesim.schedules.torch_csv import read_torch_csv
 from pipesim.schedules.validity import validate
 
@@ -61,6 +62,18 @@ def _options(pipe: PipelineSpec, name: str, source: str) -> dict[str, object]:
             f"allowed with {takers}"
         )
     return {"delay_wgrad": True}
+
+
+def check_overlap_model(spec: ScenarioSpec, source: str) -> None:
+    """A combined-1F1B schedule overlaps MoE all-to-alls: refuse it for a model without
+    MoE layers (hand-typed costs may still run it, their pair times given)."""
+    name = spec.pipeline.schedule
+    if name in A2A_OVERLAP_POLICIES and spec.model is not None and spec.model.moe is None:
+        plain = name.removesuffix("-a2a-overlap")
+        raise ScenarioError(
+            f"{source}: pipeline.schedule: {name} overlaps MoE all-to-alls, and the model has "
+            f"no MoE layers (model.moe); use {plain}"
+        )
 
 
 def check_size(pipe: PipelineSpec, microbatches: int, source: str) -> None:

@@ -56,4 +56,15 @@ POLICIES = Registry(
     ]
 )
 
-__all__ = ["POLICIES", "Builder", "ChunkRule", "ClosedForm", "Policy", "Registry"]
+# the combined-1F1B variants: their merged units overlap MoE all-to-alls
+A2A_OVERLAP_POLICIES = (one_f_one_b_a2a.NAME, interleaved_a2a.NAME)
+
+__all__ = [
+    "A2A_OVERLAP_POLICIES",
+    "POLICIES",
+    "Builder",
+    "ChunkRule",
+    "ClosedForm",
+    "Policy",
+    "Registry",
+]
