@@ -173,17 +173,23 @@ def _monte_carlo_lines(summary: MonteCarloSummary) -> list[str]:
 def _moe_lines(result: Result) -> list[str]:
     """A MoE model's expert parallelism: where the group sits, the routing's imbalance and
     drops, and the all-to-alls' time per step on the busiest device."""
-    moe = moe_fields(result.scenario, result.report.step_time_ms)
+    moe = moe_fields(result.scenario, result.report.step_time_ms, result.trace)
     if moe is None:
         return []
     lines = [f"  {'experts':<18}{moe['placement']}, imbalance {moe['imbalance']:.3f}"]
     if moe["dropped_fraction"]:
         lines[-1] += f", {moe['dropped_fraction'] * 100:.2f}% of copies dropped"
     if moe["expert_parallel"] > 1:
-        share = moe["all_to_all_share"] * 100
         lines.append(
             f"  {'all-to-all':<18}{moe['all_to_all_ms_per_step']:.3f} ms a step "
-            f"({share:.1f}% of it, exposed), {moe['all_to_all_ms']:.3f} ms a dispatch"
+            f"({moe['all_to_all_share'] * 100:.1f}% of it), {moe['all_to_all_ms']:.3f} ms "
+            "a dispatch"
+        )
+    if "exposed_all_to_all_ms_per_step" in moe:
+        lines.append(
+            f"  {'':<18}{moe['exposed_all_to_all_ms_per_step']:.3f} ms of it exposed "
+            f"({moe['exposed_all_to_all_share'] * 100:.1f}% of the step), the rest under "
+            "compute"
         )
     return lines
 
