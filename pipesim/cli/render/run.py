@@ -28,6 +28,7 @@ from pipesim.sim.decode import DecodeMetrics, row_names
 from pipesim.sim.export import chrome_trace_json, gzipped
 from pipesim.sim.export import to_csv as trace_to_csv
 from pipesim.sim.metrics import Accounting, Report
+from pipesim.sim.sublayer_rows import sublayer_rows
 
 TABLE_PATH_STEPS = 40  # critical path steps shown in the run table (all in JSON and explain)
 
@@ -309,7 +310,11 @@ def run_files(
     if trace:
         label = result.report.scenario or "pipesim"
         names = row_names(result.trace) if result.decode is not None else None  # t3 g1
-        text = chrome_trace_json(result.trace, label=label, memory=result.memory, names=names)
+        scenario = result.scenario
+        parts = sublayer_rows(result.trace, scenario.schedule, scenario.costs)  # MoE only
+        text = chrome_trace_json(
+            result.trace, label=label, memory=result.memory, names=names, sublayers=parts
+        )
         files.append((trace, gzipped(text) if suffix_of(trace) == ".gz" else text))
     if trace_csv:
         files.append((trace_csv, trace_to_csv(result.trace)))
