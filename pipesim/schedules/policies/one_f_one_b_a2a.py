@@ -18,7 +18,8 @@ its combined schedule adds, every rank runs one unit per round in the steady sta
 With ``delay_wgrad`` (``--delay-wgrad-compute``) each unit's backward is split: the unit
 runs ``F``, ``I`` and that ``I``'s ``W``, whose weight-gradient compute is issued after
 the forward's parts so that it covers the backward's all-to-alls. Rank r holds up to
-``2 (p - r) - 1`` activations, as eager 1F1B's does plus one. Without sub-layer parts (a dense
+``2 (p - r)`` microbatches' activations (its warm-up and a unit's forward), one more than
+eager 1F1B. Without sub-layer parts (a dense
 model) a unit takes ``F + B``.
 """
 
