@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from pipesim.schedules.ir import Action, Schedule
+from pipesim.schedules.ir import Kind, Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.sublayers import (
     PartTime,
@@ -52,26 +52,25 @@ class SublayerRows:
 
 
 def action_parts(
-    costs: Costs, model_stage: Sequence[int], action: Action
-) -> list[tuple[str, PartTime]]:
-    """Each part of ``action`` with its name (``1F3 dispatch``) and its time from the
-    action's start; one part per member for a stage without sub-layer parts."""
-    atoms = action.atoms
-    members = tuple((a.kind, model_stage[a.stage]) for a in atoms)
-    timeline = costs.group_timeline(members) if len(atoms) > 1 else None
+    costs: Costs, members: Sequence[tuple[Kind, int]]
+) -> list[tuple[int, str, PartTime]]:
+    """Each part of an action whose members are ``(kind, model stage)``: which member it
+    belongs to, what it is (``dispatch``), and its time from the action's start; one part
+    per member for a stage without sub-layer parts."""
+    timeline = costs.group_timeline(members) if len(members) > 1 else None
     if timeline is not None:
-        names = [costs.pass_parts(kind, stage) for kind, stage in members]
+        passes = [costs.pass_parts(kind, stage) for kind, stage in members]
         found = []
         for part in timeline:
-            source = names[Role.BACKWARD] if part.role == Role.WEIGHT else names[part.role]
-            found.append((f"{atoms[part.role]} {source.name(part.stream, part.index)}", part))
+            source = passes[Role.BACKWARD if part.role == Role.WEIGHT else part.role]
+            found.append((int(part.role), source.name(part.stream, part.index), part))
         return found
     found, offset = [], 0.0
-    for atom, (kind, stage) in zip(atoms, members, strict=True):
+    for member, (kind, stage) in enumerate(members):
         parts = costs.pass_parts(kind, stage)
         for part in pass_timeline(parts):
             moved = replace(part, start_ms=part.start_ms + offset, end_ms=part.end_ms + offset)
-            found.append((f"{atom} {parts.name(part.stream, part.index)}", moved))
+            found.append((member, parts.name(part.stream, part.index), moved))
         offset += parts.total_ms
     return found
 
@@ -84,22 +83,22 @@ def sublayer_rows(trace: Trace, schedule: Schedule, costs: Costs) -> SublayerRow
     if costs.moe_parts is None:
         return None
     model_stage = [schedule.model_stage(s) for s in range(schedule.stages)]
-    kept: dict[tuple, list[tuple[str, PartTime]] | None] = {}
+    kept: dict[tuple, list[tuple[int, str, PartTime]] | None] = {}
     row, device, stream, start, end, names = [], [], [], [], [], []
     for r in _compute_rows(trace):
         action = trace.actions[r]
         key = tuple((a.kind, model_stage[a.stage]) for a in action.atoms)
         if key not in kept:
             moe = any(costs.moe_parts[stage] for _, stage in key)
-            kept[key] = action_parts(costs, model_stage, action) if moe else None
+            kept[key] = action_parts(costs, key) if moe else None
         parts = kept[key]
         if parts is None:
             continue
         first = float(trace.start[r])
         length = float(trace.end[r]) - first - costs.overhead_ms
-        span = makespan_ms(tuple(p for _, p in parts))
+        span = makespan_ms(tuple(p for _, _, p in parts))
         stretch = length / span if span > 0 and abs(length - span) > 1e-9 * span else 1.0
-        for name, part in parts:
+        for member, name, part in parts:
             if part.end_ms <= part.start_ms:
                 continue
             row.append(r)
@@ -107,7 +106,7 @@ def sublayer_rows(trace: Trace, schedule: Schedule, costs: Costs) -> SublayerRow
             stream.append(int(part.stream))
             start.append(first + part.start_ms * stretch)
             end.append(first + part.end_ms * stretch)
-            names.append(name)
+            names.append(f"{action.atoms[member]} {name}")
     return SublayerRows(
         np.asarray(row, dtype=np.int64),
         np.asarray(device, dtype=np.int64),

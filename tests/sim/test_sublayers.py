@@ -30,8 +30,12 @@ from tests.oracle import evaluate
 # One MoE layer a stage: forward attention 2, dispatch 1, experts 3, combine 1 (F = 7);
 # input-gradient backward combine 1, experts 4, dispatch 1, attention 3 (I = 9); weight
 # gradient 2 beside the experts, 1 beside attention (W = 3, B = 12).
-FORWARD = PassParts((2.0, 3.0, 0.0), (1.0, 1.0))
-INPUT = PassParts((0.0, 4.0, 3.0), (1.0, 1.0))
+FORWARD = PassParts(
+    (2.0, 3.0, 0.0), (1.0, 1.0), ("attention", "experts", "head"), ("dispatch", "combine")
+)
+INPUT = PassParts(
+    (0.0, 4.0, 3.0), (1.0, 1.0), ("head", "experts", "attention"), ("combine", "dispatch")
+)
 WEIGHT = (0.0, 2.0, 1.0)
 
 
@@ -60,7 +64,7 @@ def test_an_overlapped_pair_by_hand():
     B.c2 attention [11, 15] over F.m1 combine [11, 12]; F.c2 [15, 15].
     15 = all the compute; F + B = 19 alone."""
     backward = StageParts(FORWARD, INPUT, WEIGHT).backward()
-    assert backward == PassParts((0.0, 6.0, 4.0), (1.0, 1.0))
+    assert (backward.compute_ms, backward.comm_ms) == ((0.0, 6.0, 4.0), (1.0, 1.0))
     timeline = pair_timeline(FORWARD, backward)
     got = {(p.role, p.stream, p.index): (p.start_ms, p.end_ms) for p in timeline}
     fwd, bwd, compute, comm = Role.FORWARD, Role.BACKWARD, Stream.COMPUTE, Stream.COMM
