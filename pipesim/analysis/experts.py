@@ -35,6 +35,15 @@ def device_all_to_all_ms(scenario: Scenario) -> tuple[float, ...]:
     return tuple(np.bincount(table.device, weights=held, minlength=schedule.devices).tolist())
 
 
+def step_all_to_all_ms(scenario: Scenario, trace: Trace) -> tuple[float, ...]:
+    """Each device's all-to-all time the step pays (ms): what its compute waits on where
+    the stages have sub-layer parts (the schedule's overlap taken off,
+    ``pipesim.analysis.exposure``), else all of it (``device_all_to_all_ms``)."""
+    if scenario.costs.moe_parts is None:
+        return device_all_to_all_ms(scenario)
+    return device_exposed_ms(trace, scenario.schedule, scenario.costs)
+
+
 def moe_fields(
     scenario: Scenario, step_time_ms: float, trace: Trace | None = None
 ) -> dict[str, Any] | None:
@@ -76,4 +85,4 @@ def moe_fields(
     }
 
 
-__all__ = ["device_all_to_all_ms", "moe_fields"]
+__all__ = ["device_all_to_all_ms", "moe_fields", "step_all_to_all_ms"]
