@@ -12,7 +12,7 @@ interleaved 1F1B: microbatches a multiple of ``max(1, m // p)``.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Schedule, loop_placement, single_chain
+from pipesim.schedules.ir import ConstraintError, Schedule, loop_placement, single_chain
 from pipesim.schedules.policies import interleaved
 from pipesim.schedules.policies.one_f_one_b_a2a import combined_units
 from pipesim.schedules.policies.registry import ChunkRule, Policy
@@ -31,7 +31,10 @@ def build(
     devices: int, microbatches: int, virtual_stages: int, *, delay_wgrad: bool = False
 ) -> Schedule:
     p, m, v = devices, microbatches, virtual_stages
-    interleaved.build(p, m, v)  # its own checks: equal rounds
+    try:  # interleaved 1F1B's own checks (equal rounds), under this schedule's name
+        interleaved.build(p, m, v)
+    except ConstraintError as exc:
+        raise ConstraintError(str(exc).replace(interleaved.NAME, NAME, 1)) from None
     lists = []
     for rank in range(p):
         warmup = warmup_steps(rank, p, m, v)
