@@ -298,6 +298,7 @@ def run_files(
                 accounting.fragmentation,
                 accounting.usable_bytes,
             )
+        scenario = result.scenario
         figure = gantt_figure(
             result.trace,
             result.report,
@@ -305,6 +306,7 @@ def run_files(
             path,
             capacity_bytes=capacity,
             runtime=runtime,
+            sublayers=sublayer_rows(result.trace, scenario.schedule, scenario.costs),  # MoE
         )
         files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
     if trace:
