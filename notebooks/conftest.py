@@ -39,7 +39,7 @@ class _Skipped(pytest.Item):
 # Notebooks that run real torch processes, or several seconds of simulation, are left out
 # of the quick loop (the full suite runs them all).
 SLOW_NOTEBOOKS = {"02-choose-a-schedule.ipynb", "03-calibrate.ipynb", "04-serving.ipynb",
-                  "05-plan.ipynb"}  # fmt: skip
+                  "05-plan.ipynb", "06-moe.ipynb"}  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

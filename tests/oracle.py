@@ -12,7 +12,7 @@ raises RuntimeError on a deadlock.
 
 import itertools
 
-from pipesim.schedules.ir import OVERLAP_F_B, B, F, I
+from pipesim.schedules.ir import OVERLAP_F_B, B, F, I, W
 
 
 def evaluate(schedule, costs, topology=None):
@@ -40,8 +40,14 @@ def evaluate(schedule, costs, topology=None):
     def duration(action):
         ms = schedule.model_stage
         if action.kind == OVERLAP_F_B:
-            f, b = action.sub_actions
-            return costs.overlapped_ms(ms(f.stage), b.kind, ms(b.stage))
+            members = [(a.kind, ms(a.stage)) for a in action.sub_actions]
+            length = two_stream_length(costs, members)
+            if length is not None:
+                return length
+            if len(members) != 2:
+                return sum(costs.duration_ms(kind, stage) for kind, stage in members)
+            (_, f), (kind, b) = members
+            return costs.overlapped_ms(f, kind, b)
         return costs.duration_ms(action.kind, ms(action.stage))
 
     def transmit(channel, ready, link, nbytes):
@@ -92,7 +98,9 @@ def evaluate(schedule, costs, topology=None):
         ready = []
         for d in range(devices):
             if pointer[d] < len(actions[d]) and not held[d]:
-                inputs = [known(k) for atom in actions[d][pointer[d]].atoms for k in needs(atom)]
+                atoms = actions[d][pointer[d]].atoms
+                inside = {("done", a.stage, a.kind, a.microbatch) for a in atoms}  # a group's own
+                inputs = [known(k) for atom in atoms for k in needs(atom) if k not in inside]
                 if None not in inputs:
                     ready.append((max([free[d], *inputs]), d))
         first = min(pending, default=None)
@@ -105,3 +113,50 @@ def evaluate(schedule, costs, topology=None):
     if any(p < len(a) for p, a in zip(pointer, actions, strict=True)):
         raise RuntimeError("deadlock")
     return times
+
+
+def two_stream_length(costs, members):
+    """A MoE group's length, found apart from ``pipesim.sim.sublayers``: the parts as a
+    graph (each part after its chain's previous part and its stream's previous part, in
+    DualPipe's issue order: backward, forward, delayed W on compute; backward, forward on
+    comm), relaxed to the longest path. None where the costs give no parts for it."""
+    kinds = [kind for kind, _ in members]
+    if costs.moe_parts is None or costs.overlapped_fb_ms is not None:
+        return None
+    if not any(costs.moe_parts[stage] for _, stage in members):
+        return None
+    delayed = kinds == [F, I, W] and members[1][1] == members[2][1]
+    if kinds[:1] != [F] or not (len(kinds) == 2 and kinds[1] in (B, I) or delayed):
+        return None
+    chains = [costs.pass_parts(kind, stage) for kind, stage in members[:2]]
+    weight = []
+    if delayed:
+        stage = costs.moe_parts[members[1][1]]
+        total = costs.backward_weight_ms[members[1][1]]
+        weight = [total] if stage is None else list(stage.weight_fitted(total))
+    length, after = {}, {}  # node -> duration, node -> the nodes it waits for
+    for c, parts in enumerate(chains):
+        previous = None
+        for j, ms in enumerate(parts.compute_ms):
+            for node, value in ((("c", c, j), ms), (("m", c, j), None)):
+                if value is None and j == len(parts.comm_ms):
+                    break
+                length[node] = value if value is not None else parts.comm_ms[j]
+                after[node] = [previous] if previous else []
+                previous = node
+    for j, ms in enumerate(weight):
+        length[("w", 2, j)], after[("w", 2, j)] = ms, [("c", 1, j)]
+    for stream, chained in (("c", (1, 0, 2)), ("m", (1, 0))):
+        order = [
+            node
+            for j in range(max(len(p.compute_ms) for p in chains))
+            for c in chained
+            for node in [("w" if c == 2 else stream, c, j)]
+            if node in length
+        ]
+        for earlier, later in zip(order, order[1:], strict=False):
+            after[later].append(earlier)
+    end = dict.fromkeys(length, 0.0)
+    for _ in range(len(length) + 1):
+        end = {n: max([end[p] for p in after[n]], default=0.0) + length[n] for n in length}
+    return max(end.values(), default=0.0)

@@ -25,6 +25,8 @@ appears with its channel time only.
 * ``end-of-step work`` (after the pipeline: the gradient all-reduce, where gradients are
   reduced, and the optimizer step, each named) and ``done`` (nothing left).
 
+A MoE step waits inside its actions too, on exposed all-to-alls (``analysis.exposure``).
+
 Everything here reads a Trace and returns data; no I/O.
 """
 
@@ -35,8 +37,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from pipesim.analysis.exposure import AllToAllExposure, all_to_all_exposure
 from pipesim.schedules.dependencies import MESSAGE_OF, Message, dependencies
 from pipesim.schedules.ir import Kind, Schedule, parse_action
+from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import Cause, Lane, RowKind, Trace
 
@@ -97,6 +101,15 @@ def critical_path(
     that a queued transfer waited for: it ends when it left the channel.
     (``schedule`` and ``topology`` are not needed: the trace holds the causes.)
     """
+    start = trace.start.tolist()
+    return [
+        {"name": trace.name(r), "device": int(trace.device[r]), "start_ms": start[r], "end_ms": e}
+        for r, e in path_rows(trace)
+    ]
+
+
+def path_rows(trace: Trace) -> list[tuple[int, float]]:
+    """The critical path's rows in time order, each with the time it hands off at."""
     if not len(trace.start):
         return []
     _require_causes(trace)
@@ -108,10 +121,7 @@ def critical_path(
         # The row's cause ends (or, on a busy channel, leaves the channel) as it starts.
         chain.append((cause_row[row], start[row]))
         row = cause_row[row]
-    return [
-        {"name": trace.name(r), "device": int(trace.device[r]), "start_ms": start[r], "end_ms": e}
-        for r, e in reversed(chain)
-    ]
+    return chain[::-1]
 
 
 # ---------------------------------------------------------------------------
@@ -314,6 +324,7 @@ class Explanation:
     makespan_ms: float
     critical_path: tuple[dict[str, object], ...]
     gaps: tuple[IdleGap, ...]
+    all_to_all: AllToAllExposure | None = None  # MoE: compute waiting on all-to-alls
 
     def idle_by_cause(self) -> dict[int, dict[str, float]]:
         """Per device, total idle ms per cause (only causes that occur)."""
@@ -332,16 +343,21 @@ class Explanation:
             "critical_path": list(self.critical_path),
             "idle_by_cause": {str(d): c for d, c in self.idle_by_cause().items()},
             "gaps": [{**asdict(g), "duration_ms": g.duration_ms} for g in self.gaps],
+            **({} if self.all_to_all is None else {"all_to_all": self.all_to_all.to_dict()}),
         }
 
 
-def explain(trace: Trace, schedule: Schedule, topology: Topology | None = None) -> Explanation:
-    """Critical path and idle-gap causes of ``trace``."""
-    return Explanation(
-        makespan_ms=trace.makespan_ms,
-        critical_path=tuple(critical_path(trace, schedule, topology)),
-        gaps=tuple(idle_gaps(trace, schedule, topology)),
-    )
+def explain(
+    trace: Trace, schedule: Schedule, topology: Topology | None = None, costs: Costs | None = None
+) -> Explanation:
+    """Critical path and idle-gap causes of ``trace``; with MoE ``costs`` also the
+    all-to-all its compute waits on (each path element's as ``all_to_all_ms``)."""
+    path, rows = critical_path(trace, schedule, topology), [r for r, _ in path_rows(trace)]
+    exposure = None if costs is None else all_to_all_exposure(trace, schedule, costs, rows)
+    if exposure is not None:
+        path = [{**e, "all_to_all_ms": ms} for e, ms in zip(path, exposure.path_ms, strict=True)]
+    gaps = tuple(idle_gaps(trace, schedule, topology))
+    return Explanation(trace.makespan_ms, tuple(path), gaps, exposure)
 
 
 def format_ms(value: float) -> str:

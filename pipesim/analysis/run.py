@@ -54,7 +54,7 @@ class Result:
         data = self.report.to_dict()
         data["memory_capacity_bytes"] = memory_capacity_bytes(self.scenario)
         data.update(parameter_fields(self.scenario))
-        moe = moe_fields(self.scenario, self.report.step_time_ms)
+        moe = moe_fields(self.scenario, self.report.step_time_ms, self.trace)
         if moe is not None:
             data["moe"] = moe
         if self.monte_carlo is not None:
@@ -83,9 +83,11 @@ class Result:
         data["static_memory_bytes_max"] = max(d.static_memory_bytes for d in per_device)
         data["runtime_memory_bytes_max"] = max(d.runtime_memory_bytes for d in per_device)
         data["memory_capacity_bytes"] = memory_capacity_bytes(self.scenario)
-        moe = moe_fields(self.scenario, self.report.step_time_ms)
-        for key in ("imbalance", "dropped_fraction", "all_to_all_share") if moe else ():
-            data[f"moe_{key}"] = moe[key]
+        moe = moe_fields(self.scenario, self.report.step_time_ms, self.trace)
+        keys = ("imbalance", "dropped_fraction", "all_to_all_share", "exposed_all_to_all_share")
+        for key in keys if moe else ():
+            if key in moe:
+                data[f"moe_{key}"] = moe[key]
         if self.monte_carlo is not None:
             data.update(self.monte_carlo.to_dict())
         if self.decode is not None:
@@ -253,7 +255,8 @@ def choose_evaluator(
 
 
 def _explain(result: Result) -> Explanation:
-    return explain(result.trace, result.scenario.schedule, result.scenario.topology)
+    scenario = result.scenario
+    return explain(result.trace, scenario.schedule, scenario.topology, scenario.costs)
 
 
 def search_dict(search: SearchResult) -> dict[str, float | int | str]:

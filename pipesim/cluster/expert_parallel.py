@@ -37,7 +37,10 @@ the GPUs there that hold its experts. So with ``N`` nodes in the group, a token 
 ``(g - 1) / g`` of its ``k`` copies move over NVLink, ``g`` ranks to a node.
 
 The all-to-alls are kept apart from the passes (``ExpertParallelCosts``): each stage's and
-pass's share is named, then added to the passes (exposed, as plain 1F1B runs them).
+pass's share is named, then added to the passes (``with_all_to_all``: a lone pass runs
+them exposed, as plain 1F1B does). ``pipesim.cluster.moe_parts`` cuts the passes into
+attention, dispatch, experts and combine, so that an overlapped pair can hide one pass's
+all-to-alls under the other's compute.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from pipesim.cluster.model import (
     stage_costs,
     time_loads,
 )
+from pipesim.cluster.moe_parts import moe_stage_parts
 from pipesim.cluster.parallel import megatron_bucket_params
 from pipesim.cluster.pass_time import (
     TensorParallel,
@@ -138,7 +139,8 @@ def _pass_costs(
     job: Job, schedule: Schedule, partition: tuple[int, ...]
 ) -> tuple[Costs, ExpertParallelCosts | None]:
     """Every stage's passes (``pipesim.cluster.model.stage_costs``) with its expert-parallel
-    all-to-alls in them, and those all-to-alls by name."""
+    all-to-alls in them and, under expert parallelism, their sub-layer parts
+    (``pipesim.cluster.moe_parts``), and those all-to-alls by name."""
     hw, par = job.hardware, job.parallel
     intra, inter = hw.node_links()
     per_node = job.gpus_per_node(schedule.devices)
@@ -159,7 +161,9 @@ def _pass_costs(
         expert_split=expert_split(job),
     )
     experts = expert_parallel_costs(job, schedule.devices, partition)
-    return with_all_to_all(costs, experts), experts
+    exposed = with_all_to_all(costs, experts)
+    parts = moe_stage_parts(_model(job), partition, job.batch.microbatch_size, costs, experts)
+    return (exposed if parts is None else replace(exposed, moe_parts=parts)), experts
 
 
 def _model(job: Job) -> TransformerModel:

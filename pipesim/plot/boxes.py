@@ -1,7 +1,8 @@
 """A Gantt chart drawn box by box: one row per device, one box per action or transfer.
 
 Think of a bar chart turned on its side: device 0 on top, time to the right, a compute
-box in the upper part of each row and a thin transfer box under it. Boxes of one kind
+box in the upper part of each row and a thin transfer box under it (and, for a MoE step,
+a thinner band of its all-to-alls under that). Boxes of one kind
 and chunk are drawn as one collection (thousands of boxes cost about as much as one);
 a box carries its microbatch (``1``, or ``1c0`` = microbatch 1 on chunk 0 when devices hold
 several chunks) only where the label fits inside it at the saved size. Device rows are
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipesim.plot.style import (
+    ALL_TO_ALL,
     CHUNK_HATCHES,
     COLOURS,
     CRITICAL,
@@ -25,10 +27,13 @@ from pipesim.plot.style import (
     set_hatch,
     text_colour,
 )
+from pipesim.sim.sublayer_rows import SublayerRows
+from pipesim.sim.sublayers import Stream
 from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
 COMPUTE_BOX = (-0.4, 0.6)  # (offset from the row's centre, height), in rows
 COMM_BOX = (0.22, 0.16)
+ALL_TO_ALL_BOX = (0.40, 0.12)  # a MoE step's all-to-all stream, under the transfers
 MAX_LABELS = 2500  # past this, text costs more than it tells
 LABELLED_SHARE = 0.9  # a kind is numbered only if this share of its boxes hold their label
 CHAR_EMS = {".": 0.32, "/": 0.34, "c": 0.55}  # DejaVu Sans; digits are 0.64 em
@@ -97,6 +102,20 @@ def draw_boxes(ax, trace: Trace, show_comm: bool = True) -> None:
         if hatched and lane == Lane.COMPUTE and chunk > 0:
             set_hatch(boxes, CHUNK_HATCHES[chunk % len(CHUNK_HATCHES)])
         ax.add_collection(boxes, autolim=False)
+
+
+def draw_all_to_all(ax, sublayers: SublayerRows) -> None:
+    """A MoE step's dispatch and combine all-to-alls (``pipesim.sim.sublayer_rows``) as a
+    thin band of their own under each device's transfers: the device's all-to-all stream."""
+    from matplotlib.collections import PolyCollection
+
+    comm = np.flatnonzero(sublayers.stream == Stream.COMM)
+    offset, height = ALL_TO_ALL_BOX
+    where = sublayers.device[comm] + offset
+    verts = box_vertices(
+        sublayers.start[comm], sublayers.end[comm], where, np.full(len(comm), height)
+    )
+    ax.add_collection(PolyCollection(verts, facecolors=ALL_TO_ALL, linewidths=0.0), autolim=False)
 
 
 def box_label(trace: Trace, row: int, chunk_of_stage: np.ndarray, hatched: bool) -> str:

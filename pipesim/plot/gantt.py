@@ -18,6 +18,7 @@ import numpy as np
 
 from pipesim.plot.boxes import (
     chunk_count,
+    draw_all_to_all,
     draw_critical_path,
     draw_gantt_boxes,
     draw_labels,
@@ -33,6 +34,7 @@ from pipesim.plot.decode import (
 from pipesim.plot.memory import Runtime, draw_memory, has_memory
 from pipesim.plot.style import (
     MAX_BOX_DEVICES,
+    all_to_all_handle,
     chunk_handles,
     critical_handle,
     figure_legend,
@@ -43,6 +45,7 @@ from pipesim.plot.style import (
 from pipesim.plot.style import title as report_title
 from pipesim.sim.memory import MemoryTimeline
 from pipesim.sim.metrics import Report
+from pipesim.sim.sublayer_rows import SublayerRows
 from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
 MEMORY_IN = 2.4  # the memory panel's height
@@ -88,12 +91,15 @@ def kinds_shown(trace: Trace, show_comm: bool = True) -> set[str]:
     return {KIND_CODES[k] for k in np.unique(trace.kind[np.isin(trace.lane, lanes)])}
 
 
-def legend(fig, traces: Sequence[Trace], kinds: set[str], critical: bool = False) -> None:
-    """The figure legend: kinds, chunk hatches (where a device holds several chunks),
-    the critical path; its title says what the numbers in the boxes are."""
+def legend(
+    fig, traces: Sequence[Trace], kinds: set[str], critical: bool = False, moe: bool = False
+) -> None:
+    """The figure legend: kinds, a MoE step's all-to-alls (``moe``), chunk hatches (where
+    a device holds several chunks), the critical path; its title says what the numbers in
+    the boxes are."""
     boxed = [t for t in traces if t.devices <= MAX_BOX_DEVICES]
     chunks = max((chunk_count(t) for t in boxed), default=1)
-    handles = kind_handles(kinds)
+    handles = kind_handles(kinds) + ([all_to_all_handle()] if moe else [])
     if chunks > 1:
         handles += chunk_handles(chunks)
     if critical:
@@ -118,10 +124,12 @@ def gantt_figure(
     *,
     capacity_bytes: float = 0.0,
     runtime: Runtime | None = None,
+    sublayers: SublayerRows | None = None,
 ):
     """The Gantt chart of one run, with the memory panel under it when ``memory``
     timelines are given and anything is held (static memory from ``report``, activations
-    from the timelines).
+    from the timelines); ``sublayers``: a MoE step's parts, whose all-to-alls get a band
+    of their own in each device's row (where devices are drawn box by box).
 
     ``critical_path`` (elements with ``name``, ``device``, ``start_ms``, ``end_ms``, as
     ``pipesim.analysis.critical`` gives them) is outlined in red; ``capacity_bytes`` (one
@@ -140,13 +148,16 @@ def gantt_figure(
     )
     if critical_path:
         draw_critical_path(axes[0], critical_path)
+    all_to_all = sublayers is not None and len(sublayers) and trace.devices <= MAX_BOX_DEVICES
+    if all_to_all:
+        draw_all_to_all(axes[0], sublayers)
     if with_memory:
         draw_memory(axes[1], trace, memory, static, capacity_bytes, runtime)
     if decode:
         decode_legend(fig, kinds_shown(trace), critical=bool(critical_path))
         label_after_layout(fig, [(axes[0], trace)], draw_decode_labels)
         return fig
-    legend(fig, [trace], kinds_shown(trace), critical=bool(critical_path))
+    legend(fig, [trace], kinds_shown(trace), critical=bool(critical_path), moe=bool(all_to_all))
     label_after_layout(fig, [(axes[0], trace)])
     return fig
 

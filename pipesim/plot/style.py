@@ -34,6 +34,7 @@ COLOURS = {
 # Legend words where a kind's code would not say what it is (end-of-step work)
 LEGEND_LABELS = {KIND_CODES[kind]: label for kind, label in BESIDE_LABELS.items()}
 CRITICAL = "#D62728"
+ALL_TO_ALL = "#393B79"  # a MoE step's dispatch and combine, on the all-to-all stream
 CAPACITY = "#000000"
 CHUNK_HATCHES = ("", "///", "...", "xxx", "\\\\\\", "+++", "oo", "**")
 
@@ -141,6 +142,12 @@ def critical_handle():
     from matplotlib.lines import Line2D
 
     return Line2D([], [], color=CRITICAL, linewidth=1.6, label="critical path")
+
+
+def all_to_all_handle():
+    from matplotlib.patches import Patch
+
+    return Patch(facecolor=ALL_TO_ALL, label="all-to-all")
 
 
 def figure_legend(fig, handles: list, note: str = "") -> None:

@@ -28,7 +28,7 @@ from pipesim.cluster.transformer import ParameterCount, parameter_count
 from pipesim.scenario import decode_mode, derive, searched
 from pipesim.scenario.load import apply_overrides, read_mapping
 from pipesim.scenario.profile import ProfileError, costs_from_profile, load_profile
-from pipesim.scenario.schedule import build_schedule
+from pipesim.scenario.schedule import build_schedule, check_overlap_model
 from pipesim.scenario.schema import (
     CostsSpec,
     Mode,
@@ -174,6 +174,7 @@ def _build_deterministic(spec: ScenarioSpec, source: str) -> Scenario:
         costs = _build_costs(spec.costs, schedule.model_stages, source, pipe)
         return Scenario(**fields, costs=costs, seq_len=None)
     _no_hand_costs(spec, source)
+    check_overlap_model(spec, source)
     derived = derive.model_costs(job, schedule, source)
     return Scenario(
         **fields,

@@ -15,9 +15,10 @@ from pathlib import Path
 from pipesim.scenario import searched
 from pipesim.scenario.load import read_text_file
 from pipesim.scenario.schema import Mode, PipelineSpec, ScenarioError, ScenarioSpec, first_line
-from pipesim.schedules import get_schedule
+from pipesim.schedules import POLICIES, get_schedule
 from pipesim.schedules.forward import forward_only
 from pipesim.schedules.ir import Schedule, ScheduleError
+from pipesim.schedules.policies import A2A_OVERLAP_POLICIES
 from pipesim.schedules.torch_csv import read_torch_csv
 from pipesim.schedules.validity import validate
 
@@ -39,10 +40,40 @@ def build_schedule(spec: ScenarioSpec, source: str, microbatches: int) -> Schedu
         raise ScenarioError(f"{source}: pipeline.devices: required (a csv schedule may omit it)")
     check_size(pipe, microbatches, source)
     searched.check_size(pipe, microbatches, source)
+    options = _options(pipe, name, source)
     try:
-        return get_schedule(name, pipe.devices, microbatches, pipe.virtual_stages, forward=forward)
+        return get_schedule(
+            name, pipe.devices, microbatches, pipe.virtual_stages, forward=forward, **options
+        )
     except ScheduleError as exc:
         raise ScenarioError(f"{source}: pipeline: {first_line(exc)}") from None
+
+
+def _options(pipe: PipelineSpec, name: str, source: str) -> dict[str, object]:
+    """The policy's options the pipeline section sets: ``delay_wgrad`` where it is on, for
+    a policy that takes it."""
+    if not pipe.delay_wgrad:
+        return {}
+    policy = POLICIES.get(name)
+    if policy is None or "delay_wgrad" not in policy.options:
+        takers = ", ".join(n for n, p in POLICIES.items() if "delay_wgrad" in p.options)
+        raise ScenarioError(
+            f"{source}: pipeline.delay_wgrad: schedule {name} has no delayed weight gradient; "
+            f"allowed with {takers}"
+        )
+    return {"delay_wgrad": True}
+
+
+def check_overlap_model(spec: ScenarioSpec, source: str) -> None:
+    """A combined-1F1B schedule overlaps MoE all-to-alls: refuse it for a model without
+    MoE layers (hand-typed costs may still run it, their pair times given)."""
+    name = spec.pipeline.schedule
+    if name in A2A_OVERLAP_POLICIES and spec.model is not None and spec.model.moe is None:
+        plain = name.removesuffix("-a2a-overlap")
+        raise ScenarioError(
+            f"{source}: pipeline.schedule: {name} overlaps MoE all-to-alls, and the model has "
+            f"no MoE layers (model.moe); use {plain}"
+        )
 
 
 def check_size(pipe: PipelineSpec, microbatches: int, source: str) -> None:

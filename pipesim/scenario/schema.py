@@ -127,6 +127,9 @@ class PipelineSpec(_Strict):
     max_actions: Count = DEFAULT_MAX_ACTIONS
     # Per device, for the searched policies (zb-auto, v-auto); None: what 1F1B holds.
     memory_limit_bytes: Bytes | None = None
+    # The combined-1F1B schedules (1f1b-a2a-overlap, interleaved-1f1b-a2a-overlap): split
+    # each merged unit's backward, its weight gradient delayed to cover the all-to-alls.
+    delay_wgrad: bool = False
 
     @field_validator("schedule")
     @classmethod

@@ -16,6 +16,14 @@ unless given: ``reduce_grad_ms`` is a stage's data-parallel gradient reduction
 (``REDUCE_GRAD``), ``unshard_ms`` and ``reshard_ms`` its FSDP parameter gather and free;
 ``optimizer_ms`` is the optimizer step a stage's ``REDUCE_GRAD`` runs after its reduction
 (torch steps a rank's optimizer once its last reduction is done).
+
+Mixture-of-experts stages may also say how their passes split into sub-layer parts
+(``moe_parts``, one ``pipesim.sim.sublayers.StageParts`` per stage, None for a dense one):
+attention and experts on the compute stream, dispatch and combine all-to-alls on the
+communication stream. A lone pass still takes its total (its all-to-alls exposed); an
+overlapped pair of a forward and a backward, and a forward with an input-gradient
+backward and its delayed weight gradient, take the length of their two-stream timeline
+(``group_timeline``), unless ``overlapped_fb_ms`` gives a pair's time outright.
 """
 
 from __future__ import annotations
@@ -25,6 +33,14 @@ from dataclasses import dataclass, replace
 
 from pipesim.schedules.ir import Kind
 from pipesim.schedules.posts import REDUCE_GRAD, RESHARD, UNSHARD, PostKind
+from pipesim.sim.sublayers import (
+    PartTime,
+    PassParts,
+    StageParts,
+    makespan_ms,
+    pair_timeline,
+    single,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +60,7 @@ class Costs:
     unshard_ms: tuple[float, ...] | None = None
     reshard_ms: tuple[float, ...] | None = None
     optimizer_ms: tuple[float, ...] | None = None  # run at the stage's REDUCE_GRAD post
+    moe_parts: tuple[StageParts | None, ...] | None = None  # MoE stages' sub-layer parts
 
     @property
     def stages(self) -> int:
@@ -74,22 +91,66 @@ class Costs:
             overlapped_fb_ms=None
             if self.overlapped_fb_ms is None
             else times(self.overlapped_fb_ms),
+            moe_parts=None
+            if self.moe_parts is None
+            else tuple(None if p is None else p.scaled(factor) for p in self.moe_parts),
         )
 
     def overlapped_ms(self, forward_stage: int, backward_kind: Kind, backward_stage: int) -> float:
-        """An overlapped forward+backward pair: its own figure if given, else F + B."""
+        """An overlapped forward+backward pair: its own figure if given, else the length of
+        its two streams' timeline where either stage has sub-layer parts, else F + B."""
         if self.overlapped_fb_ms is not None:
             return self.overlapped_fb_ms[forward_stage]
+        members = ((Kind.F, forward_stage), (backward_kind, backward_stage))
+        timeline = self.group_timeline(members)
+        if timeline is not None:
+            return makespan_ms(timeline)
         return self.forward_ms[forward_stage] + self.duration_ms(backward_kind, backward_stage)
 
     def group_ms(self, members: Sequence[tuple[Kind, int]]) -> float:
         """A group of compute actions run as one (``OVERLAP_F_B``), given as (kind, model
-        stage) pairs: a forward-then-backward pair is ``overlapped_ms``; any other group
-        takes its members' durations added up, as torch's runtime runs them one by one."""
+        stage) pairs: a forward-then-backward pair is ``overlapped_ms``; a forward, an I and
+        that I's W overlap where a stage has sub-layer parts (``group_timeline``); any
+        other group takes its members' durations added up, as torch's runtime runs them
+        one by one."""
         if len(members) == 2 and members[0][0] == Kind.F and members[1][0] in (Kind.B, Kind.I):
             (_, forward_stage), (backward_kind, backward_stage) = members
             return self.overlapped_ms(forward_stage, backward_kind, backward_stage)
+        if self.overlapped_fb_ms is None and _delayed_weight(members):
+            timeline = self.group_timeline(members)
+            if timeline is not None:
+                return makespan_ms(timeline)
         return sum(self.duration_ms(kind, stage) for kind, stage in members)
+
+    def pass_parts(self, kind: Kind, model_stage: int) -> PassParts:
+        """A simple action's sub-layer parts, adding up to its duration: one compute part
+        for a dense stage and for a weight gradient (``pipesim.sim.sublayers``)."""
+        total = self.duration_ms(kind, model_stage)
+        stage = None if self.moe_parts is None else self.moe_parts[model_stage]
+        if stage is None or kind == Kind.W:
+            return single(total)
+        if kind == Kind.F:
+            return stage.forward.fitted(total)
+        return (stage.backward_input if kind == Kind.I else stage.backward()).fitted(total)
+
+    def group_timeline(self, members: Sequence[tuple[Kind, int]]) -> tuple[PartTime, ...] | None:
+        """The two-stream timeline of an overlapped group where one of its stages has
+        sub-layer parts: a forward with a backward (B or I), or a forward, an I and that
+        I's W (the weight gradient delayed into the pair); None otherwise."""
+        if self.moe_parts is None or not any(self.moe_parts[stage] for _, stage in members):
+            return None
+        pair = len(members) == 2 and members[0][0] == Kind.F and members[1][0] in (Kind.B, Kind.I)
+        if not pair and not _delayed_weight(members):
+            return None
+        forward = self.pass_parts(Kind.F, members[0][1])
+        backward_kind, backward_stage = members[1]
+        backward = self.pass_parts(backward_kind, backward_stage)
+        if pair:
+            return pair_timeline(forward, backward)
+        weight_ms = self.backward_weight_ms[backward_stage]
+        stage = self.moe_parts[backward_stage]
+        weight = (weight_ms,) if stage is None else stage.weight_fitted(weight_ms)
+        return pair_timeline(forward, backward, weight)
 
     def post_ms(self, kind: PostKind, model_stage: int) -> float:
         """The time a post takes: REDUCE_GRAD, UNSHARD, RESHARD as given, else (and SEND/RECV,
@@ -100,6 +161,12 @@ class Costs:
             RESHARD: self.reshard_ms,
         }.get(kind)
         return 0.0 if values is None else values[model_stage]
+
+
+def _delayed_weight(members: Sequence[tuple[Kind, int]]) -> bool:
+    """Whether a group is a forward, an I, and the W of that I's stage (delay_wgrad)."""
+    kinds = tuple(kind for kind, _ in members)
+    return kinds == (Kind.F, Kind.I, Kind.W) and members[1][1] == members[2][1]
 
 
 class StageCountError(ValueError):

@@ -8,6 +8,11 @@ microseconds rounded to the nanosecond, an event's name and kind (``cat``) only,
 an activation-memory counter event only where the value changes. ``to_chrome_trace``
 gives it as a dict (to merge two traces); ``chrome_trace_json`` writes the same events as
 compact JSON text, row by row, without a dict per event.
+
+A MoE step's actions may also come with their sub-layer parts
+(``pipesim.sim.sublayer_rows``): attention and experts then show as slices nested under
+their action on the compute thread, and the dispatch and combine all-to-alls on a third
+thread of each device, its all-to-all stream. Without them the trace is as it always was.
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ from json.encoder import encode_basestring as quoted
 import numpy as np
 
 from pipesim.sim.memory import MemoryTimeline
+from pipesim.sim.sublayer_rows import SublayerRows
+from pipesim.sim.sublayers import Stream
 from pipesim.sim.trace import KIND_CODES, Lane, Trace
 
 US_PER_MS = 1000.0
 NS_DIGITS = 3  # microseconds kept to the nanosecond
 COMPACT = (",", ":")
+ALL_TO_ALL_TID = 2  # a device's all-to-all stream, beside compute (0) and comm (1)
 
 
 def to_chrome_trace(
@@ -34,6 +42,7 @@ def to_chrome_trace(
     pid_offset: int = 0,
     memory: Sequence[MemoryTimeline] = (),
     names: Sequence[str] | None = None,
+    sublayers: SublayerRows | None = None,
 ) -> dict:
     """Chrome trace event format (object form) for Perfetto / chrome://tracing.
 
@@ -42,13 +51,15 @@ def to_chrome_trace(
     activation-memory counter track (``ph: C``) per device when ``memory`` timelines are
     given. ``pid_offset`` lets two traces (measured and simulated) sit side by side in one
     file. ``names`` replaces the rows' IR names (a decode pipeline's ``t3 g1``).
+    ``sublayers``: a MoE step's parts (module docstring), all-to-alls on thread 2.
     """
     events = [
         event
         for d in range(trace.devices)
-        for event in device_metadata(d + pid_offset, f"{label}: device {d}")
+        for event in device_metadata(d + pid_offset, f"{label}: device {d}", sublayers)
     ]
     events += row_events(trace, pid_offset, names)
+    events += [_sublayer_event(*part) for part in _sublayer_parts(sublayers, pid_offset)]
     events += memory_counters(memory, pid_offset)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"generator": label}}
 
@@ -59,16 +70,20 @@ def chrome_trace_json(
     pid_offset: int = 0,
     memory: Sequence[MemoryTimeline] = (),
     names: Sequence[str] | None = None,
+    sublayers: SublayerRows | None = None,
 ) -> str:
     """``to_chrome_trace`` as compact JSON text, the same events, each written as text."""
     metadata = (
         dumps(event, separators=COMPACT)
         for d in range(trace.devices)
-        for event in device_metadata(d + pid_offset, f"{label}: device {d}")
+        for event in device_metadata(d + pid_offset, f"{label}: device {d}", sublayers)
     )
-    events = ",".join(
-        chain(metadata, _row_texts(trace, pid_offset, names), _counter_texts(memory, pid_offset))
+    parts = (
+        dumps(_sublayer_event(*part), separators=COMPACT)
+        for part in _sublayer_parts(sublayers, pid_offset)
     )
+    rows = _row_texts(trace, pid_offset, names)
+    events = ",".join(chain(metadata, rows, parts, _counter_texts(memory, pid_offset)))
     tail = dumps({"displayTimeUnit": "ms", "otherData": {"generator": label}}, separators=COMPACT)
     return '{"traceEvents":[' + events + "]," + tail[1:]
 
@@ -79,19 +94,43 @@ def gzipped(text: str) -> bytes:
     return gzip.compress(text.encode(), compresslevel=6, mtime=0)
 
 
-def device_metadata(pid: int, name: str) -> list[dict]:
-    """The ``M`` events that name a device's process and its two threads and keep the
-    processes in device order."""
+def device_metadata(pid: int, name: str, sublayers: SublayerRows | None = None) -> list[dict]:
+    """The ``M`` events that name a device's process and its two threads (three with a MoE
+    step's ``sublayers``: its all-to-all stream) and keep the processes in device order."""
 
     def meta(kind: str, tid: int, args: dict) -> dict:
         return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args}
 
-    return [
+    events = [
         meta("process_name", 0, {"name": name}),
         meta("process_sort_index", 0, {"sort_index": pid}),
         meta("thread_name", Lane.COMPUTE, {"name": "compute"}),
         meta("thread_name", Lane.COMM, {"name": "comm"}),
     ]
+    if sublayers is not None:
+        events.append(meta("thread_name", ALL_TO_ALL_TID, {"name": "all-to-all stream"}))
+    return events
+
+
+def _sublayer_parts(sublayers: SublayerRows | None, pid_offset: int) -> Iterator[tuple]:
+    """(name, kind, start us, duration us, process, thread) of every sub-layer part."""
+    if sublayers is None:
+        return
+    start, end = _microseconds(sublayers.start), _microseconds(sublayers.end)
+    columns = (
+        sublayers.names,
+        start.tolist(),
+        np.round(end - start, NS_DIGITS).tolist(),
+        (sublayers.device + pid_offset).tolist(),
+        sublayers.stream.tolist(),
+    )
+    for name, ts, dur, pid, stream in zip(*columns, strict=True):
+        tid = ALL_TO_ALL_TID if stream == Stream.COMM else Lane.COMPUTE
+        yield name, name.partition(" ")[2], ts, dur, pid, int(tid)
+
+
+def _sublayer_event(name: str, kind: str, ts: float, dur: float, pid: int, tid: int) -> dict:
+    return {"name": name, "cat": kind, "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid}
 
 
 def row_events(trace: Trace, pid_offset: int = 0, names: Sequence[str] | None = None) -> list[dict]:

@@ -104,3 +104,34 @@ def test_explain_names_where_the_expert_group_sits(moe_plan):
     terms = explanation.winner.terms_ms
     assert terms["expert all-to-all"] > 0
     assert sum(terms.values()) == pytest.approx(explanation.winner.step_time_ms, rel=1e-12)
+
+
+def test_the_combined_1f1b_schedules_join_a_moe_space_only():
+    dense = build_space(parse_spec(small_base(), SOURCE), SOURCE, 8, ())
+    moe = build_space(parse_spec(moe_base(8), SOURCE), SOURCE, 8, ())
+    overlap = ("1f1b-a2a-overlap", "interleaved-1f1b-a2a-overlap")
+    assert not set(overlap) & set(dense.axes["pipeline.schedule"])
+    assert set(overlap) <= set(moe.axes["pipeline.schedule"])
+    space = (*NARROW[1:], "pipeline.schedule=1f1b-a2a-overlap", "parallel.tensor=1")
+    found = reasons(moe_base(8), 8, (*space, "parallel.expert=1"))
+    assert set(found) >= {"all-to-all overlap without expert parallelism (no all-to-all)"}
+    assert set(reasons(small_base(), 8, space)) >= {"all-to-all overlap without model.moe"}
+
+
+def test_a_moe_plan_scores_combined_1f1b_as_pipesim_run_does():
+    """EP 4 on 8 GPUs (TP 1 x PP 2 x DP 4): the combined schedule's units hide part of
+    the all-to-alls, and its row is the step ``pipesim run`` gives its scenario."""
+    space = (
+        *NARROW[1:],
+        "pipeline.schedule=1f1b,1f1b-a2a-overlap",
+        "parallel.tensor=1",
+        "pipeline.devices=2",
+        "parallel.expert=4",
+    )
+    found = plan(moe_base(8), SOURCE, 8, space, top=4, confirm=0)
+    rows = {row.candidate.schedule: row for row in found.results}
+    assert set(rows) == {"1f1b", "1f1b-a2a-overlap"}
+    combined = rows["1f1b-a2a-overlap"]
+    assert combined.step_time_ms < rows["1f1b"].step_time_ms
+    report = run_emitted(emit_mapping(found.base, combined.candidate), SOURCE).report
+    assert report.step_time_ms == combined.step_time_ms

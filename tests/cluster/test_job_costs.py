@@ -76,6 +76,7 @@ def digest_of(scenario) -> dict:
     accounting = scenario.accounting
     costs = dataclasses.asdict(scenario.costs)
     assert costs.pop("optimizer_ms") is None  # only torch's REDUCE_GRAD posts carry one
+    assert costs.pop("moe_parts") is None  # only MoE stages under expert parallelism have parts
     held = None if accounting is None else dataclasses.asdict(accounting)
     if held is not None:  # only expert parallelism holds all-to-all buffers
         assert held.pop("transient_bytes") == ()

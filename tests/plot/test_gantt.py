@@ -266,3 +266,28 @@ def test_the_memory_panel_draws_what_the_oom_check_weighs_against_the_usable_lin
     assert len(usable) == 1
     assert usable[0].get_ydata()[0] == pytest.approx(80 * 0.95)
     assert "runtime" in panel.get_ylabel()
+
+
+def test_a_moe_step_draws_its_all_to_alls_in_a_band_of_their_own():
+    """The combined-1F1B step of tests/sim/test_sublayers.py: its 24 dispatches and
+    combines (device 0: 6 lone passes of 2; device 1: 2 lone passes of 2 and 2 units of 4)
+    as one collection in the all-to-all colour, named in the legend; none without parts."""
+    from matplotlib.colors import to_hex
+
+    from pipesim.plot.style import ALL_TO_ALL
+    from pipesim.sim.engine import simulate
+    from pipesim.sim.metrics import build_report
+    from pipesim.sim.sublayer_rows import sublayer_rows
+    from tests.sim.test_sublayers import moe_costs
+
+    schedule = get_schedule("1f1b-a2a-overlap", 2, 3)
+    costs = moe_costs(2)
+    trace = simulate(schedule, costs)
+    report = build_report(trace, schedule, costs)
+    parts = sublayer_rows(trace, schedule, costs)
+    fig = drawn(gantt_figure(trace, report, sublayers=parts))
+    bands = [c for c in boxes(fig.axes[0]) if to_hex(c.get_facecolor()[0]) == ALL_TO_ALL.lower()]
+    assert len(bands) == 1 and len(bands[0].get_paths()) == 24
+    assert "all-to-all" in legend_texts(fig)
+    plain = drawn(gantt_figure(trace, report))
+    assert "all-to-all" not in legend_texts(plain)

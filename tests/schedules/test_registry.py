@@ -33,6 +33,8 @@ DOCUMENTED_ORDER = [
     "v-half",
     "v-min",
     "chimera",
+    "1f1b-a2a-overlap",
+    "interleaved-1f1b-a2a-overlap",
 ]
 
 
@@ -68,9 +70,10 @@ def test_the_constraints_line_states_the_chunk_rule(name):
 
 @pytest.mark.parametrize("name", DOCUMENTED_ORDER)
 def test_an_option_the_policy_does_not_take_is_refused_by_name(name):
-    assert POLICIES[name].options == ()
+    takes = ("delay_wgrad",) if name.endswith("-a2a-overlap") else ()
+    assert POLICIES[name].options == takes
     virtual = fit_virtual_stages(name, 1)
-    message = f"{name} takes no option 'warmup'; allowed: none"
+    message = f"{name} takes no option 'warmup'; allowed: {', '.join(takes) or 'none'}"
     with pytest.raises(ConstraintError) as refused:
         get_schedule(name, 4, 8, virtual, warmup=3)
     assert str(refused.value) == message

@@ -43,7 +43,7 @@ from pipesim.analysis.critical import (
     SENDING,
     UPSTREAM,
 )
-from pipesim.analysis.experts import device_all_to_all_ms, moe_fields
+from pipesim.analysis.experts import moe_fields, step_all_to_all_ms
 from pipesim.analysis.plan.planner import run_emitted
 from pipesim.analysis.plan.prune import capacity_reason, usable_text
 from pipesim.analysis.plan.rank import describe, emit_mapping
@@ -175,7 +175,7 @@ def _expert_words(result: Result, device: int) -> str:
     moe = moe_fields(result.scenario, result.report.step_time_ms)
     if moe is None:
         return ""
-    a2a = device_all_to_all_ms(result.scenario)[device]
+    a2a = step_all_to_all_ms(result.scenario, result.trace)[device]
     return (
         f"experts: {moe['placement']}, imbalance {moe['imbalance']:.3f}, all-to-all "
         f"{a2a:.3f} ms a step on device {device} (exposed)"
@@ -228,7 +228,7 @@ def _busy_terms(
     return {
         "compute": busy_ms - tensor_ms - recompute_ms,
         "tensor-parallel communication": tensor_ms,
-        "expert all-to-all": device_all_to_all_ms(result.scenario)[device],
+        "expert all-to-all": step_all_to_all_ms(result.scenario, result.trace)[device],
         "recompute": recompute_ms,
     }
 
@@ -237,7 +237,7 @@ def _busy_without_all_to_all(result: Result, device: int) -> float:
     busy = result.report.per_device[device].busy_ms
     if result.scenario.expert_parallel is None:
         return busy
-    return busy - device_all_to_all_ms(result.scenario)[device]
+    return busy - step_all_to_all_ms(result.scenario, result.trace)[device]
 
 
 def _idle_terms(result: Result, device: int) -> dict[str, float]:

@@ -15,7 +15,10 @@ the GPUs are ``tensor x context x pipeline x data``. A MoE model adds expert par
 (``parallel.expert``): by default every power of two that divides its experts (with
 redundant ones, its expert slots) up to the GPUs; its EP groups are carved out of the data
 x context ranks (``pipesim.cluster.expert_parallel``), so a size that does not divide the
-experts or data x context, or exceeds the GPUs, is pruned with that reason.
+experts or data x context, or exceeds the GPUs, is pruned with that reason. It also adds
+the combined-1F1B schedules (``1f1b-a2a-overlap``, ``interleaved-1f1b-a2a-overlap``, whose
+merged units overlap the all-to-alls) to the schedule axis; without expert parallelism they
+have nothing to overlap and are pruned. A dense model's space has none of them.
 
 Each axis is named by the scenario key it sets (``parallel.tensor``,
 ``pipeline.schedule``, ...), so ``--space KEY=V1,V2`` narrows or widens it in the same
@@ -48,6 +51,7 @@ from pipesim.cluster.fabric import DEFAULT_ORDER, FabricError, rank_layout
 from pipesim.scenario.derive import check_context_parallel
 from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, fit_virtual_stages
+from pipesim.schedules.policies import A2A_OVERLAP_POLICIES
 from pipesim.search import AUTO_POLICIES
 
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8)
@@ -84,10 +88,12 @@ def default_axes(spec: ScenarioSpec, gpus: int) -> dict[str, tuple[Any, ...]]:
     par = spec.parallel
     node, widths = spec.hardware.gpus_per_node or gpus, _widths(spec)
     tensors = [t for t in _divisors(node) if gpus % t == 0 and all(w % t == 0 for w in widths)]
+    moe = bool(_expert_slots(spec))
+    schedules = [n for n in POLICIES if moe or n not in A2A_OVERLAP_POLICIES]
     return {
         "parallel.tensor": tuple(tensors),
         "pipeline.devices": (),  # empty: every divisor of gpus / tensor, up to the layers
-        "pipeline.schedule": tuple(POLICIES),
+        "pipeline.schedule": tuple(schedules),
         "pipeline.virtual_stages": DEFAULT_VIRTUAL_STAGES,
         "pipeline.microbatch_size": DEFAULT_MICROBATCH_SIZES,
         "model.recompute": (False, True),
@@ -257,7 +263,7 @@ def _candidates(
     ``_layout`` says of it."""
     tensor, devices, name, chunks, size = point
     reason, data, count = layout
-    reason = reason or _expert_reason(space, expert, data)
+    reason = reason or _expert_reason(space, expert, data) or _overlap_reason(space, name, expert)
     for combo in itertools.product(*rest):
         if reason is not None:
             yield None, reason
@@ -284,6 +290,17 @@ def _expert_reason(space: Space, expert: int | None, data: int) -> str | None:
         return "expert size exceeds the GPUs"
     if (data * space.context) % expert:
         return "expert size does not divide data x context"
+    return None
+
+
+def _overlap_reason(space: Space, name: str, expert: int | None) -> str | None:
+    """Why a combined-1F1B schedule has nothing to overlap here, or None."""
+    if name not in A2A_OVERLAP_POLICIES:
+        return None
+    if not space.experts:
+        return "all-to-all overlap without model.moe"
+    if expert in (None, 1):
+        return "all-to-all overlap without expert parallelism (no all-to-all)"
     return None
 
 

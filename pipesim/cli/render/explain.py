@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from pipesim.analysis.critical import Explanation, describe_gap, format_ms
+from pipesim.analysis.exposure import CAUSE
 from pipesim.analysis.run import Result
 
 
@@ -50,6 +51,7 @@ def path_lines(explanation: Explanation, makespan_ms: float, limit: int | None) 
     shown = path if limit is None or len(path) <= limit else path[:limit]
     lines += [
         f"  {format_ms(e['start_ms']):>10} {format_ms(e['end_ms']):>10}  {e['device']:>6}  {e['name']}"
+        + _exposed(e)
         for e in shown
     ]
     if len(shown) < len(path):
@@ -60,4 +62,26 @@ def path_lines(explanation: Explanation, makespan_ms: float, limit: int | None) 
     for device, causes in sorted(explanation.idle_by_cause().items()):
         parts = ", ".join(f"{cause} {format_ms(idle_ms)}" for cause, idle_ms in causes.items())
         lines.append(f"  device {device}: {parts}")
-    return lines
+    return lines + _all_to_all_lines(explanation)
+
+
+def _exposed(element: dict) -> str:
+    """A MoE step's all-to-all wait inside one critical-path action, where it has one."""
+    ms = element.get("all_to_all_ms", 0.0)
+    return f"  ({CAUSE} {format_ms(ms)} ms exposed)" if ms > 0 else ""
+
+
+def _all_to_all_lines(explanation: Explanation) -> list[str]:
+    """A MoE step's compute waiting on all-to-alls inside its actions, per device, and the
+    part of it on the critical path."""
+    exposure = explanation.all_to_all
+    if exposure is None:
+        return []
+    per_device = ", ".join(
+        f"device {d} {format_ms(ms)}" for d, ms in enumerate(exposure.per_device_ms)
+    )
+    return [
+        "",
+        f"compute waiting on {CAUSE} inside actions (ms): {per_device}",
+        f"  on the critical path: {format_ms(exposure.critical_path_ms)} ms",
+    ]

@@ -28,6 +28,7 @@ from pipesim.sim.decode import DecodeMetrics, row_names
 from pipesim.sim.export import chrome_trace_json, gzipped
 from pipesim.sim.export import to_csv as trace_to_csv
 from pipesim.sim.metrics import Accounting, Report
+from pipesim.sim.sublayer_rows import sublayer_rows
 
 TABLE_PATH_STEPS = 40  # critical path steps shown in the run table (all in JSON and explain)
 
@@ -173,17 +174,23 @@ def _monte_carlo_lines(summary: MonteCarloSummary) -> list[str]:
 def _moe_lines(result: Result) -> list[str]:
     """A MoE model's expert parallelism: where the group sits, the routing's imbalance and
     drops, and the all-to-alls' time per step on the busiest device."""
-    moe = moe_fields(result.scenario, result.report.step_time_ms)
+    moe = moe_fields(result.scenario, result.report.step_time_ms, result.trace)
     if moe is None:
         return []
     lines = [f"  {'experts':<18}{moe['placement']}, imbalance {moe['imbalance']:.3f}"]
     if moe["dropped_fraction"]:
         lines[-1] += f", {moe['dropped_fraction'] * 100:.2f}% of copies dropped"
     if moe["expert_parallel"] > 1:
-        share = moe["all_to_all_share"] * 100
         lines.append(
             f"  {'all-to-all':<18}{moe['all_to_all_ms_per_step']:.3f} ms a step "
-            f"({share:.1f}% of it, exposed), {moe['all_to_all_ms']:.3f} ms a dispatch"
+            f"({moe['all_to_all_share'] * 100:.1f}% of it), {moe['all_to_all_ms']:.3f} ms "
+            "a dispatch"
+        )
+    if "exposed_all_to_all_ms_per_step" in moe:
+        lines.append(
+            f"  {'':<18}{moe['exposed_all_to_all_ms_per_step']:.3f} ms of it exposed "
+            f"({moe['exposed_all_to_all_share'] * 100:.1f}% of the step), the rest under "
+            "compute"
         )
     return lines
 
@@ -291,6 +298,7 @@ def run_files(
                 accounting.fragmentation,
                 accounting.usable_bytes,
             )
+        scenario = result.scenario
         figure = gantt_figure(
             result.trace,
             result.report,
@@ -298,12 +306,17 @@ def run_files(
             path,
             capacity_bytes=capacity,
             runtime=runtime,
+            sublayers=sublayer_rows(result.trace, scenario.schedule, scenario.costs),  # MoE
         )
         files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
     if trace:
         label = result.report.scenario or "pipesim"
         names = row_names(result.trace) if result.decode is not None else None  # t3 g1
-        text = chrome_trace_json(result.trace, label=label, memory=result.memory, names=names)
+        scenario = result.scenario
+        parts = sublayer_rows(result.trace, scenario.schedule, scenario.costs)  # MoE only
+        text = chrome_trace_json(
+            result.trace, label=label, memory=result.memory, names=names, sublayers=parts
+        )
         files.append((trace, gzipped(text) if suffix_of(trace) == ".gz" else text))
     if trace_csv:
         files.append((trace_csv, trace_to_csv(result.trace)))

@@ -16,9 +16,11 @@ from pipesim.schedules.policies import (
     eager_1f1b,
     gpipe,
     interleaved,
+    interleaved_a2a,
     interleaved_zero_bubble,
     looped_bfs,
     one_f_one_b,
+    one_f_one_b_a2a,
     v_half,
     v_min,
     zb_h1,
@@ -49,7 +51,20 @@ POLICIES = Registry(
         v_half.POLICY,
         v_min.POLICY,
         chimera.POLICY,
+        one_f_one_b_a2a.POLICY,
+        interleaved_a2a.POLICY,
     ]
 )
 
-__all__ = ["POLICIES", "Builder", "ChunkRule", "ClosedForm", "Policy", "Registry"]
+# the combined-1F1B variants: their merged units overlap MoE all-to-alls
+A2A_OVERLAP_POLICIES = (one_f_one_b_a2a.NAME, interleaved_a2a.NAME)
+
+__all__ = [
+    "A2A_OVERLAP_POLICIES",
+    "POLICIES",
+    "Builder",
+    "ChunkRule",
+    "ClosedForm",
+    "Policy",
+    "Registry",
+]

@@ -69,12 +69,15 @@ def _steps(k: np.ndarray, rank: int, devices: int, chunks: int, per_round: int, 
 
 
 def rank_columns(
-    rank: int, devices: int, microbatches: int, chunks: int
+    rank: int, devices: int, microbatches: int, chunks: int, warmup: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rank ``rank``'s list as columns (stage, kind, microbatch)."""
+    """Rank ``rank``'s list as columns (stage, kind, microbatch); ``warmup`` overrides the
+    warm-up forward steps (``warmup_steps``)."""
     total = microbatches * chunks
     per_round = microbatches_per_round(devices, microbatches)
-    warmup = warmup_steps(rank, devices, microbatches, chunks)
+    if warmup is None:
+        warmup = warmup_steps(rank, devices, microbatches, chunks)
+    warmup = min(warmup, total)
     steady = total - warmup
     # the program as steps: warm-up forwards 0..warmup-1; steady state forward warmup + k,
     # then backward k; cool-down backwards steady..total-1

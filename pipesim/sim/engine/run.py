@@ -61,6 +61,7 @@ class Run:
         self.flush_at, self.flush_row = 0.0, -1
         self.computing = schedule.devices
         self.overhead = costs.overhead_ms
+        self.group_lengths: dict[tuple, float] = {}
         link = hop_link(topology, costs, self.channels, self.model_stage)
         self.rules = stage_rules(dependencies(schedule), costs, self.model_stage, self.width, link)
         self.plain_rules = plain_rules(self.rules)  # the same, as exact tuples (steps.py)
@@ -103,7 +104,10 @@ class Run:
             duration = self.rules[action.kind].durations[action.stage]
         else:  # a group: an overlapped F&B pair, or any group torch's CSV holds
             stage = self.model_stage
-            duration = self.costs.group_ms([(a.kind, stage[a.stage]) for a in action.sub_actions])
+            members = tuple((a.kind, stage[a.stage]) for a in action.sub_actions)
+            duration = self.group_lengths.get(members)
+            if duration is None:  # a MoE pair's two-stream timeline, once per kind of pair
+                duration = self.group_lengths[members] = self.costs.group_ms(members)
         if self.duration_scale is not None:
             duration *= self.duration_scale(device, action)
         return duration

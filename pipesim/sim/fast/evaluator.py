@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipesim.schedules.ir import Schedule
+from pipesim.schedules.ir import Kind, Schedule
 from pipesim.sim.costs import Costs
 from pipesim.sim.fast.cache import EvaluatorCache
 from pipesim.sim.fast.index import ScheduleIndex, remember
@@ -148,8 +148,12 @@ def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
         kind = np.minimum(index.node_kind, 3)
         remember(index, "cost kind", kind)
     duration = table[kind, index.node_model_stage]
+    lengths: dict[tuple[tuple[Kind, int], ...], float] = {}  # a MoE pair's timeline, once
     for node, _, _, members in index.groups:
-        duration[node] = costs.group_ms(members)
+        length = lengths.get(members)
+        if length is None:
+            length = lengths[members] = costs.group_ms(members)
+        duration[node] = length
     return duration
 
 
