@@ -94,8 +94,9 @@ class TrainingRow:
         return self.tensor * self.pipeline * self.data * self.context
 
     @property
-    def is_moe(self) -> bool:
-        return self.moe is not None
+    def regime_kind(self) -> str:
+        """``moe`` for a mixture-of-experts run, summed up apart from the dense ones."""
+        return "moe" if self.moe is not None else self.kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +138,10 @@ class RatioRow:
     @property
     def published_ratio(self) -> float:
         return self.value / self.baseline_value
+
+    @property
+    def regime_kind(self) -> str:
+        return self.kind
 
 
 Row = TrainingRow | RatioRow

@@ -62,7 +62,9 @@ def _link(name: str) -> str | dict[str, float]:
 
 
 def _partition(text: str) -> list[int] | str:
-    return [int(part) for part in text.split()] if text else "even"
+    if text in ("", "balanced"):
+        return text or "even"
+    return [int(part) for part in text.split()]
 
 
 def _pairs(text: str) -> dict[str, int | float]:
