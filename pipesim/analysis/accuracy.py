@@ -9,6 +9,9 @@ into ``pipesim/data/accuracy.json``, which ships with the package, and a test ke
 two in step. This module reads that summary and picks the band of a scenario: the
 held-out rows' median and largest |error| where the regime has held-out rows, all its
 rows' otherwise, and where it has none, says so and names the nearest regime that has.
+A mixture-of-experts model's step time has regimes of its own (``step_time/H100/9-1024/moe``):
+its all-to-alls and many small experts miss in ways a dense step does not, and the two
+kinds of run never share a band.
 """
 
 from __future__ import annotations
@@ -50,12 +53,15 @@ def size_class(gpus: int) -> str:
     return next(key for bound, key in SIZE_CLASSES if bound is None or gpus <= bound)
 
 
-def regime_key(quantity: str, gpu: str, gpus: int | None = None) -> str:
+def regime_key(quantity: str, gpu: str, gpus: int | None = None, moe: bool = False) -> str:
     """``step_time/H100/9-1024``: the quantity, the GPU family, and for step time the
-    scale; the other quantities are one regime per family."""
+    scale, then ``/moe`` for a mixture-of-experts model's; the other quantities are one
+    regime per family."""
     parts = [quantity, family(gpu)]
     if quantity == "step_time":
         parts.append(size_class(gpus or 1))
+        if moe:
+            parts.append("moe")
     return "/".join(parts)
 
 
@@ -94,15 +100,18 @@ def band(
     gpus: int | None = None,
     parameters: float | None = None,
     data: dict[str, Any] | None = None,
+    moe: bool = False,
 ) -> AccuracyBand:
     """The band of a model-derived ``quantity`` on ``gpus`` GPUs of type ``gpu`` (a model
-    of ``parameters`` weights, for the note that it lies outside the rows' range)."""
+    of ``parameters`` weights, for the note that it lies outside the rows' range; ``moe``:
+    a mixture-of-experts model, whose step time has regimes of its own)."""
     regimes = {r["key"]: r for r in (data or ledger())["regimes"]}
     name = QUANTITIES[quantity][0]
     if gpu is None:
         text = f"model-derived {name}: no GPU named (hardware.gpu), so no published row applies"
         return AccuracyBand(quantity, quantity, "model-derived", 0, 0, None, None, text)
-    key = regime_key(quantity, gpu, gpus)
+    moe = moe and quantity == "step_time"
+    key = regime_key(quantity, gpu, gpus, moe)
     found = regimes.get(key)
     if found is not None and found["rows"]:
         held = found["held_out"]
@@ -113,9 +122,10 @@ def band(
         return AccuracyBand(
             key, quantity, "model-derived", found["rows"], held, median, largest, text, basis
         )
-    what = f"{family(gpu)} {QUANTITIES[quantity][1]}"
+    what = f"{family(gpu)} {'MoE ' * moe}{QUANTITIES[quantity][1]}"
     if quantity == "step_time" and any(
-        r["quantity"] == quantity and r["family"] == family(gpu) for r in regimes.values()
+        r["quantity"] == quantity and r["family"] == family(gpu) and _moe(r) == moe
+        for r in regimes.values()
     ):
         what += f" of {SIZE_WORDS[size_class(gpus or 1)]}"
     text = f"model-derived {name}: no published {what} in pipesim's ledger"
@@ -130,7 +140,10 @@ def nearest(key: str, gpu: str, regimes: dict[str, dict[str, Any]]) -> str | Non
     family whose GPU's peak TFLOP/s is closest to ``gpu``'s (unknown GPUs: most rows); in
     that family, for step time, the closest scale."""
     quantity, fam = key.split("/")[:2]
-    candidates = [r for r in regimes.values() if r["quantity"] == quantity and r["rows"]]
+    moe = key.endswith("/moe")
+    candidates = [
+        r for r in regimes.values() if r["quantity"] == quantity and r["rows"] and _moe(r) == moe
+    ]
     if not candidates:
         return None
     if not any(r["family"] == fam for r in candidates):
@@ -150,6 +163,10 @@ def nearest(key: str, gpu: str, regimes: dict[str, dict[str, Any]]) -> str | Non
     return min(same, key=lambda r: (abs(order.index(r["size"]) - here), -r["rows"]))["key"]
 
 
+def _moe(regime: dict[str, Any]) -> bool:
+    return bool(regime.get("moe"))
+
+
 def regime_text(regime: dict[str, Any]) -> str:
     """``typically within ±3.1% (max 11.1%) on the 3 held-out of 6 published H100 runs of
     48-768 GPUs``: the held-out rows' |error| where there are any, all rows' otherwise
@@ -162,7 +179,7 @@ def regime_text(regime: dict[str, Any]) -> str:
         if (held or rows) >= 3
         else f"within ±{largest:.1f}%"
     )
-    noun = QUANTITIES[regime["quantity"]][1] + ("s" if rows != 1 else "")
+    noun = "MoE " * _moe(regime) + QUANTITIES[regime["quantity"]][1] + ("s" if rows != 1 else "")
     on = f"the {held} held-out of {rows}" if held else f"{rows}"
     text = f"{within} on {on} published {regime['family']} {noun}{_scale_words(regime)}"
     return text if held else text + " (calibration rows: none held out)"
@@ -235,7 +252,7 @@ def scenario_bands(scenario: Scenario) -> dict[str, AccuracyBand]:
     if scenario.mode == Mode.DECODE:
         per_replica = scenario.schedule.devices * spec.parallel.tensor
         return {q: band(q, gpu, per_replica, params) for q in ("ttft", "tpot")}
-    step = band("step_time", gpu, gpus, params)
+    step = band("step_time", gpu, gpus, params, moe=spec.model.moe is not None)
     if scenario.mode == Mode.FORWARD:
         step = forward_band(step)
     return {"step_time": step, "peak_memory": band("peak_memory", gpu, gpus, params)}
@@ -293,7 +310,9 @@ def plan_accuracy(result: Plan) -> PlanAccuracy | None:
     winner = result.results[0].candidate
     spec = parse_spec(result.winner_mapping(0), result.source)
     gpus = winner.tensor * winner.devices * winner.data
-    found = band("step_time", spec.hardware.gpu, gpus, parameter_count(spec, result.source))
+    params = parameter_count(spec, result.source)
+    moe = spec.model is not None and spec.model.moe is not None
+    found = band("step_time", spec.hardware.gpu, gpus, params, moe=moe)
     typical = found.median_pct
     if typical is None and found.nearest is not None:
         near = next(r for r in ledger()["regimes"] if r["key"] == found.nearest)

@@ -139,7 +139,8 @@ def plan_command(**options) -> None:
     """Find the fastest way to run SCENARIO's model on N GPUs that fits in memory.
 
     Every layout (tensor x pipeline x data; parallel.context as the scenario sets it;
-    expert parallelism for a MoE model), schedule, microbatch size, virtual stages,
+    expert parallelism for a MoE model), schedule (the combined-1F1B ones with and without
+    pipeline.delay_wgrad), microbatch size, virtual stages,
     recompute, ZeRO stage and partition is a candidate; those that cannot fit are pruned by memory before any simulation, the rest
     are scored with exact timelines. Exit code 1
     means a confirmed candidate disagreed with the SimPy engine (a pipesim bug); Ctrl-C

@@ -7,7 +7,10 @@ Megatron-Core does, so the degree must divide the expert slots (the experts, or 
 redundant experts the experts plus those), fit in the job's GPUs and divide ``data x
 context``; with ``parallel.expert_tensor`` each expert is split that many ways, which must
 divide its width, and the expert groups (``expert x expert_tensor``) must tile the ``tensor
-x context x data`` ranks of a stage. A measured routing histogram has one count per expert.
+x context x data`` ranks of a stage. An ``expert_tensor`` below ``tensor`` folds the spare
+tensor-parallel ranks into the expert groups (Megatron-Core's MoE parallel folding: TP 2
+with expert_tensor 1 and 32 data-parallel ranks takes EP 64), so there the tiling alone is
+asked for. A measured routing histogram has one count per expert.
 A serving replica (``pipesim serve``) has no data-parallel ranks: its ``parallel.expert``
 ranks are carved out of each pipeline stage's ``parallel.tensor`` GPUs (vLLM's
 ``--enable-expert-parallel``), each expert split ``tensor / expert`` ways
@@ -95,7 +98,8 @@ def _parallel_problem(spec: ScenarioSpec) -> str | None:
             "(pipeline.devices x parallel.tensor x parallel.context x parallel.data); "
             f"allowed: at most {gpus}"
         )
-    if replicas % ep:
+    folds_tensor = given is not None and given < par.tensor
+    if replicas % ep and not folds_tensor:
         return (
             f"parallel.expert: {ep} does not divide parallel.data x parallel.context "
             f"({par.data} x {par.context} = {replicas}), whose ranks the expert-parallel "

@@ -28,8 +28,10 @@ from tests.cluster.accuracy_bands import LedgerRow, summary
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 
 
-def row(id_, error, held_out=True, gpu="h100-sxm", gpus=64, params=7e9, quantity="step_time"):
-    return LedgerRow(id_, quantity, held_out, gpu, gpus, params, "a paper", error, "x.csv")
+def row(
+    id_, error, held_out=True, gpu="h100-sxm", gpus=64, params=7e9, quantity="step_time", moe=False
+):
+    return LedgerRow(id_, quantity, held_out, gpu, gpus, params, "a paper", error, "x.csv", moe)
 
 
 LEDGER = summary(
@@ -41,6 +43,8 @@ LEDGER = summary(
         row("big", -0.03, gpus=6144, params=462e9),
         row("a1", 0.20, held_out=False, gpu="a100-sxm-80gb", gpus=1024),
         row("t1", 0.08, gpu="h100-sxm", gpus=4, quantity="ttft"),
+        row("m1", -0.30, gpus=256, params=235e9, moe=True),
+        row("m2", 0.40, gpus=1024, params=671e9, moe=True),
     ]
 )
 
@@ -117,6 +121,27 @@ def test_regime_keys():
     assert regime_key("step_time", "h100-sxm", 9) == "step_time/H100/9-1024"
     assert regime_key("step_time", "b200", 1025) == "step_time/B200/over-1024"
     assert regime_key("ttft", "a100-sxm-40gb", 8) == "ttft/A100"
+    assert regime_key("step_time", "h100-sxm", 256, moe=True) == "step_time/H100/9-1024/moe"
+    assert regime_key("ttft", "h100-sxm", 4, moe=True) == "ttft/H100"  # step time alone
+
+
+def test_a_mixture_of_experts_step_takes_the_moe_rows_and_a_dense_one_never_does():
+    moe = band("step_time", "h100-sxm", 512, 235e9, data=LEDGER, moe=True)
+    assert (moe.regime, moe.rows, moe.held_out) == ("step_time/H100/9-1024/moe", 2, 2)
+    assert (moe.median_pct, moe.max_pct) == (35.0, 40.0)
+    assert moe.text == (
+        "model-derived step time: within ±40.0% on the 2 held-out of 2 published H100 MoE "
+        "runs of 256-1,024 GPUs"
+    )
+    dense = band("step_time", "h100-sxm", 512, 235e9, data=LEDGER)
+    assert (dense.regime, dense.max_pct) == ("step_time/H100/9-1024", 10.0)  # h1-h4 alone
+    # no MoE row on A100: the nearest MoE regime by peak, never the A100's dense rows
+    a100 = band("step_time", "a100-sxm-80gb", 64, data=LEDGER, moe=True)
+    assert (a100.rows, a100.nearest) == (0, "step_time/H100/9-1024/moe")
+    assert a100.text.startswith(
+        "model-derived step time: no published A100 MoE run in pipesim's ledger; nearest: "
+        "within ±40.0% on the 2 held-out of 2 published H100 MoE runs"
+    )
 
 
 def test_explicit_costs_are_exact_for_the_costs_given():
@@ -134,6 +159,16 @@ def test_a_model_on_32_h100s_takes_the_packaged_h100_regime():
     step = bands["step_time"]
     assert step.regime == "step_time/H100/9-1024"  # TP 8 x PP 4 x DP 1
     assert step == band("step_time", "h100-sxm", 32, 68_984_668_160)
+    assert bands["peak_memory"].regime == "peak_memory/H100"
+
+
+def test_a_moe_scenario_takes_the_packaged_moe_regime_and_its_memory_band_stays_dense():
+    bands = scenario_bands(load_scenario(SCENARIOS / "qwen3-235b-a22b-512xh100.yaml"))
+    step = bands["step_time"]
+    assert step.regime == "step_time/H100/9-1024/moe"  # PP 16 x TP 4 x DP 8
+    packaged = next(r for r in ledger()["regimes"] if r["key"] == step.regime)
+    assert (step.rows, step.median_pct) == (packaged["rows"], packaged["held_out_median_pct"])
+    assert "published H100 MoE runs" in step.text
     assert bands["peak_memory"].regime == "peak_memory/H100"
 
 

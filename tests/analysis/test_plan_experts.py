@@ -3,19 +3,25 @@ a MoE plan whose winner is the scenario ``pipesim run`` gives the same step for.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
 from pipesim.analysis.plan import (
+    AXIS_ATTRIBUTES,
     PlanRow,
     build_space,
+    describe,
     emit_mapping,
     enumerate_space,
     explain_plan,
     plan,
     run_emitted,
 )
+from pipesim.cli import main
 from pipesim.scenario.build import parse_spec
 from tests.analysis.test_plan import SOURCE, small_base
 
@@ -135,3 +141,88 @@ def test_a_moe_plan_scores_combined_1f1b_as_pipesim_run_does():
     assert combined.step_time_ms < rows["1f1b"].step_time_ms
     report = run_emitted(emit_mapping(found.base, combined.candidate), SOURCE).report
     assert report.step_time_ms == combined.step_time_ms
+
+
+DELAY_SPACE = (
+    *NARROW[1:],
+    "pipeline.schedule=1f1b,1f1b-a2a-overlap",
+    "parallel.tensor=1",
+    "pipeline.devices=2",
+    "parallel.expert=4",
+)
+
+
+def test_the_combined_1f1b_schedules_are_tried_with_and_without_delay_wgrad():
+    moe = build_space(parse_spec(moe_base(8), SOURCE), SOURCE, 8, ())
+    assert moe.axes["pipeline.delay_wgrad"] == (False, True)
+    space = build_space(parse_spec(moe_base(8), SOURCE), SOURCE, 8, DELAY_SPACE)
+    tried = Counter((c.schedule, c.delay_wgrad) for c, _ in enumerate_space(space) if c)
+    # 8 GPUs as TP 1 x PP 2 x DP 4, EP 4: one candidate a schedule and delay_wgrad value
+    assert tried == {
+        ("1f1b", None): 1,
+        ("1f1b-a2a-overlap", False): 1,
+        ("1f1b-a2a-overlap", True): 1,
+    }
+    # narrowed to true, a schedule without the option (it runs with it off) drops out
+    only = build_space(
+        parse_spec(moe_base(8), SOURCE), SOURCE, 8, (*DELAY_SPACE, "pipeline.delay_wgrad=true")
+    )
+    assert {(c.schedule, c.delay_wgrad) for c, _ in enumerate_space(only) if c} == {
+        ("1f1b-a2a-overlap", True)
+    }
+
+
+def test_a_moe_plan_scores_delay_wgrad_as_pipesim_run_does():
+    """16 GPUs as TP 1 x PP 2 x DP 8, EP 8 over two nodes of a 5 GB/s network: the
+    all-to-alls outlast the compute, and the delayed weight gradient covers more of them."""
+    base = moe_base(8)
+    base["hardware"]["inter_node_link"] = {"latency_us": 5.0, "bandwidth_gbps": 5.0}
+    space = (*DELAY_SPACE[:-1], "parallel.expert=8")
+    found = plan(base, SOURCE, 16, space, top=4, confirm=0)
+    assert found.axes["pipeline.delay_wgrad"] == [False, True]
+    rows = {(row.candidate.schedule, row.candidate.delay_wgrad): row for row in found.results}
+    assert set(rows) == {("1f1b", None), ("1f1b-a2a-overlap", False), ("1f1b-a2a-overlap", True)}
+    delayed = rows[("1f1b-a2a-overlap", True)]
+    mapping = emit_mapping(found.base, delayed.candidate)
+    assert mapping["pipeline"]["delay_wgrad"] is True
+    assert run_emitted(mapping, SOURCE).report.step_time_ms == delayed.step_time_ms
+    undelayed = rows[("1f1b-a2a-overlap", False)]
+    report = run_emitted(emit_mapping(found.base, undelayed.candidate), SOURCE).report
+    assert report.step_time_ms == undelayed.step_time_ms
+    assert delayed.step_time_ms < undelayed.step_time_ms < rows[("1f1b", None)].step_time_ms
+    assert "delay_wgrad" not in emit_mapping(found.base, rows[("1f1b", None)].candidate)["pipeline"]
+    assert delayed.to_dict()["pipeline.delay_wgrad"] is True
+    assert "pipeline.delay_wgrad" not in rows[("1f1b", None)].to_dict()
+    assert PlanRow.from_dict(delayed.to_dict()) == delayed
+    assert "1f1b-a2a-overlap delay-wgrad" in describe(delayed)
+
+
+def _plan_json(path, *space: str) -> tuple[int, dict]:
+    args = ["plan", str(path), "--gpus", "8", "--format", "json"]
+    result = CliRunner().invoke(main, [*args, *(a for s in space for a in ("--space", s))])
+    if result.exit_code:
+        return result.exit_code, {"stderr": result.stderr}
+    data = json.loads(result.stdout)
+    data.pop("wall_s")
+    return 0, data
+
+
+def test_a_dense_plan_has_no_delay_wgrad_axis_and_refuses_one_switched_on(tmp_path):
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(small_base()))
+    space = (*NARROW[1:], "parallel.tensor=1,2", "pipeline.devices=2")
+    code, dense = _plan_json(path, *space)
+    assert code == 0
+    # the axes a dense plan had before the delay_wgrad axis existed, and nothing more
+    assert list(dense["space"]) == [
+        key for key in AXIS_ATTRIBUTES if key not in ("parallel.data", "pipeline.microbatches")
+    ]
+    assert "delay_wgrad" not in json.dumps(dense)
+    # off is what every dense schedule runs with: the same plan, to the byte
+    assert _plan_json(path, *space, "pipeline.delay_wgrad=false") == (0, dense)
+    code, refused = _plan_json(path, *space, "pipeline.delay_wgrad=true")
+    assert code == 2
+    assert refused["stderr"] == (
+        "pipesim: error: --space pipeline.delay_wgrad: only the combined-1F1B schedules "
+        "take it, which need model.moe (a mixture-of-experts model); allowed: false\n"
+    )

@@ -18,7 +18,10 @@ shape: ``layers``, ``hidden``, ``heads``, ``kv_heads``, ``ffn_hidden``, ``mlp``,
 ``vocab``); the quantity (the ledger's own, else the ``metric`` column's: ``ttft``,
 ``tpot``, ``memory``, ``ratio`` in its name); and ``recorded_error``, relative (+0.05:
 pipesim 5 % above the measurement; ``3.1%`` reads as 0.031), or ``recorded_ttft_error``
-and ``recorded_tpot_error`` for a row that records both. A row of ``published_runs.csv``
+and ``recorded_tpot_error`` for a row that records both. A training run with a ``moe``
+column is a mixture-of-experts run: its step time goes to a regime of its own
+(``step_time/H100/9-1024/moe``) and its parameters are counted by pipesim from the
+scenario the ledger builds for it. A row of ``published_runs.csv``
 without a recorded error gets its error from the harness (``published_runs.errors``).
 """
 
@@ -35,8 +38,12 @@ import numpy as np
 
 from pipesim.analysis.accuracy import FORMAT, GIVEN, PROFILE, VERSION, regime_key, size_class
 from pipesim.analysis.accuracy import family as gpu_family
+from pipesim.analysis.accuracy import parameter_count as accuracy_parameter_count
 from pipesim.cluster.transformer import TransformerModel, stage_parameters
+from pipesim.scenario.build import parse_spec
 from tests.cluster import published_runs
+from tests.cluster.ledger.rows import load_training
+from tests.cluster.ledger.scenarios import training_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGED = ROOT / "pipesim" / "data" / "accuracy.json"
@@ -73,6 +80,7 @@ class LedgerRow:
     source: str
     error: float
     ledger: str
+    moe: bool = False  # a mixture-of-experts training run (its own step-time regimes)
 
 
 def read_ledgers(root: Path = ROOT) -> list[LedgerRow]:
@@ -105,6 +113,7 @@ def ledger_rows(path: Path, name: str, quantity: str | None) -> list[LedgerRow]:
                     raw.get("source", ""),
                     round(error, 6),
                     name,
+                    bool(raw.get("moe")),
                 )
             )
     return rows
@@ -161,6 +170,8 @@ def gpu_count(raw: dict[str, str]) -> int:
 def parameter_count(raw: dict[str, str]) -> float | None:
     if raw.get("parameters"):
         return float(raw["parameters"])
+    if raw.get("moe"):
+        return moe_parameter_count(raw["id"])
     if not all(raw.get(k) for k in ("layers", "hidden", "heads", "vocab")):
         return None
     model = TransformerModel(
@@ -174,6 +185,14 @@ def parameter_count(raw: dict[str, str]) -> float | None:
         mlp=raw.get("mlp") or "plain",
     )
     return float(sum(stage_parameters(model, (model.layers,))))
+
+
+def moe_parameter_count(row_id: str) -> float:
+    """A mixture-of-experts run's weights, every expert and MTP module's included, as
+    ``pipesim run`` counts them for the scenario the ledger builds for it."""
+    row = next(r for r in load_training() if r.id == row_id)
+    scenario = training_scenario(row)
+    return accuracy_parameter_count(parse_spec(scenario, row.id), row.id)
 
 
 # ---------------------------------------------------------------------------
@@ -191,7 +210,8 @@ def summary(rows: list[LedgerRow]) -> dict:
     parameters it spans and its sources; then every row; then the given-costs regimes."""
     groups: dict[str, list[LedgerRow]] = {}
     for row in rows:
-        groups.setdefault(regime_key(row.quantity, row.gpu, row.gpus), []).append(row)
+        key = regime_key(row.quantity, row.gpu, row.gpus, row.moe)
+        groups.setdefault(key, []).append(row)
     regimes = [regime(key, group) for key, group in sorted(groups.items())]
     regimes += [
         {"key": GIVEN, "quantity": None, "rows": 0, "text": GIVEN_TEXT},
@@ -229,6 +249,7 @@ def regime(key: str, group: list[LedgerRow]) -> dict:
         "quantity": first.quantity,
         "family": gpu_family(first.gpu),
         "size": size_class(first.gpus) if first.quantity == "step_time" else None,
+        "moe": first.moe,
         "rows": len(group),
         "held_out": len(held),
         "median_pct": pct(errors, np.median),

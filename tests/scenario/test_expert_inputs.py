@@ -3,6 +3,7 @@ allowed, with exit code 2."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,12 @@ DENSE = SCENARIOS / "llama-70b-4x8-h100.yaml"
             ["parallel.expert_tensor=2"],
             "parallel.expert_tensor: expert x expert_tensor = 8 x 2 does not divide tensor x "
             "context x data = 1 x 1 x 8 = 8",
+        ),
+        (
+            EP8,
+            ["parallel.tensor=2", "parallel.data=2", "parallel.expert_tensor=1"],
+            "parallel.expert_tensor: expert x expert_tensor = 8 x 1 does not divide tensor x "
+            "context x data = 2 x 1 x 2 = 4",
         ),
         (
             EP8,
@@ -101,3 +108,17 @@ def test_bad_input_is_one_line_naming_the_key(path, overrides, message):
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr.startswith(f"pipesim: error: {path}: {message}")
     assert result.stderr.count("\n") == 1
+
+
+def test_an_expert_tensor_below_tensor_folds_tensor_ranks_into_the_expert_groups():
+    # Megatron-Core's MoE parallel folding: TP 2 with expert_tensor 1 and 4 data-parallel
+    # ranks gives 8 ranks a stage, one EP 8 group of them, each expert held once
+    sets = ["parallel.tensor=2", "parallel.data=4", "parallel.expert_tensor=1"]
+    args = ["run", str(EP8), "--format", "json"] + [a for o in sets for a in ("--set", o)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.stderr
+    moe = json.loads(result.stdout)["moe"]
+    assert (moe["expert_parallel"], moe["expert_tensor"]) == (8, 1)
+    assert moe["placement"] == "EP 8 inside one node"
+    # each GPU dispatches its 4,096 tokens' 2 copies of 4,096 bf16 elements, 7/8 off the GPU
+    assert moe["all_to_all_intra_node_bytes"] == 7 / 8 * 4096 * 2 * 4096 * 2

@@ -27,7 +27,7 @@ schedules, uneven stages and real links; here every number is a simulated step.
     >>> result.results[0].step_time_ms, describe(result.results[0])
 """
 
-from pipesim.analysis.plan.axes import EXPERT_AXIS
+from pipesim.analysis.plan.axes import DELAY_AXIS, EXPERT_AXIS
 from pipesim.analysis.plan.explain import Breakdown, PlanExplanation, explain_plan
 from pipesim.analysis.plan.planner import (
     Plan,
@@ -53,6 +53,7 @@ from pipesim.analysis.plan.space import (
 
 __all__ = [
     "AXIS_ATTRIBUTES",
+    "DELAY_AXIS",
     "EXPERT_AXIS",
     "METRICS",
     "Breakdown",

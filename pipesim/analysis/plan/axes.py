@@ -41,12 +41,19 @@ class Candidate:
     dp_overlap: bool
     tp_overlap: bool
     expert: int | None = None  # None: a dense model, which has no expert axis
+    # the combined-1F1B schedules' delayed weight gradient; None: a schedule without it
+    delay_wgrad: bool | None = None
 
     def keys(self) -> dict[str, Any]:
         """The scenario keys this candidate sets, named as ``--space`` names them (a dense
-        model's candidate sets no ``parallel.expert``)."""
+        model's candidate sets no ``parallel.expert``, a schedule without the option no
+        ``pipeline.delay_wgrad``)."""
         keys = {key: getattr(self, attr) for key, attr in AXIS_ATTRIBUTES.items()}
-        return keys | ({} if self.expert is None else {"parallel.expert": self.expert})
+        if self.expert is not None:
+            keys["parallel.expert"] = self.expert
+        if self.delay_wgrad is not None:
+            keys["pipeline.delay_wgrad"] = self.delay_wgrad
+        return keys
 
 
 # Scenario key -> Candidate attribute, in the order results show them.
@@ -65,9 +72,11 @@ AXIS_ATTRIBUTES = {
     "parallel.dp_overlap": "dp_overlap",
     "parallel.tp_overlap": "tp_overlap",
 }
-# A MoE model's axis, after the others: expert parallelism (absent for a dense model).
+# A MoE model's axes, after the others: expert parallelism, and the delayed weight gradient
+# of the combined-1F1B schedules (absent for a dense model).
 EXPERT_AXIS = {"parallel.expert": "expert"}
-ALL_AXES = AXIS_ATTRIBUTES | EXPERT_AXIS
+DELAY_AXIS = {"pipeline.delay_wgrad": "delay_wgrad"}
+ALL_AXES = AXIS_ATTRIBUTES | EXPERT_AXIS | DELAY_AXIS
 COUNT_KEYS = (
     "parallel.tensor",
     "pipeline.devices",
@@ -82,6 +91,7 @@ BOOL_KEYS = (
     "parallel.sequence_parallel",
     "parallel.dp_overlap",
     "parallel.tp_overlap",
+    "pipeline.delay_wgrad",
 )
 
 
@@ -127,6 +137,7 @@ def _checked(key: str, raw: str, value: Any) -> Any:
 __all__ = [
     "ALL_AXES",
     "AXIS_ATTRIBUTES",
+    "DELAY_AXIS",
     "EXPERT_AXIS",
     "BOOL_KEYS",
     "COUNT_KEYS",

@@ -85,7 +85,10 @@ def emit_mapping(
     """The base scenario with a candidate's keys set: a ready-to-run scenario (``note``:
     its description)."""
     changes = candidate.keys() | ({"description": note} if note else {})
-    return vary(base, changes, drop=DROPPED, source=source)
+    # a schedule without a delayed weight gradient refuses pipeline.delay_wgrad: the base's
+    # goes where the candidate sets none
+    drop = DROPPED if candidate.delay_wgrad is not None else (*DROPPED, "pipeline.delay_wgrad")
+    return vary(base, changes, drop=drop, source=source)
 
 
 def describe(row: PlanRow) -> str:
@@ -96,7 +99,7 @@ def describe(row: PlanRow) -> str:
     parts = [
         f"TP{c.tensor} PP{c.devices} DP{c.data}"
         + (f" EP{c.expert}" if (c.expert or 1) > 1 else ""),
-        c.schedule,
+        c.schedule + (" delay-wgrad" if c.delay_wgrad else ""),
         f"v{c.virtual_stages} b{c.microbatch_size} m{c.microbatches}",
         "recompute" if c.recompute else "no recompute",
         f"zero{c.zero_stage}",

@@ -183,7 +183,7 @@ class Scorer:
     def _prepare(self, c: Candidate) -> _Prepared | Outcome:
         """The candidate's schedule, costs and topology, or the Outcome that prunes it (a
         schedule constraint, a layout ``pipesim run`` refuses, memory by the walk)."""
-        key = (c.schedule, c.devices, c.microbatches, c.virtual_stages)
+        key = (c.schedule, c.devices, c.microbatches, c.virtual_stages, bool(c.delay_wgrad))
         schedule = self._schedule(key)
         if isinstance(schedule, str):
             return Outcome(reason=schedule)
@@ -225,11 +225,12 @@ class Scorer:
         return f"cannot be laid out: {text}"
 
     def _schedule(self, key: tuple) -> Schedule | str:
-        """The schedule of (policy, devices, microbatches, chunks), or why it cannot be."""
+        """The schedule of (policy, devices, microbatches, chunks, delay_wgrad), or why not."""
         if key not in self._schedules:
-            name, devices, microbatches, chunks = key
+            name, devices, microbatches, chunks, delay = key
+            options = {"delay_wgrad": True} if delay else {}
             try:
-                schedule = get_schedule(name, devices, microbatches, chunks)
+                schedule = get_schedule(name, devices, microbatches, chunks, **options)
                 self._walks.add(key, schedule)
                 self._schedules[key] = schedule
             except ScheduleError:

@@ -18,7 +18,10 @@ x context ranks (``pipesim.cluster.expert_parallel``), so a size that does not d
 experts or data x context, or exceeds the GPUs, is pruned with that reason. It also adds
 the combined-1F1B schedules (``1f1b-a2a-overlap``, ``interleaved-1f1b-a2a-overlap``, whose
 merged units overlap the all-to-alls) to the schedule axis; without expert parallelism they
-have nothing to overlap and are pruned. A dense model's space has none of them.
+have nothing to overlap and are pruned. Those two are tried with and without their
+delayed weight gradient (``pipeline.delay_wgrad``); a schedule without the option runs as
+if it were off, so it is taken only where the axis holds false. A dense model's space has
+none of them.
 
 Each axis is named by the scenario key it sets (``parallel.tensor``,
 ``pipeline.schedule``, ...), so ``--space KEY=V1,V2`` narrows or widens it in the same
@@ -103,6 +106,7 @@ def default_axes(spec: ScenarioSpec, gpus: int) -> dict[str, tuple[Any, ...]]:
         "parallel.dp_overlap": (False, True),
         "parallel.tp_overlap": (False, True),
         "parallel.expert": _expert_sizes(_expert_slots(spec), gpus),  # (None,): dense
+        "pipeline.delay_wgrad": (False, True) if moe else (None,),
     }
 
 
@@ -157,7 +161,7 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
         "parallel.data": None,
         "pipeline.microbatches": None,
     }
-    for key, values in parse_space(items).items():
+    for key, values in _given_axes(spec, items).items():
         if key in derived:
             derived[key] = values
         else:
@@ -183,6 +187,19 @@ def build_space(spec: ScenarioSpec, source: str, gpus: int, items: Sequence[str]
     )
     check_size(space)
     return space
+
+
+def _given_axes(spec: ScenarioSpec, items: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """``--space`` read; a dense model takes no ``pipeline.delay_wgrad`` axis (off: ignored)."""
+    given = parse_space(items)
+    if not _expert_slots(spec):
+        if True in given.get("pipeline.delay_wgrad", ()):
+            raise PlanError(
+                "--space pipeline.delay_wgrad: only the combined-1F1B schedules take it, "
+                "which need model.moe (a mixture-of-experts model); allowed: false"
+            )
+        given.pop("pipeline.delay_wgrad", None)
+    return given
 
 
 def _check_fabric(spec: ScenarioSpec, source: str, gpus: int) -> None:
@@ -247,21 +264,32 @@ def enumerate_space(space: Space) -> Iterator[tuple[Candidate | None, str | None
                 for size in axes["pipeline.microbatch_size"]:
                     layout = _layout(space, tensor, devices, chunks, size)
                     point = (tensor, devices, name, chunks, size)
-                    for expert in axes["parallel.expert"]:
-                        yield from _candidates(space, point, layout, expert, rest)
+                    for expert, delay in itertools.product(
+                        axes["parallel.expert"], _delays(axes["pipeline.delay_wgrad"], name)
+                    ):
+                        yield from _candidates(space, point, layout, (expert, delay), rest)
+
+
+def _delays(values: tuple[Any, ...], name: str) -> tuple[bool | None, ...]:
+    """The ``pipeline.delay_wgrad`` values ``name`` is tried at: the axis's where it takes
+    the option (dense: None, pruned later), else None (off) where the axis allows off."""
+    if name in A2A_OVERLAP_POLICIES:
+        return tuple(v for v in values if v is not None) or (None,)
+    return (None,) if any(v in (None, False) for v in values) else ()
 
 
 def _candidates(
     space: Space,
     point: tuple[int, int, str, int, int],
     layout: tuple[str | None, int, int],
-    expert: int | None,
+    moe: tuple[int | None, bool | None],
     rest: list[tuple[Any, ...]],
 ) -> Iterator[tuple[Candidate | None, str | None]]:
-    """One layout's candidates at one EP size, every combination of the ``rest`` axes:
-    ``point`` is (tensor, devices, schedule, chunks, microbatch size), ``layout`` what
-    ``_layout`` says of it."""
+    """One layout's candidates at one EP size and delay_wgrad (``moe``), every combination
+    of the ``rest`` axes: ``point`` is (tensor, devices, schedule, chunks, microbatch size),
+    ``layout`` what ``_layout`` says of it."""
     tensor, devices, name, chunks, size = point
+    expert, delay = moe
     reason, data, count = layout
     reason = reason or _expert_reason(space, expert, data) or _overlap_reason(space, name, expert)
     for combo in itertools.product(*rest):
@@ -275,7 +303,8 @@ def _candidates(
         if (same := _same_as_another(tensor, replicas, combo)) is not None:
             yield None, same
             continue
-        yield Candidate(tensor, devices, data, name, chunks, size, count, *combo, expert), None
+        found = Candidate(tensor, devices, data, name, chunks, size, count, *combo, expert, delay)
+        yield found, None
 
 
 def _expert_reason(space: Space, expert: int | None, data: int) -> str | None:

@@ -18,6 +18,7 @@ import yaml
 from pipesim.analysis.accuracy import PlanAccuracy, plan_accuracy
 from pipesim.analysis.plan import (
     AXIS_ATTRIBUTES,
+    DELAY_AXIS,
     EXPERT_AXIS,
     METRICS,
     Plan,
@@ -144,8 +145,10 @@ def _csv(rows: list[PlanRow]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     moe = any(row.candidate.expert is not None for row in rows)
-    header = [*AXIS_ATTRIBUTES, *(EXPERT_AXIS if moe else ()), *METRICS, "evaluator"]
+    delays = any(row.candidate.delay_wgrad is not None for row in rows)
+    axes = [*AXIS_ATTRIBUTES, *(EXPERT_AXIS if moe else ()), *(DELAY_AXIS if delays else ())]
+    header = [*axes, *METRICS, "evaluator"]
     writer.writerow(header)
-    for row in rows:
-        writer.writerow([row.to_dict()[key] for key in header])
+    for row in rows:  # a schedule without delay_wgrad leaves its cell empty
+        writer.writerow([row.to_dict().get(key, "") for key in header])
     return buffer.getvalue()

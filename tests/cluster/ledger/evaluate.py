@@ -4,8 +4,9 @@ A training row's error is pipesim's step time over the step time the publication
 less one (+0.05: pipesim's step is 5 % slower than the real one). A ratio row's error is
 pipesim's ratio of the two schedules' throughputs over the published ratio, less one.
 
-A regime is a GPU type and a kind of row (``training`` or ``ratio``); for each, and for
-each role, ``summarise`` gives the count and the median and largest |error|.
+A regime is a GPU type and a kind of row (``training``, ``moe`` for a mixture-of-experts
+training run, or ``ratio``); for each, and for each role, ``summarise`` gives the count and
+the median and largest |error|.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def published_flops(row: TrainingRow) -> float:
     ``num_floating_point_operations`` (pipesim's ``model_flops_per_step``), plus one more
     forward of every layer where the publication counted the recomputation (Narayanan et
     al. 2021, eq. 3: ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))``)."""
+    if row.moe is not None:
+        raise ValueError(f"{row.id}: a mixture-of-experts row gives a step time or tokens/s")
     model = transformer(row)
     flops = model_flops_per_step(model, row.global_batch)
     if row.flops_counted == "recompute":
@@ -117,7 +120,7 @@ class Outcome:
 
     @property
     def regime(self) -> str:
-        return f"{self.row.gpu} {self.row.kind}"
+        return f"{self.row.gpu} {self.row.regime_kind}"
 
 
 def evaluate(rows: Sequence[Row], settings: Sequence[Setting] = ()) -> list[Outcome]:
@@ -141,14 +144,14 @@ def _stats(errors: list[float]) -> dict[str, float | int]:
 
 
 def summarise(outcomes: Sequence[Outcome]) -> list[dict]:
-    """Per regime (GPU x kind) and role, then per kind over every GPU: count, median and
-    max |error| of the rows that were simulated."""
+    """Per regime (GPU x kind, mixture-of-experts runs a kind of their own) and role, then
+    per kind over every GPU: count, median and max |error| of the rows that were simulated."""
     groups: dict[tuple[str, str, str], list[float]] = {}
     for o in outcomes:
         if o.error is None:
             continue
         for gpu in (o.row.gpu, "all"):
-            groups.setdefault((gpu, o.row.kind, o.row.role), []).append(o.error)
+            groups.setdefault((gpu, o.row.regime_kind, o.row.role), []).append(o.error)
     return [
         {"gpu": gpu, "kind": kind, "role": role, **_stats(errors)}
         for (gpu, kind, role), errors in sorted(

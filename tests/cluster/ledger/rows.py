@@ -11,8 +11,8 @@ Two files, one row each:
 
 Every row has a ``role``: ``calibrate`` (a fit may use it), ``held_out`` (no fit ever
 sees it: chosen before any error was computed, see the files' notes) or ``excluded``
-(what pipesim does not model yet: mixture-of-experts, a GPU without a profile; kept
-for the record with the reason and not parsed further).
+(what pipesim does not model yet: a GPU without a profile, an attention it has no model
+of; kept for the record with the reason and not parsed further).
 """
 
 from __future__ import annotations
@@ -69,6 +69,19 @@ class TrainingRow:
     zero_stage: int
     optimizer: str | None  # parallel.optimizer where the run names one (FSDP2: fsdp)
     fp8: str | None  # model.fp8: tensorwise or blockwise GEMMs; empty for bf16 or fp16
+    # Mixture-of-experts runs (empty for a dense one): the schedule where it is not the one
+    # the layout implies (dualpipe, the combined-1F1B ones), its delayed weight gradient,
+    # Megatron-LM's --pipeline-model-parallel-layout, a head width other than hidden / heads,
+    # model.moe and model.mla as "key=value" pairs, MTP modules and the expert degrees
+    schedule: str | None
+    delay_wgrad: bool | None
+    pipeline_layout: str | None
+    head_dim: int | None
+    moe: str | None
+    mla: str | None
+    mtp_layers: int | None
+    expert: int | None
+    expert_tensor: int | None
     flops_counted: str
     metric: str
     value: float
@@ -79,6 +92,11 @@ class TrainingRow:
     @property
     def gpus(self) -> int:
         return self.tensor * self.pipeline * self.data * self.context
+
+    @property
+    def regime_kind(self) -> str:
+        """``moe`` for a mixture-of-experts run, summed up apart from the dense ones."""
+        return "moe" if self.moe is not None else self.kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +138,10 @@ class RatioRow:
     @property
     def published_ratio(self) -> float:
         return self.value / self.baseline_value
+
+    @property
+    def regime_kind(self) -> str:
+        return self.kind
 
 
 Row = TrainingRow | RatioRow

@@ -5,9 +5,13 @@ per node); a link name pipesim has no profile for is spelled out here with its s
 The schedule is the one the publication ran: 1F1B, interleaved 1F1B with
 ``virtual_stages`` > 1 (Megatron-LM's virtual pipeline), GPipe order where there is one
 stage (the same step), or a ratio row's own schedule (``zb-auto`` under a memory limit for
-the Zero Bubble paper's ZB-1p and ZB-2p). ``parallel.context`` is written only when a row
-has context parallelism, and ``model.fp8`` and ``parallel.optimizer`` only when a row names
-them, so rows without them build on every version of the schema.
+the Zero Bubble paper's ZB-1p and ZB-2p), or the one a mixture-of-experts row names
+(``dualpipe``, the combined-1F1B ``1f1b-a2a-overlap`` and ``interleaved-1f1b-a2a-overlap``,
+with ``delay_wgrad``). ``parallel.context`` is written only when a row has context
+parallelism, and ``model.fp8``, ``parallel.optimizer`` and the mixture-of-experts keys
+(``model.moe``, ``model.mla``, ``model.head_dim``, ``model.mtp_layers``,
+``model.pipeline_layout``, ``parallel.expert``, ``parallel.expert_tensor``) only when a row
+names them, so rows without them build on every version of the schema.
 """
 
 from __future__ import annotations
@@ -58,7 +62,32 @@ def _link(name: str) -> str | dict[str, float]:
 
 
 def _partition(text: str) -> list[int] | str:
-    return [int(part) for part in text.split()] if text else "even"
+    if text in ("", "balanced"):
+        return text or "even"
+    return [int(part) for part in text.split()]
+
+
+def _pairs(text: str) -> dict[str, int | float]:
+    """``"experts=128 top_k=8"`` as ``{"experts": 128, "top_k": 8}`` (numbers only)."""
+    found: dict[str, int | float] = {}
+    for pair in text.split():
+        key, _, value = pair.partition("=")
+        found[key] = float(value) if "." in value else int(value)
+    return found
+
+
+def _mixture(row: TrainingRow) -> dict:
+    """The model keys of a mixture-of-experts row, those it gives."""
+    model: dict[str, object] = {}
+    if row.moe is not None:
+        model["moe"] = _pairs(row.moe)
+    if row.mla is not None:
+        model.update(attention="mla", mla=_pairs(row.mla))
+    if row.head_dim is not None:
+        model["head_dim"] = row.head_dim
+    if row.mtp_layers:
+        model["mtp_layers"] = row.mtp_layers
+    return model
 
 
 def _hardware(row: TrainingRow | RatioRow) -> dict:
@@ -91,16 +120,33 @@ def _model(row: TrainingRow | RatioRow, microbatch_size: int, global_batch: int)
             model["kv_heads"] = row.kv_heads
         if row.fp8 is not None:
             model["fp8"] = row.fp8
+        model.update(_mixture(row))
+        if row.pipeline_layout is not None:
+            del model["partition"]
+            model["pipeline_layout"] = row.pipeline_layout
     return model
+
+
+def _pipeline(row: TrainingRow) -> dict[str, object]:
+    """The row's schedule: its own where it names one, else 1F1B, interleaved 1F1B with
+    virtual stages, GPipe order with one stage."""
+    pipe: dict[str, object] = {"schedule": "1f1b", "devices": row.pipeline}
+    if row.schedule is not None:
+        pipe["schedule"] = row.schedule
+    elif row.pipeline == 1:
+        pipe["schedule"] = "gpipe"
+    elif row.virtual_stages > 1:
+        pipe["schedule"] = "interleaved-1f1b"
+    if row.virtual_stages > 1 and pipe["schedule"] != "gpipe":
+        pipe["virtual_stages"] = row.virtual_stages
+    if row.delay_wgrad:
+        pipe["delay_wgrad"] = True
+    return pipe
 
 
 def training_scenario(row: TrainingRow, settings: Sequence[Setting] = ()) -> dict:
     """The training run as a scenario, with the fit's ``settings`` applied."""
-    pipe: dict[str, object] = {"schedule": "1f1b", "devices": row.pipeline}
-    if row.pipeline == 1:
-        pipe["schedule"] = "gpipe"
-    elif row.virtual_stages > 1:
-        pipe.update(schedule="interleaved-1f1b", virtual_stages=row.virtual_stages)
+    pipe = _pipeline(row)
     parallel: dict[str, object] = {
         "tensor": row.tensor,
         "data": row.data,
@@ -115,6 +161,10 @@ def training_scenario(row: TrainingRow, settings: Sequence[Setting] = ()) -> dic
         parallel["context"] = row.context
     if row.optimizer is not None:
         parallel["optimizer"] = row.optimizer
+    if row.expert is not None:
+        parallel["expert"] = row.expert
+    if row.expert_tensor is not None:
+        parallel["expert_tensor"] = row.expert_tensor
     scenario = {
         "schema_version": 1,
         "name": row.id,
