@@ -172,6 +172,7 @@ def stage_flops(
     return flops
 
 
+@by_value  # a planner asks again for every candidate of the same batch
 def model_flops_per_step(
     model: TransformerModel, global_batch: int, *, forward_only: bool = False
 ) -> int:
