@@ -21,7 +21,8 @@ from pipesim.cli.render.explain import path_lines
 from pipesim.cli.render.units import format_bytes, format_count
 from pipesim.cluster.transformer import ParameterCount
 from pipesim.plot.gantt import gantt_figure
-from pipesim.plot.memory import Runtime
+from pipesim.plot.html import training_report
+from pipesim.plot.memory import runtime_for
 from pipesim.schedules.torch_csv import to_torch_csv
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, row_names
@@ -277,27 +278,22 @@ def run_files(
     trace: str | None,
     trace_csv: str | None,
     schedule_csv: str | None,
+    html: str | None = None,
 ) -> Files:
-    """Every extra output of ``run`` that was asked for, rendered in memory."""
+    """Every extra output of ``run`` that was asked for, rendered in memory (``html``:
+    the interactive report)."""
     files: Files = []
     if gantt:
         path = result.explanation.critical_path if result.explanation is not None else None
         accounting = result.scenario.accounting
         capacity = accounting.memory_capacity_bytes if accounting is not None else 0.0
-        runtime = None
-        if accounting is not None:
-            runtime = Runtime(
-                accounting.runtime_memory_bytes,
-                accounting.fragmentation,
-                accounting.usable_bytes,
-            )
         figure = gantt_figure(
             result.trace,
             result.report,
             result.memory,
             path,
             capacity_bytes=capacity,
-            runtime=runtime,
+            runtime=runtime_for(accounting),
         )
         files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
     if trace:
@@ -310,4 +306,6 @@ def run_files(
     if schedule_csv:
         # torch's own row ends, so the file is byte for byte what torch writes
         files.append((schedule_csv, to_torch_csv(result.scenario.schedule).encode()))
+    if html:
+        files.append((html, training_report(result)))
     return files
