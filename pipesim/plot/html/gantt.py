@@ -30,6 +30,9 @@ LANES = {
     Lane.COMPUTE: (COMPUTE_BOX[0] + COMPUTE_BOX[1] / 2, COMPUTE_BOX[1]),
     Lane.COMM: (COMM_BOX[0] + COMM_BOX[1] / 2, COMM_BOX[1]),
 }
+# a WebGL trace of 10^5 points or more gets a spatial index that plotly builds point by
+# point, gaps included (minutes of CPU at 10^6): boxes (4 points each) are cut below it
+BOXES_PER_TRACE = 24_000
 MAX_LABELS = 1000  # boxes numbered at most: past this, text costs more than it tells
 FIRST_VIEW_PX = 1100  # the plot's width as the page opens, to judge where a label fits
 LABEL_PX_PER_CHAR = 7
@@ -131,35 +134,42 @@ def box_traces(trace: Trace, table_id: str, axis: str = "y", legend: bool = True
     for lane, kind, chunk in np.unique(groups, axis=0).tolist():
         rows = np.flatnonzero((groups == (lane, kind, chunk)).all(axis=1))
         code = KIND_CODES[kind]
-        offset, thickness = LANES[Lane(lane)]
         name = LEGEND_LABELS.get(code, code)
         if chunks > 1 and lane == Lane.COMPUTE and kind != RowKind.OVERLAP_F_B:
             name += f" chunk {chunk}"
-        spec = {
-            "shape": "box",
-            "table": table_id,
-            "rows": typed(rows.astype(np.int32), "i4"),
-            "x0": "start",
-            "x1": "end",
-            "y": "device",
-            "offset": offset,
-            "thickness": thickness,
-            "hover": hover_lines(kind),
-        }
-        traces.append(
-            go.Scattergl(
-                mode="lines+markers",
-                name=name,
-                legendgroup=name,
-                showlegend=legend,
-                line={"color": shade(COLOURS[code], chunk, chunks), "width": 2},
-                marker={"size": 1, "opacity": 0},  # hover points: the boxes' ends and middles
-                yaxis=axis,
-                xaxis="x" + axis[1:],
-                meta={"pipesim": spec},
+        colour = shade(COLOURS[code], chunk, chunks)
+        for part, start in enumerate(range(0, len(rows), BOXES_PER_TRACE)):
+            spec = box_spec(table_id, rows[start : start + BOXES_PER_TRACE], lane, kind)
+            traces.append(
+                go.Scattergl(
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=legend and part == 0,
+                    line={"color": colour, "width": 2},
+                    marker={"size": 1, "opacity": 0},  # hover points: ends and middles
+                    yaxis=axis,
+                    xaxis="x" + axis[1:],
+                    meta={"pipesim": spec},
+                )
             )
-        )
     return traces
+
+
+def box_spec(table_id: str, rows: np.ndarray, lane: int, kind: int) -> dict:
+    """How the page draws ``rows`` of the table as boxes (``report.js``)."""
+    offset, thickness = LANES[Lane(lane)]
+    return {
+        "shape": "box",
+        "table": table_id,
+        "rows": typed(rows.astype(np.int32), "i4"),
+        "x0": "start",
+        "x1": "end",
+        "y": "device",
+        "offset": offset,
+        "thickness": thickness,
+        "hover": hover_lines(kind),
+    }
 
 
 def critical_trace(path: Sequence[dict], axis: str = "y", legend: bool = True):
