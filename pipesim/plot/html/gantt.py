@@ -262,6 +262,7 @@ def critical_button(indices: Sequence[int]) -> dict:
     """A button that hides the critical path's traces and, clicked again, shows them."""
     return {
         "type": "buttons",
+        "active": -1,  # not yet clicked: the first click applies ``args`` (hide)
         "showactive": False,
         "x": 1.0,
         "xanchor": "right",

@@ -73,15 +73,17 @@ def pareto_figure(plan: Plan):
     import plotly.graph_objects as go
 
     traces = []
-    if plan.points:
-        times, peaks = zip(*plan.points, strict=True)
+    shown = {(row.step_time_ms, row.peak_memory_bytes) for row in (*plan.results, *plan.pareto)}
+    others = [point for point in plan.points if point not in shown]
+    if others:
+        times, peaks = zip(*others, strict=True)
         traces.append(
             go.Scattergl(
                 x=[p / GIB for p in peaks],
                 y=list(times),
                 mode="markers",
                 marker={"size": 4, "color": "#BBBBBB"},
-                name="scored candidates",
+                name="other scored candidates",
                 hovertemplate="step %{y:.3f} ms, peak %{x:.2f} GiB<extra></extra>",
             )
         )
