@@ -2,7 +2,7 @@
 
 Parse, run the scenario as ``pipesim run`` does (``pipesim.analysis.run.run_scenario``) or,
 for a scenario with a ``serving:`` section, as ``pipesim serve`` does
-(``pipesim.scenario.serving.run_serving``), and draw the page (``pipesim.plot.html``).
+(``pipesim.scenario.serving.run_serving``), and draw the page (``pipesim.plot.html``, through the renderers of run and serve).
 The output path is checked, and plotly looked for, before anything runs; the file is
 written whole or not at all (``pipesim.cli.output``).
 """
@@ -17,8 +17,8 @@ from pipesim.cli.html import check_html, html_output
 from pipesim.cli.options import evaluator_option, no_progress_option, set_option
 from pipesim.cli.output import check_outputs, note, scenario_inputs, user_errors, write_outputs
 from pipesim.cli.progress import open_ended_bar, progress_bar
-from pipesim.cli.render.serve import serve_notes
-from pipesim.plot.html import serving_report, training_report
+from pipesim.cli.render.run import run_files
+from pipesim.cli.render.serve import serve_files, serve_notes
 from pipesim.scenario.build import apply_overrides, load_scenario, read_mapping
 from pipesim.scenario.serving import load_serving, run_serving
 
@@ -56,11 +56,11 @@ def report_command(scenario, overrides, output, evaluator, no_progress) -> None:
             run = run_serving(loaded, progress)
         for text in serve_notes(run):
             note(text)
-        write_outputs([(output, serving_report(run))])
+        write_outputs(serve_files(loaded, run, None, None, None, html=output))
         return
     with open_ended_bar("candidate", "schedule search", disabled=no_progress) as searching:
         loaded = load_scenario(scenario, overrides, searching)
     result = run_scenario(loaded, evaluator=evaluator)
     for text in result.notes:
         note(text)
-    write_outputs([(output, training_report(result))])
+    write_outputs(run_files(result, None, None, None, None, html=output))
