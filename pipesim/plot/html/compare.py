@@ -107,7 +107,7 @@ def stacked_figure(rows: list[CompareRow]):
     the row tables they are drawn from."""
     from plotly.subplots import make_subplots
 
-    heights = [chart_px(row.result.trace.devices) for row in rows]
+    heights = [chart_px(row.result.trace.devices, 2) for row in rows]
     total = sum(heights) + GAP_PX * (len(rows) - 1)
     titles = [
         f"{row.result.report.schedule}: makespan {row.result.report.makespan_ms:.3f} ms"

@@ -37,6 +37,7 @@ MAX_LABELS = 1000  # boxes numbered at most: past this, text costs more than it 
 FIRST_VIEW_PX = 1100  # the plot's width as the page opens, to judge where a label fits
 LABEL_PX_PER_CHAR = 7
 ROW_PX = (3.0, 44.0)  # a device row's height: the least, and the most
+LEGEND_LINE_PX = 30  # a legend entry, with the gap to the next
 CHART_PX = 880  # rows share this height until they reach the least
 MARGIN = {"l": 90, "r": 30, "t": 60, "b": 50}
 CAUSE_PHRASES = {
@@ -69,9 +70,10 @@ def row_px(devices: int) -> float:
     return max(low, min(high, CHART_PX / max(devices, 1)))
 
 
-def chart_px(devices: int) -> int:
-    """The height of a Gantt chart's plotting area for ``devices`` rows."""
-    return int(round(row_px(devices) * devices)) + 20
+def chart_px(devices: int, legend_lines: int = 0) -> int:
+    """The height of a Gantt chart's plotting area for ``devices`` rows, tall enough for
+    ``legend_lines`` legend entries beside it."""
+    return max(int(round(row_px(devices) * devices)) + 20, LEGEND_LINE_PX * legend_lines)
 
 
 def gantt_table(trace: Trace, table_id: str) -> RowTable:
@@ -129,7 +131,9 @@ def box_traces(trace: Trace, table_id: str, axis: str = "y", legend: bool = True
     import plotly.graph_objects as go
 
     chunks = chunk_count(trace)
-    groups = np.column_stack([trace.lane, trace.kind, np.maximum(trace.chunk, 0)])
+    # compute boxes by kind and chunk; transfers, thin, by kind alone
+    chunk = np.where(trace.lane == Lane.COMPUTE, np.maximum(trace.chunk, 0), 0)
+    groups = np.column_stack([trace.lane, trace.kind, chunk])
     traces = []
     for lane, kind, chunk in np.unique(groups, axis=0).tolist():
         rows = np.flatnonzero((groups == (lane, kind, chunk)).all(axis=1))
@@ -258,6 +262,11 @@ def device_axis(devices: int) -> dict:
     }
 
 
+def legend_entries(traces) -> int:
+    """How many lines the legend of ``traces`` has."""
+    return sum(1 for trace in traces if trace.showlegend is not False)
+
+
 def critical_button(indices: Sequence[int]) -> dict:
     """A button that hides the critical path's traces and, clicked again, shows them."""
     return {
@@ -306,7 +315,7 @@ def gantt_figure(trace: Trace, title: str, path: Sequence[dict], table_id: str):
     figure.update_layout(
         title={"text": title, "x": 0, "xanchor": "left", "font": {"size": 14}},
         template="plotly_white",
-        height=chart_px(trace.devices) + MARGIN["t"] + MARGIN["b"],
+        height=chart_px(trace.devices, legend_entries(traces)) + MARGIN["t"] + MARGIN["b"],
         margin=MARGIN,
         hovermode="closest",
         dragmode="zoom",

@@ -21,6 +21,8 @@ from pipesim.plot.html.training import add_training
 from pipesim.plot.style import CRITICAL
 
 GIB = 2**30
+SAME_POINT = 3  # candidates named in the hover of a point several share
+SAME_STEP = 1e-5  # step times this close (relative) are drawn at one point
 MARGIN = {"l": 80, "r": 30, "t": 60, "b": 60}
 
 
@@ -87,14 +89,14 @@ def pareto_figure(plan: Plan):
                 hovertemplate="step %{y:.3f} ms, peak %{x:.2f} GiB<extra></extra>",
             )
         )
-    ranks = {id(row): n for n, row in enumerate(plan.results, 1)}
+    texts = point_texts(plan)
     for name, rows, marker in (
         ("ranked", plan.results, {"size": 7, "color": "#1F77B4", "symbol": "circle-open"}),
         ("Pareto front", sorted(plan.pareto, key=lambda r: r.peak_memory_bytes), None),
         ("winner", plan.results[:1], {"size": 16, "color": CRITICAL, "symbol": "star"}),
     ):
         if rows:
-            traces.append(_candidates(name, rows, ranks, marker))
+            traces.append(_candidates(name, rows, texts, marker))
     figure = go.Figure(traces)
     usable = plan.usable_bytes if plan.usable_bytes < plan.capacity_bytes else 0.0
     for limit, dash, label, where in (
@@ -120,14 +122,51 @@ def pareto_figure(plan: Plan):
     return figure
 
 
-def _candidates(name: str, rows, ranks: dict[int, int], marker: dict | None):
+def same_point(row: PlanRow, other: PlanRow) -> bool:
+    """Whether two candidates sit at one spot of the chart: step times within
+    ``SAME_STEP`` of each other, peaks within a MiB."""
+    close = abs(row.step_time_ms - other.step_time_ms) <= SAME_STEP * other.step_time_ms
+    return close and abs(row.peak_memory_bytes - other.peak_memory_bytes) <= 2**20
+
+
+def points_of(plan: Plan) -> list[list[PlanRow]]:
+    """The ranked and front candidates gathered by spot (``same_point`` with the first of
+    a group), the ranked ones first, by rank; each candidate once."""
+    groups: list[list[PlanRow]] = []
+    for row in (*plan.results, *plan.pareto):
+        group = next((g for g in groups if same_point(row, g[0])), None)
+        if group is None:
+            groups.append([row])
+        elif all(row.candidate != other.candidate for other in group):
+            group.append(row)
+    return groups
+
+
+def point_texts(plan: Plan) -> dict[int, tuple[tuple[float, float], str]]:
+    """For each ranked or front candidate (by ``id``), where it is drawn (its group's first
+    candidate's peak GiB and step ms) and the hover there: the candidates of the spot (up
+    to ``SAME_POINT``), so every trace drawn at one spot says the same."""
+    ranks = {id(row): n for n, row in enumerate(plan.results, 1)}
+    found = {}
+    for group in points_of(plan):
+        shown = [candidate_text(row, ranks.get(id(row))) for row in group[:SAME_POINT]]
+        more = len(group) - SAME_POINT
+        text = "<br><br>".join(shown) + (f"<br>... and {more} more here" if more > 0 else "")
+        where = (group[0].peak_memory_bytes / GIB, group[0].step_time_ms)
+        found.update({id(row): (where, text) for row in group})
+    return found
+
+
+def _candidates(name: str, rows, texts: dict[int, tuple[tuple[float, float], str]], marker):
+    """One point per spot of ``rows`` (``points_of``), with its hover."""
     import plotly.graph_objects as go
 
     front = marker is None
+    spots = dict(texts[id(row)] for row in rows)  # spot -> hover, in the rows' order
     return go.Scattergl(  # WebGL as the scored dots, so they stay on top of them
-        x=[row.peak_memory_bytes / GIB for row in rows],
-        y=[row.step_time_ms for row in rows],
-        text=[candidate_text(row, ranks.get(id(row))) for row in rows],
+        x=[peak for peak, _ in spots],
+        y=[step for _, step in spots],
+        text=list(spots.values()),
         mode="lines+markers" if front else "markers",
         line={"shape": "hv", "color": "#1F77B4", "width": 1.5} if front else None,
         marker=marker or {"size": 8, "color": "#1F77B4"},

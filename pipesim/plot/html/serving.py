@@ -187,7 +187,7 @@ def iteration_figure(result: ServeResult, table_id: str):
     figure = go.Figure(traces)
     figure.update_layout(
         template="plotly_white",
-        height=chart_px(rows) + MARGIN["t"] + MARGIN["b"],
+        height=chart_px(rows, len(traces)) + MARGIN["t"] + MARGIN["b"],
         margin=MARGIN,
         hovermode="closest",
         xaxis={"title": {"text": "time (s)"}, "range": [0, max(result.duration_s, 1e-9)]},

@@ -138,7 +138,7 @@ def bubble_figure(result: Result, idle: dict[int, dict[str, float]] | None):
         template="plotly_white",
         barmode="stack",
         bargap=0.15,
-        height=chart_px(len(devices)) + MARGIN["t"] + MARGIN["b"],
+        height=chart_px(len(devices), len(traces)) + MARGIN["t"] + MARGIN["b"],
         margin=MARGIN,
         xaxis={"title": {"text": "time (ms)"}, "range": [0, max(report.makespan_ms, 1e-9)]},
         yaxis=device_axis(len(devices)),
