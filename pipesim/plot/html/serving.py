@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipesim.plot.html.gantt import MARGIN, chart_px
+from pipesim.plot.html.gantt import INSET, MARGIN, chart_px
 from pipesim.plot.html.page import Page, RowTable, typed
 from pipesim.plot.html.serving_charts import cdf_figure, requests_figure, usage_figure
 from pipesim.plot.html.tables import Cell, cell, headline_table, html_table
@@ -171,6 +171,7 @@ def iteration_figure(result: ServeResult, table_id: str):
             "y": "row",
             "offset": 0.0,
             "thickness": 0.7,
+            "inset": INSET,
             "hover": ITERATION_HOVER,
         }
         traces.append(
