@@ -20,6 +20,7 @@ from pipesim.analysis.run import run_scenario
 from pipesim.cli import main
 from pipesim.plot.html.gantt import BOXES_PER_TRACE, box_traces, gantt_table
 from pipesim.plot.html.headline import training_lines
+from pipesim.plot.html.training import bubble_figure, explanation_of
 from pipesim.scenario.build import load_scenario
 from tests.analysis.test_plan import small_base
 from tests.cli.test_serve_cli import write_scenario
@@ -211,3 +212,40 @@ def test_the_report_is_written_whole_or_not_at_all(tmp_path):
     assert made.exit_code == 2
     assert page.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary left
+
+
+def test_a_ranked_comparison_puts_each_number_under_its_header(tmp_path):
+    page = tmp_path / "compare.html"
+    options = ("--schedules", "gpipe,1f1b", "--runs", 3, "--format", "json", "--html", page)
+    made = invoke("compare", ROOT / "scenarios" / "stragglers.yaml", *options)
+    assert made.exit_code == 0, made.stderr
+    text = page.read_text(encoding="utf-8")
+    table = re.search(r'<table id="compare-table".*?</table>', text, re.S).group(0)
+    header = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+    first = json.loads(made.stdout)[0]
+    row = re.findall(r"<td([^>]*)>([^<]*)</td>", table)[: len(header)]
+    values = [(re.search(r'data-value="([^"]*)"', attrs) or [None, ""])[1] for attrs, _ in row]
+    cells = dict(zip(header, zip(values, [text for _, text in row], strict=True), strict=True))
+    assert cells["schedule"][1] == first["schedule"]
+    assert float(cells["makespan ms"][0]) == first["makespan_ms"]
+    assert float(cells["p50 ms"][0]) == first["makespan_ms_p50"]
+    assert float(cells["p99 ms"][0]) == first["makespan_ms_p99"]
+
+
+def test_the_idle_time_by_cause_adds_up_to_each_devices_idle_time():
+    result = run_scenario(load_scenario(GPIPE_VS_1F1B, ["hardware.link=nvlink4"]))
+    path, idle = explanation_of(result)
+    assert path[-1]["end_ms"] == result.report.makespan_ms
+    for device in result.report.per_device:
+        assert sum(idle[device.device].values()) == pytest.approx(device.idle_ms, rel=1e-12)
+    bars = bubble_figure(result, idle).data
+    for device in result.report.per_device:
+        total = sum(bar.x[list(bar.y).index(device.device)] for bar in bars)
+        assert total == pytest.approx(result.report.makespan_ms, rel=1e-12)
+
+
+def test_a_large_run_leaves_the_idle_causes_out_but_keeps_the_critical_path():
+    result = run_scenario(load_scenario(GPIPE_VS_1F1B, ["pipeline.microbatches=1000"]))
+    path, idle = explanation_of(result)
+    assert idle is None
+    assert path[0]["start_ms"] == 0 and path[-1]["end_ms"] == result.report.makespan_ms

@@ -66,9 +66,8 @@ HEADER = (
 
 def compare_table(comparison: Comparison) -> str:
     ranked = comparison.ranked
-    header = (["rank"] if ranked else []) + list(HEADER)
-    if ranked:
-        header[2:2] = ["p50 ms", "p99 ms"]
+    study = ["p50 ms", "p99 ms"] if ranked else []
+    header = (["rank"] if ranked else []) + [*HEADER[:2], *study, *HEADER[2:]]
     rows = [_row(row, ranked) for row in comparison.rows]
     return html_table(header, rows, table_id="compare-table", sortable=True)
 
