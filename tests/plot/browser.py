@@ -86,6 +86,45 @@ def open_report(driver, path: Path) -> list[dict]:
     return log
 
 
+POSITION = """
+const gd = document.getElementById(arguments[0]);
+gd.scrollIntoView({block: "center"});
+const layout = gd._fullLayout, xa = layout[arguments[3]], ya = layout[arguments[4]];
+const box = gd.getBoundingClientRect();
+return [xa._offset + xa.d2p(arguments[1]) - box.width / 2,
+        ya._offset + ya.d2p(arguments[2]) - box.height / 2];
+"""
+LABEL = """
+const label = document.getElementById(arguments[0]).querySelector(".hoverlayer .hovertext");
+return label ? label.textContent : null;
+"""
+
+
+def hover(driver, figure: str, x: float, y: float, axes=("xaxis", "yaxis")) -> str:
+    """Move the mouse over data point ``(x, y)`` of the plotly figure ``figure`` (an
+    element id) as a user would; the text of the hover label plotly then shows."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    dx, dy = driver.execute_script(POSITION, figure, x, y, *axes)
+    element = driver.find_element("id", figure)
+    ActionChains(driver).move_to_element_with_offset(element, round(dx), round(dy)).perform()
+    return wait(driver, lambda d: d.execute_script(LABEL, figure))
+
+
+def click(driver, element) -> None:
+    """A mouse click on ``element``, as a user would click it."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).move_to_element(element).click().perform()
+
+
+def wait(driver, condition, seconds: float = 10):
+    """``condition(driver)`` once it is true (selenium's wait: an error past ``seconds``)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, seconds).until(condition)
+
+
 def screenshot(driver, element_id: str | None = None) -> bytes:
     """A PNG of the window, or of one element (scrolled into view)."""
     if element_id is None:

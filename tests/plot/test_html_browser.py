@@ -13,8 +13,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import yaml
-from selenium.webdriver.common.action_chains import ActionChains
-from selenium.webdriver.support.ui import WebDriverWait
 
 from pipesim.analysis.compare import compare_schedules
 from pipesim.analysis.plan import plan, run_emitted
@@ -48,18 +46,6 @@ const gd = document.getElementById(arguments[0]);
 return gd.data.filter(t => t.meta && t.meta.pipesim && t.meta.pipesim.shape === "box")
   .reduce((n, t) => n + t.x.length / 4, 0);
 """
-POSITION = """
-const gd = document.getElementById(arguments[0]);
-gd.scrollIntoView({block: "center"});
-const layout = gd._fullLayout, xa = layout[arguments[3]], ya = layout[arguments[4]];
-const box = gd.getBoundingClientRect();
-return [xa._offset + xa.d2p(arguments[1]) - box.width / 2,
-        ya._offset + ya.d2p(arguments[2]) - box.height / 2];
-"""
-LABEL = """
-const label = document.getElementById(arguments[0]).querySelector(".hoverlayer .hovertext");
-return label ? label.textContent : null;
-"""
 
 
 @pytest.fixture(scope="module")
@@ -83,14 +69,6 @@ def loaded(driver, path) -> None:
     assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
 
 
-def hover(driver, figure: str, x: float, y: float, axes=("xaxis", "yaxis")) -> str:
-    """Move the mouse over data point ``(x, y)`` of ``figure``; the hover label's text."""
-    dx, dy = driver.execute_script(POSITION, figure, x, y, *axes)
-    element = driver.find_element("id", figure)
-    ActionChains(driver).move_to_element_with_offset(element, round(dx), round(dy)).perform()
-    return WebDriverWait(driver, 10).until(lambda d: d.execute_script(LABEL, figure))
-
-
 def colour_pixels(png: bytes, colour: str, tolerance: int = 12) -> int:
     """Pixels of ``png`` within ``tolerance`` of ``colour`` (``#RRGGBB``) on every channel."""
     rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)])
@@ -108,7 +86,7 @@ def test_the_training_view(driver, training):
     # the box of 1F0: device 1's first forward, released by 0F0's activation arriving
     row = trace.names().index("1F0")
     start, end = trace.start[row], trace.end[row]
-    text = hover(driver, "pipesim-gantt", (start + end) / 2, 1 + LANES[Lane.COMPUTE][0])
+    text = browser.hover(driver, "pipesim-gantt", (start + end) / 2, 1 + LANES[Lane.COMPUTE][0])
     assert "1F0" in text and "forward, device 1" in text
     assert f"start {start:.3f} ms · end {end:.3f} ms · duration {end - start:.3f} ms" in text
     assert "released by its input arriving: 0F0->1" in text
@@ -119,17 +97,10 @@ def test_the_training_view(driver, training):
     )
     button = driver.find_element("css selector", "#pipesim-gantt .updatemenu-button")
     red = colour_pixels(shot, CRITICAL)
+    shown = "return document.getElementById('pipesim-gantt').data[arguments[0]].visible"
     for visible in (False, True):
-        ActionChains(driver).move_to_element(button).click().perform()
-        WebDriverWait(driver, 10).until(
-            lambda d, v=visible: (
-                d.execute_script(
-                    "return document.getElementById('pipesim-gantt').data[arguments[0]].visible",
-                    critical,
-                )
-                is v
-            )
-        )
+        browser.click(driver, button)
+        browser.wait(driver, lambda d, v=visible: d.execute_script(shown, critical) is v)
         seen = colour_pixels(browser.screenshot(driver, "pipesim-gantt"), CRITICAL)
         assert (seen < red / 4) if not visible else (seen > red / 2)
 
@@ -154,9 +125,9 @@ def test_the_compare_view(driver, tmp_path):
     first = "return document.querySelector('#compare-table tbody tr td').textContent"
     assert driver.execute_script(first) == "gpipe"
     header = driver.find_element("xpath", "//table[@id='compare-table']//th[.='peak activations']")
-    header.click()
+    browser.click(driver, header)
     assert driver.execute_script(first) == "1f1b"
-    header.click()
+    browser.click(driver, header)
     assert driver.execute_script(first) == "gpipe"
 
 
@@ -168,7 +139,7 @@ def test_the_serving_view(driver, tmp_path):
     assert driver.execute_script(BOXES, "serve-gantt") == 4 * 3  # 4 iterations on 3 stages
     # the one request (tests/cli/test_serve_cli.py derives its times): arrival at 1 s,
     # TTFT 60 ms of prefill and two 0.5 ms hops, then a token every 7.5 ms
-    text = hover(driver, "serve-requests-chart", 1.0, 61.0)
+    text = browser.hover(driver, "serve-requests-chart", 1.0, 61.0)
     assert "request 0" in text and "arrival 1.000 s" in text
     assert "TTFT 61.000 ms · TPOT 7.500 ms" in text and "preemptions 0" in text
 
@@ -181,7 +152,9 @@ def test_the_plan_view(driver, tmp_path):
     path.write_text(plan_report(found), encoding="utf-8")
     loaded(driver, path)
     winner = found.results[0]
-    text = hover(driver, "plan-pareto", winner.peak_memory_bytes / 2**30, winner.step_time_ms)
+    text = browser.hover(
+        driver, "plan-pareto", winner.peak_memory_bytes / 2**30, winner.step_time_ms
+    )
     assert f"step {winner.step_time_ms:.3f} ms" in text
     assert f"{winner.candidate.schedule}, {winner.candidate.virtual_stages} virtual stages" in text
     step = run_emitted(found.winner_mapping(0), str(source))
