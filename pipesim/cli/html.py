@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from pipesim.cli.output import Output, UserError
-from pipesim.plot.html import INSTALL_HINT, plotly_missing
+from pipesim.plot.html.page import INSTALL_HINT, plotly_missing
 
 HTML_SUFFIXES = (".html", ".htm")
 

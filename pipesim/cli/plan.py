@@ -11,8 +11,8 @@ A stopped plan writes nothing unless ``--partial-on-interrupt`` asks it to keep 
 finished: then ``-o`` gets the candidates scored so far, ranked and marked as partial
 (``"complete": false`` and the counts first in the JSON, a ``# partial plan`` first line
 in the CSV, a ``PARTIAL PLAN`` first line in the table), none confirmed, and ``--emit``,
-``--pareto``, ``--html`` and ``--explain`` are not written. It is a flag rather than the default
-because a partial file written at every Ctrl-C would replace the last complete result
+``--pareto``, ``--html`` and ``--explain`` are not written. It is a flag rather than the
+default because a partial file written at every Ctrl-C would replace the last complete result
 under the same name, and a script that reads the file would take the best of a fraction
 of the space for the plan's winner; asked for, the file is written all or nothing as any
 other output.

@@ -7,18 +7,18 @@ and ``plan_report`` each return a page as text (plotly is imported when one is d
 import importlib
 
 _PUBLIC = {
-    "compare_report": "pipesim.plot.html",
+    "compare_report": "pipesim.plot.html.compare",
     "crosscheck_figure": "pipesim.plot.figures",
     "gantt_figure": "pipesim.plot.figures",
     "pareto_figure": "pipesim.plot.pareto",
-    "plan_report": "pipesim.plot.html",
+    "plan_report": "pipesim.plot.html.plan",
     "save_figure": "pipesim.plot.save",
     "serving_figure": "pipesim.plot.serving",
-    "serving_report": "pipesim.plot.html",
+    "serving_report": "pipesim.plot.html.serving",
     "serving_sweep_figure": "pipesim.plot.serving",
     "stacked_gantt_figure": "pipesim.plot.figures",
     "sweep_figure": "pipesim.plot.figures",
-    "training_report": "pipesim.plot.html",
+    "training_report": "pipesim.plot.html.training",
 }
 
 

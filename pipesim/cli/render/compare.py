@@ -20,7 +20,7 @@ from pipesim.analysis.run import (
 from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.cli.render.units import format_bytes
 from pipesim.plot.figures import stacked_gantt_figure
-from pipesim.plot.html import compare_report
+from pipesim.plot.html.compare import compare_report
 
 COMPARE_FIELDS = (
     "schedule",

@@ -27,7 +27,7 @@ from pipesim.analysis.plan import (
     distinct,
 )
 from pipesim.cli.output import Files, figure_bytes, suffix_of
-from pipesim.plot.html import plan_report
+from pipesim.plot.html.plan import plan_report
 from pipesim.plot.pareto import pareto_figure
 
 GIB = 2**30

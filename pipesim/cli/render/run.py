@@ -21,7 +21,7 @@ from pipesim.cli.render.explain import path_lines
 from pipesim.cli.render.units import format_bytes, format_count
 from pipesim.cluster.transformer import ParameterCount
 from pipesim.plot.gantt import gantt_figure
-from pipesim.plot.html import training_report
+from pipesim.plot.html.training import training_report
 from pipesim.plot.memory import runtime_for
 from pipesim.schedules.torch_csv import to_torch_csv
 from pipesim.search import SearchResult

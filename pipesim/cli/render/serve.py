@@ -13,7 +13,7 @@ import json
 from pipesim.analysis.accuracy import AccuracyBand, serving_bands
 from pipesim.analysis.max_rate import MaxRate, rate_text
 from pipesim.cli.output import Files, figure_bytes, suffix_of
-from pipesim.plot.html import serving_report
+from pipesim.plot.html.serving import serving_report
 from pipesim.plot.serving import serving_figure
 from pipesim.scenario.serving import ServeRun, ServingScenario
 from pipesim.serving.export import report_scalars, requests_csv, to_chrome_trace
