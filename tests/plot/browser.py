@@ -13,6 +13,7 @@ import base64
 import io
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,8 +49,9 @@ def missing() -> str | None:
 
 
 @contextmanager
-def chromium(window: tuple[int, int] = WINDOW):
-    """A headless Chromium driver in a fresh profile, quit and removed afterwards."""
+def chromium(window: tuple[int, int] = WINDOW, page_load: str = "normal"):
+    """A headless Chromium driver in a fresh profile, quit and removed afterwards;
+    ``page_load="none"``: ``driver.get`` returns at once (then wait with ``drawn``)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -61,6 +63,7 @@ def chromium(window: tuple[int, int] = WINDOW):
     options.add_argument(f"--user-data-dir={profile}")
     options.add_argument(f"--window-size={window[0]},{window[1]}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.page_load_strategy = page_load
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     driver.set_script_timeout(READY_S)
     try:
@@ -123,6 +126,22 @@ def wait(driver, condition, seconds: float = 10):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, seconds).until(condition)
+
+
+def drawn(driver, path: Path, limit_s: float = 1800) -> float:
+    """Open ``path`` (in a driver with ``page_load="none"``) and return the seconds until
+    the page says every figure is drawn (a large page may keep the browser busy for
+    minutes when WebGL runs in software)."""
+    start = time.perf_counter()
+    driver.get(path.resolve().as_uri())
+    while time.perf_counter() - start < limit_s:
+        try:
+            if driver.execute_script("return document.body && document.body.dataset.ready"):
+                return time.perf_counter() - start
+        except Exception:  # the page is busy: the driver's script call timed out
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{path}: not drawn in {limit_s:.0f} s")
 
 
 def screenshot(driver, element_id: str | None = None) -> bytes:
