@@ -22,6 +22,7 @@ from pipesim.cli.options import PipesimGroup
 # that define it.
 COMMANDS = {
     "run": ("pipesim.cli.run", "run_command"),
+    "report": ("pipesim.cli.report", "report_command"),
     "validate": ("pipesim.cli.validate", "validate_command"),
     "schedules": ("pipesim.cli.schedules", "schedules_command"),
     "compare": ("pipesim.cli.compare", "compare_command"),

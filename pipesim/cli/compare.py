@@ -10,6 +10,7 @@ import click
 
 from pipesim.analysis.compare import CompareError, compare_schedules, default_schedules
 from pipesim.cli.formats import format_option, output_format
+from pipesim.cli.html import check_html, html_option, html_output
 from pipesim.cli.options import (
     evaluator_option,
     no_progress_option,
@@ -52,13 +53,14 @@ FORMATS = ("table", "json", "csv")
     metavar="PATH",
     help="All Gantt charts stacked on one figure with a shared time axis.",
 )
+@html_option
 @runs_option
 @seed_option
 @evaluator_option
 @no_progress_option
 @user_errors
 def compare_command(
-    scenario, overrides, names, fmt, output, gantt, runs, seed, evaluator, no_progress
+    scenario, overrides, names, fmt, output, gantt, html_path, runs, seed, evaluator, no_progress
 ) -> None:
     """Run SCENARIO under several schedules and compare them side by side.
 
@@ -75,8 +77,10 @@ def compare_command(
     check_outputs(
         Output("-o", output, stdout=True),
         Output("--gantt", gantt, FIGURE_SUFFIXES),
+        html_output(html_path),
         inputs=scenario_inputs(scenario, overrides),
     )
+    check_html(html_path)
     fmt = output_format(fmt, output, FORMATS)
     base = apply_overrides(read_mapping(scenario), list(overrides))
     if isinstance(base.get("pipeline"), dict) and base["pipeline"].get("mode") == "decode":
@@ -103,5 +107,5 @@ def compare_command(
         raise UserError(f"{scenario}: {refused}")
     for text in compare_notes(comparison, gantt):
         note(text)
-    files = compare_files(comparison, gantt)
+    files = compare_files(comparison, gantt, html_path)
     write_outputs([*files, (output, render_compare(comparison, fmt))])

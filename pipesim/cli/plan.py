@@ -11,8 +11,8 @@ A stopped plan writes nothing unless ``--partial-on-interrupt`` asks it to keep 
 finished: then ``-o`` gets the candidates scored so far, ranked and marked as partial
 (``"complete": false`` and the counts first in the JSON, a ``# partial plan`` first line
 in the CSV, a ``PARTIAL PLAN`` first line in the table), none confirmed, and ``--emit``,
-``--pareto`` and ``--explain`` are not written. It is a flag rather than the default
-because a partial file written at every Ctrl-C would replace the last complete result
+``--pareto``, ``--html`` and ``--explain`` are not written. It is a flag rather than the
+default because a partial file written at every Ctrl-C would replace the last complete result
 under the same name, and a script that reads the file would take the best of a fraction
 of the space for the plan's winner; asked for, the file is written all or nothing as any
 other output.
@@ -28,6 +28,7 @@ import click
 from pipesim.analysis.plan import Plan, PlanError, PlanMismatch, PlanSoFar, explain_plan, plan
 from pipesim.cli.fallback import say_if_uncompiled
 from pipesim.cli.formats import format_option, output_format
+from pipesim.cli.html import check_html, html_option, html_output
 from pipesim.cli.options import (
     WholeNumber,
     executor_option,
@@ -97,6 +98,7 @@ FORMATS = ("table", "json", "csv")
     metavar="PATH",
     help="Step time against peak memory, the front marked (.png, .svg, .pdf).",
 )
+@html_option
 @click.option(
     "--explain",
     "explain",
@@ -121,8 +123,8 @@ FORMATS = ("table", "json", "csv")
     is_flag=True,
     help="When a signal stops the plan (Ctrl-C, SIGTERM), write the candidates that "
     'finished to -o, ranked and marked as partial (JSON: "complete": false; CSV and '
-    "table: a first line saying so), none confirmed; --emit, --pareto and --explain are "
-    "not written. Off by default, so that a stopped plan never replaces a complete result "
+    "table: a first line saying so), none confirmed; --emit, --pareto, --html and --explain "
+    "are not written. Off by default, so that a stopped plan never replaces a complete result "
     "with a partial one.",
 )
 @click.option(
@@ -164,6 +166,7 @@ def _plan_body(
     output,
     emit,
     pareto_path,
+    html_path,
     explain,
     memory_headroom,
     no_timing,
@@ -178,8 +181,10 @@ def _plan_body(
         Output("-o", output, stdout=True),
         Output("--emit", emit, EMIT_SUFFIXES),
         Output("--pareto", pareto_path, FIGURE_SUFFIXES),
+        html_output(html_path),
         inputs=scenario_inputs(scenario, overrides),
     )
+    check_html(html_path)
     fmt = output_format(fmt, output, FORMATS)
     count = _gpus(gpus)
     base = _base(scenario, overrides, memory_headroom)
@@ -204,7 +209,7 @@ def _plan_body(
         if (emit or explain) and not result.results:
             raise UserError(f"{scenario}: no candidate fits; nothing to emit or explain")
         explanation = explain_plan(base, scenario, result.results) if explain else None
-    files = plan_files(result, emit, pareto_path)
+    files = plan_files(result, emit, pareto_path, html_path)
     report = render_plan(result, fmt, explanation, timing=not no_timing)
     write_outputs([*files, (output, report)])
     _notes(capped, result, explanation if fmt == "csv" else None)

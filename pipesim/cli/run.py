@@ -12,6 +12,7 @@ import click
 from pipesim.analysis.run import run_scenario
 from pipesim.cli.fallback import say_if_uncompiled
 from pipesim.cli.formats import format_option, output_format
+from pipesim.cli.html import check_html, html_option, html_output
 from pipesim.cli.options import (
     evaluator_option,
     no_progress_option,
@@ -53,6 +54,7 @@ from pipesim.scenario.build import load_scenario
 @click.option(
     "--schedule-csv", metavar="PATH", help="Export the schedule in torch's compute-only CSV format."
 )
+@html_option
 @runs_option
 @seed_option
 @click.option(
@@ -72,6 +74,7 @@ def run_command(
     trace_path,
     trace_csv,
     schedule_csv,
+    html_path,
     runs,
     seed,
     critical_path,
@@ -90,8 +93,10 @@ def run_command(
         Output("--trace", trace_path, (".json", ".gz")),
         Output("--trace-csv", trace_csv, (".csv",)),
         Output("--schedule-csv", schedule_csv, (".csv",)),
+        html_output(html_path),
         inputs=scenario_inputs(scenario, overrides),
     )
+    check_html(html_path)
     fmt = output_format(fmt, output, list(RENDERERS))
     with open_ended_bar("candidate", "schedule search", disabled=no_progress) as searching:
         loaded = load_scenario(scenario, overrides, searching)
@@ -106,7 +111,7 @@ def run_command(
         )
     for text in result.notes:
         note(text)
-    files = run_files(result, gantt, trace_path, trace_csv, schedule_csv)
+    files = run_files(result, gantt, trace_path, trace_csv, schedule_csv, html_path)
     write_outputs([*files, (output, RENDERERS[fmt](result))])
     if evaluator == "fast":
         say_if_uncompiled()

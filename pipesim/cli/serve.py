@@ -25,6 +25,7 @@ from pipesim.analysis.max_rate import (
     find_max_rate,
 )
 from pipesim.cli.formats import format_option, output_format
+from pipesim.cli.html import check_html, html_option, html_output
 from pipesim.cli.options import RealNumber, WholeNumber, no_progress_option, set_option
 from pipesim.cli.output import (
     FIGURE_SUFFIXES,
@@ -96,6 +97,7 @@ def search_options(command):
     metavar="PATH",
     help="Latency CDFs, batch size and KV use (.png, .svg, .pdf).",
 )
+@html_option
 @click.option(
     "--max-rate",
     is_flag=True,
@@ -114,6 +116,7 @@ def serve_command(
     requests_path,
     trace_path,
     plot_path,
+    html_path,
     max_rate,
     no_progress,
     **search,
@@ -131,8 +134,10 @@ def serve_command(
         Output("--requests", requests_path, (".csv",)),
         Output("--trace", trace_path, (".json",)),
         Output("--plot", plot_path, FIGURE_SUFFIXES),
+        html_output(html_path),
         inputs=scenario_inputs(scenario, overrides),
     )
+    check_html(html_path)
     fmt = output_format(fmt, output, FORMATS)
     loaded = load_serving(scenario, overrides)
     search = None
@@ -144,7 +149,7 @@ def serve_command(
             run = run_serving(loaded, progress)
     for text in serve_notes(run, search):
         note(text)
-    files = serve_files(loaded, run, requests_path, trace_path, plot_path)
+    files = serve_files(loaded, run, requests_path, trace_path, plot_path, html_path)
     write_outputs([*files, (output, render_serve(run, search, fmt))])
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from pipesim.plot.style import CAPACITY, FONT
 from pipesim.sim.memory import MemoryTimeline
+from pipesim.sim.metrics import Accounting
 from pipesim.sim.trace import Trace
 
 GIB = 2**30
@@ -55,6 +56,16 @@ class Runtime:
     fixed_bytes: float = 0.0
     fragmentation: float = 0.0
     usable_bytes: float = 0.0
+
+
+def runtime_for(accounting: Accounting | None) -> Runtime | None:
+    """What a scenario's accounting says each process holds besides its tensors, and the
+    memory its OOM check allows (None without a model: nothing to add)."""
+    if accounting is None:
+        return None
+    return Runtime(
+        accounting.runtime_memory_bytes, accounting.fragmentation, accounting.usable_bytes
+    )
 
 
 def binned_peaks(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ from pipesim.analysis.run import (
 from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.cli.render.units import format_bytes
 from pipesim.plot.figures import stacked_gantt_figure
+from pipesim.plot.html.compare import compare_report
 
 COMPARE_FIELDS = (
     "schedule",
@@ -170,9 +171,13 @@ def compare_notes(comparison: Comparison, gantt: str | None) -> list[str]:
     return notes
 
 
-def compare_files(comparison: Comparison, gantt: str | None) -> Files:
-    """The stacked Gantt charts of every schedule that ran, if asked for and any ran."""
+def compare_files(comparison: Comparison, gantt: str | None, html: str | None = None) -> Files:
+    """The stacked Gantt charts of every schedule that ran, if asked for and any ran; the
+    interactive report (``html``), if asked for."""
+    files: Files = []
+    if html:
+        files.append((html, compare_report(comparison)))
     if not gantt or not comparison.results:
-        return []
+        return files
     pairs = [(r.trace, r.report) for r in comparison.results]
-    return [(gantt, figure_bytes(stacked_gantt_figure(pairs), suffix_of(gantt)))]
+    return [*files, (gantt, figure_bytes(stacked_gantt_figure(pairs), suffix_of(gantt)))]

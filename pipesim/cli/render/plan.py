@@ -28,18 +28,24 @@ from pipesim.analysis.plan import (
     distinct,
 )
 from pipesim.cli.output import Files, figure_bytes, suffix_of
+from pipesim.plot.html.plan import plan_report
 from pipesim.plot.pareto import pareto_figure
 
 GIB = 2**30
 
 
-def plan_files(result: Plan, emit: str | None, pareto: str | None) -> Files:
-    """The winner as a ready-to-run scenario file, and the Pareto figure, if asked for."""
+def plan_files(
+    result: Plan, emit: str | None, pareto: str | None, html: str | None = None
+) -> Files:
+    """The winner as a ready-to-run scenario file, the Pareto figure and the interactive
+    report (the winner's step simulated again for its timeline), if asked for."""
     files: Files = []
     if emit:
         files.append((emit, emit_text(result, suffix_of(emit))))
     if pareto:
         files.append((pareto, figure_bytes(pareto_figure(result), suffix_of(pareto))))
+    if html:
+        files.append((html, plan_report(result)))
     return files
 
 

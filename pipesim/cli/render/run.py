@@ -21,7 +21,8 @@ from pipesim.cli.render.explain import path_lines
 from pipesim.cli.render.units import format_bytes, format_count
 from pipesim.cluster.transformer import ParameterCount
 from pipesim.plot.gantt import gantt_figure
-from pipesim.plot.memory import Runtime
+from pipesim.plot.html.training import training_report
+from pipesim.plot.memory import runtime_for
 from pipesim.schedules.torch_csv import to_torch_csv
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, row_names
@@ -284,20 +285,15 @@ def run_files(
     trace: str | None,
     trace_csv: str | None,
     schedule_csv: str | None,
+    html: str | None = None,
 ) -> Files:
-    """Every extra output of ``run`` that was asked for, rendered in memory."""
+    """Every extra output of ``run`` that was asked for, rendered in memory (``html``:
+    the interactive report)."""
     files: Files = []
     if gantt:
         path = result.explanation.critical_path if result.explanation is not None else None
         accounting = result.scenario.accounting
         capacity = accounting.memory_capacity_bytes if accounting is not None else 0.0
-        runtime = None
-        if accounting is not None:
-            runtime = Runtime(
-                accounting.runtime_memory_bytes,
-                accounting.fragmentation,
-                accounting.usable_bytes,
-            )
         scenario = result.scenario
         figure = gantt_figure(
             result.trace,
@@ -305,7 +301,7 @@ def run_files(
             result.memory,
             path,
             capacity_bytes=capacity,
-            runtime=runtime,
+            runtime=runtime_for(accounting),
             sublayers=sublayer_rows(result.trace, scenario.schedule, scenario.costs),  # MoE
         )
         files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
@@ -323,4 +319,6 @@ def run_files(
     if schedule_csv:
         # torch's own row ends, so the file is byte for byte what torch writes
         files.append((schedule_csv, to_torch_csv(result.scenario.schedule).encode()))
+    if html:
+        files.append((html, training_report(result)))
     return files

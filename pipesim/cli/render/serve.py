@@ -13,6 +13,7 @@ import json
 from pipesim.analysis.accuracy import AccuracyBand, serving_bands
 from pipesim.analysis.max_rate import MaxRate, rate_text
 from pipesim.cli.output import Files, figure_bytes, suffix_of
+from pipesim.plot.html.serving import serving_report
 from pipesim.plot.serving import serving_figure
 from pipesim.scenario.serving import ServeRun, ServingScenario
 from pipesim.serving.export import report_scalars, requests_csv, to_chrome_trace
@@ -25,10 +26,11 @@ def serve_files(
     requests: str | None,
     trace: str | None,
     plot: str | None,
+    html: str | None = None,
 ) -> Files:
     """Every extra output of ``serve`` that was asked for, rendered in memory: one CSV line
     per request, the Perfetto trace (labelled with the loaded ``scenario``'s name), the
-    figure (with the SLO's limits and percentile)."""
+    figure (with the SLO's limits and percentile), the interactive report."""
     files: Files = []
     if requests:
         files.append((requests, requests_csv(run.result)))
@@ -38,6 +40,8 @@ def serve_files(
         slo = scenario.slo
         figure = serving_figure(run.result, slo.ttft_ms, slo.tpot_ms, slo.percentile)
         files.append((plot, figure_bytes(figure, suffix_of(plot))))
+    if html:
+        files.append((html, serving_report(run)))
     return files
 
 
