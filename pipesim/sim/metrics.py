@@ -181,7 +181,8 @@ def build_report(
     )
     longest = max(per_device, key=lambda r: r.span_ms)
     samples = schedule.microbatches * microbatch_size * accounting.replicas
-    per_second = samples / (makespan / 1000.0) if makespan > 0 else 0.0
+    seconds = makespan / 1000.0  # 0 for a step shorter than the smallest float's thousandth
+    per_second = samples / seconds if seconds > 0 else 0.0
     return Report(
         scenario=scenario,
         schedule=schedule.name,
@@ -263,6 +264,7 @@ def _ratio_left(part: float, whole: float) -> float:
 
 
 def _mfu(accounting: Accounting, makespan_ms: float) -> float | None:
-    if not accounting.peak_flops or makespan_ms <= 0:
+    seconds = makespan_ms / 1000.0
+    if not accounting.peak_flops or seconds <= 0:
         return None
-    return accounting.flops_per_step / (makespan_ms / 1000.0) / accounting.peak_flops
+    return accounting.flops_per_step / seconds / accounting.peak_flops

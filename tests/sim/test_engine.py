@@ -348,3 +348,12 @@ def test_report_memory_and_busy_sum():
     assert build_report(trace, schedule, microbatch_size=4).samples_per_second == pytest.approx(
         32 / 0.033
     )
+
+
+def test_a_step_shorter_than_a_float_can_divide_has_no_throughput():
+    # 5e-324 ms is above zero, but its thousandth in seconds is 0.0 (found by hypothesis)
+    costs = uniform_costs(1, 0.0, backward_input_ms=0.0, backward_weight_ms=5e-324)
+    trace = simulate(get_schedule("1f1b", 1, 1, 1), costs)
+    report = build_report(trace, get_schedule("1f1b", 1, 1, 1), costs)
+    assert report.makespan_ms == 5e-324
+    assert report.samples_per_second == 0.0
