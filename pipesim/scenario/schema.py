@@ -127,6 +127,9 @@ class PipelineSpec(_Strict):
     max_actions: Count = DEFAULT_MAX_ACTIONS
     # Per device, for the searched policies (zb-auto, v-auto); None: what 1F1B holds.
     memory_limit_bytes: Bytes | None = None
+    # zb-auto / v-auto: exact runs a constraint program after the heuristic (pipesim[exact])
+    search: Literal["heuristic", "exact"] = "heuristic"
+    search_time_limit_s: Annotated[float, Field(gt=0, le=86_400)] = 10.0  # the solver's
 
     @field_validator("schedule")
     @classmethod

@@ -3,7 +3,10 @@
 Such a scenario is built in two steps: a fixed recipe of the same family (same placement,
 so the same costs and links) stands in while the costs and topology are built, then the
 search runs on them and its schedule replaces the stand-in. A limit the family cannot
-reach is one ScenarioError line naming the minimum.
+reach is one ScenarioError line naming the minimum. With a model and data parallelism, the
+search counts each device's end-of-step all-reduce as the engine runs it (after the flush,
+or overlapped with ``parallel.dp_overlap``). ``pipeline.search: exact`` runs the
+constraint program after the heuristic (``pipesim.search.exact``; OR-Tools, an extra).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from pipesim.scenario.schema import Mode, PipelineSpec, ScenarioError
 from pipesim.schedules.ir import Schedule
 from pipesim.search import AUTO_POLICIES, SearchError, SearchResult, search_schedule
 from pipesim.search.auto import FAMILIES
+from pipesim.search.exact import ExactUnavailable, exact_schedule
+from pipesim.search.tail import Tail
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
 
@@ -23,9 +28,10 @@ def stand_in(pipe: PipelineSpec, source: str) -> str:
     when it is a fixed policy); a memory limit without a searched policy is an error."""
     name = pipe.schedule
     if name not in AUTO_POLICIES:
-        if pipe.memory_limit_bytes is not None:
+        given = {"memory_limit_bytes", "search", "search_time_limit_s"} & pipe.model_fields_set
+        if given:
             raise ScenarioError(
-                f"{source}: pipeline.memory_limit_bytes: only used with schedule "
+                f"{source}: pipeline.{min(given)}: only used with schedule "
                 f"{' or '.join(AUTO_POLICIES)}"
             )
         return name
@@ -65,18 +71,24 @@ def search(
     topology: Topology,
     source: str,
     progress: Callable[[int], None] | None = None,
+    tail: Tail | None = None,
 ) -> SearchResult:
-    """Search the scenario's policy on its costs and links, under its memory limit."""
+    """Search the scenario's policy on its costs and links, under its memory limit, with
+    its end-of-step tail counted (``tail``); ``pipeline.search: exact`` runs the
+    constraint program after the heuristic, for ``pipeline.search_time_limit_s``."""
+    args = (pipe.schedule, schedule.devices, schedule.microbatches, costs, topology)
     try:
-        return search_schedule(
-            pipe.schedule,
-            schedule.devices,
-            schedule.microbatches,
-            costs,
-            topology,
-            pipe.memory_limit_bytes,
-            progress,
-        )
+        if pipe.search == "exact":
+            return exact_schedule(
+                *args,
+                pipe.memory_limit_bytes,
+                progress,
+                tail,
+                time_limit_s=pipe.search_time_limit_s,
+            )
+        return search_schedule(*args, pipe.memory_limit_bytes, progress, tail)
+    except ExactUnavailable as exc:
+        raise ScenarioError(f"{source}: pipeline.search: {exc}") from None
     except SearchError as exc:
         line = str(exc).strip().splitlines()[0]
         raise ScenarioError(f"{source}: pipeline.memory_limit_bytes: {line}") from None

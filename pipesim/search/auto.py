@@ -83,13 +83,24 @@ class SearchResult:
     source: str  # the starting recipe, "heuristic", or "improved from <recipe>"
     lower_bound_ms: float = 0.0  # no valid order within the limit is faster (search.bound)
     lower_bound_part: str = ""  # which part of the bound gives it
+    mode: str = "heuristic"  # or "exact": the constraint program ran after the heuristic
+    optimal: bool | None = None  # exact mode: whether no order is proven faster
+    heuristic_makespan_ms: float | None = None  # exact mode: the heuristic's own order's
 
     @property
     def gap(self) -> float:
         """How much slower the order found is than the lower bound (0: optimal)."""
-        if self.lower_bound_ms <= 0:
-            return 0.0
-        return self.makespan_ms / self.lower_bound_ms - 1
+        return _gap(self.makespan_ms, self.lower_bound_ms)
+
+    @property
+    def heuristic_gap(self) -> float:
+        """How much slower the heuristic's own order is than the lower bound."""
+        heuristic = self.heuristic_makespan_ms
+        return _gap(self.makespan_ms if heuristic is None else heuristic, self.lower_bound_ms)
+
+
+def _gap(makespan_ms: float, bound_ms: float) -> float:
+    return 0.0 if bound_ms <= 0 else makespan_ms / bound_ms - 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,254 @@
+"""The exact mode's constraint program: every order of the split actions, as CP-SAT sees it.
+
+The heuristic builds good orders; this model says which order is best, or how far the
+best can be from what was found. Each action (``F``, ``I``, ``W`` of every stage and
+microbatch) is an interval of fixed length whose start the solver chooses:
+
+* **devices**: the intervals of one device never overlap (``NoOverlap``), so each device
+  runs one action at a time, in any order;
+* **dependencies** (the engine's rule): ``F(s,i)`` starts after ``F(s-1,i)`` ended and its
+  activation crossed the hop; ``I(s,i)`` after ``F(s,i)`` and after ``I(s+1,i)`` ended
+  and its gradient crossed back; ``W(s,i)`` after ``I(s,i)``. A hop is its time on an idle
+  link (latency plus ``bytes / bandwidth``, as the heuristic's ``Problem`` holds it);
+  queueing behind a busy channel or a sender held by its transfer only adds time;
+* **memory** (the Report's accounting, the search's limit): an ``F`` takes its stage's
+  activation when it starts; the ``I`` gives back all but the weight-gradient part when it
+  ends, the ``W`` the rest. Per stage and microbatch that is two intervals on the device's
+  memory, ``[F start, I end)`` holding ``activation - weight-gradient`` bytes and ``[F
+  start, W end)`` holding the weight-gradient bytes, and a ``Cumulative`` keeps their sum
+  within the limit at every instant;
+* **objective**: the step's end, the last ``W`` of each device (its last action: an ``F``
+  is followed by its ``I``, an ``I`` by its ``W``) plus, with data parallelism, the
+  device's own all-reduce (overlapped) or the longest one after the flush
+  (``pipesim.search.tail``).
+
+Microbatches are interchangeable (their costs are the stage's), so relabelling them in
+the order their first forward starts loses nothing: ``F(0,i)`` before ``F(0,i+1)``.
+
+**Integer time.** CP-SAT works in integers. Durations become ticks of ``1 / per_ms`` ms,
+``per_ms`` a power of ten chosen so the step is 10^5 to 10^6 ticks (decimal costs such as
+1.2 ms stay exact), each rounded *down*. The model is then a relaxation: a real schedule
+with starts ``t`` gives the integer schedule ``floor(t x per_ms)``, which keeps every
+constraint because ``floor(a + b) >= floor(a) + floor(b)`` (a start after an end plus a
+hop stays after it; two actions that did not overlap still do not; memory depends only on
+each device's order, which ``floor`` keeps), and its step end is at most ``floor(T x
+per_ms)``. So the solver's proven bound, divided by ``per_ms``, is a lower bound on every
+real order's makespan. The order the solver finds is run on the engine, whose makespan
+(real durations, real links) is the one reported.
+
+**Integer bytes.** Where every size is a whole number of bytes, they are divided by their
+greatest common divisor (exact). Otherwise, or where that leaves sizes past 2^24 (the
+solver multiplies sizes by durations), they are scaled to about 2^24 with demands rounded
+down and the capacity up: again a relaxation, so the bound holds; an order over the real
+limit is then caught by the engine's check and left out.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from pipesim.schedules.ir import Action, F, I, W
+from pipesim.search.bound import chains
+from pipesim.search.fits import counts_memory, room_bytes
+from pipesim.search.greedy import Problem
+from pipesim.search.tail import Tail
+
+KINDS = (F, I, W)
+TICKS_ABOVE = 1e5  # the step takes 10^5 to 10^6 ticks
+MAX_DEMAND = 2**24  # largest memory demand handed to the solver
+EXACT = 1e-12  # relative slack when a float tick count is a whole number up to rounding
+
+
+def ticks_per_ms(horizon_ms: float) -> int:
+    """The power of ten that makes ``horizon_ms`` 10^5 to 10^6 ticks (at least 1)."""
+    if horizon_ms <= 0:
+        return 1
+    return 10 ** max(0, math.ceil(math.log10(TICKS_ABOVE / horizon_ms)))
+
+
+def down(ms: float, per_ms: int) -> int:
+    """``ms`` in ticks, rounded down (a whole number up to float rounding stays whole)."""
+    return max(0, math.floor(ms * per_ms * (1 + EXACT)))
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryUnits:
+    """Per stage, the demands of the two memory intervals and the device's capacity."""
+
+    until_input: tuple[int, ...]  # activation - weight-gradient bytes, held to the I's end
+    until_weight: tuple[int, ...]  # weight-gradient bytes, held to the W's end
+    capacity: int
+
+
+def memory_units(problem: Problem) -> MemoryUnits | None:
+    """The sizes in whole units (module docstring); None when the limit does not apply
+    (a stage that frees bytes it never took, as the lower bound also leaves out)."""
+    if not counts_memory(problem):
+        return None
+    grad = [min(g, t) for g, t in zip(problem.weight_grad_bytes, problem.taken_bytes, strict=True)]
+    held = [t - g for t, g in zip(problem.taken_bytes, grad, strict=True)]
+    room = room_bytes(problem)
+    sizes = [x for x in held + grad if x > 0]
+    if not sizes:
+        return None
+    if all(float(x).is_integer() and x < 2**53 for x in sizes):
+        unit = math.gcd(*(int(x) for x in sizes))
+        if max(sizes) / unit <= MAX_DEMAND:
+            as_int = lambda xs: tuple(int(x) // unit for x in xs)  # noqa: E731
+            return MemoryUnits(as_int(held), as_int(grad), math.floor(room / unit))
+    scale = MAX_DEMAND / max(sizes)
+    floor_all = lambda xs: tuple(math.floor(x * scale) for x in xs)  # noqa: E731
+    return MemoryUnits(floor_all(held), floor_all(grad), math.ceil(room * scale))
+
+
+@dataclass(frozen=True, slots=True)
+class Solved:
+    """What the solver found: an order per device (None if it found none), the step end
+    its timing gives (ms, in rounded-down durations), and its proven lower bound (ms)."""
+
+    orders: tuple[tuple[Action, ...], ...] | None
+    model_ms: float | None
+    bound_ms: float
+    proven: bool
+    status: str
+
+
+class ExactModel:
+    """The CP-SAT model of ``problem`` (module docstring). ``horizon_ms``: no start or end
+    later than this (the heuristic's step end: a better order ends before it); ``floor_ms``:
+    a known lower bound on the step end (the cheap bound), or 0."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        backward_ms: tuple[float, ...],
+        overhead_ms: float,
+        tail: Tail | None,
+        horizon_ms: float,
+        floor_ms: float = 0.0,
+    ) -> None:
+        from ortools.sat.python import cp_model  # optional: pipesim[exact]
+
+        self.problem, self.per_ms = problem, ticks_per_ms(horizon_ms)
+        self.model = model = cp_model.CpModel()
+        self.horizon = math.ceil(horizon_ms * self.per_ms) + 1
+        chain = chains(problem, backward_ms, overhead_ms)
+        self.length = {
+            F: [down(ms, self.per_ms) for ms in chain.forward],
+            I: [down(ms, self.per_ms) for ms in chain.input],
+            W: [down(ms, self.per_ms) for ms in chain.weight],
+        }
+        self.start: dict[Action, object] = {}
+        self.interval: dict[Action, object] = {}
+        for s in range(problem.stages):
+            for kind in KINDS:
+                for i in range(problem.microbatches):
+                    self._action(Action(s, kind, i))
+        self._dependencies()
+        self._devices()
+        self._memory()
+        self.step = model.new_int_var(down(floor_ms, self.per_ms), self.horizon, "step")
+        self._objective(tail)
+        model.minimize(self.step)
+
+    def end(self, action: Action):
+        return self.start[action] + self.length[action.kind][action.stage]
+
+    def _action(self, action: Action) -> None:
+        length = self.length[action.kind][action.stage]
+        start = self.model.new_int_var(0, self.horizon - length, str(action))
+        self.start[action] = start
+        self.interval[action] = self.model.new_fixed_size_interval_var(start, length, "")
+
+    def _dependencies(self) -> None:
+        p, hop = self.problem, [down(ms, self.per_ms) for ms in self.problem.hop_ms]
+        add, start, end = self.model.add, self.start, self.end
+        for s in range(p.stages):
+            for i in range(p.microbatches):
+                if s > 0:
+                    add(start[Action(s, F, i)] >= end(Action(s - 1, F, i)) + hop[s - 1])
+                add(start[Action(s, I, i)] >= end(Action(s, F, i)))
+                if s + 1 < p.stages:
+                    add(start[Action(s, I, i)] >= end(Action(s + 1, I, i)) + hop[s])
+                add(start[Action(s, W, i)] >= end(Action(s, I, i)))
+        for i in range(1, p.microbatches):  # interchangeable microbatches, relabelled
+            add(start[Action(0, F, i)] >= end(Action(0, F, i - 1)))
+
+    def _devices(self) -> None:
+        p = self.problem
+        for d in range(p.devices):
+            mine = [a for a in self.interval if p.placement[a.stage] == d]
+            self.model.add_no_overlap([self.interval[a] for a in mine])
+
+    def _memory(self) -> None:
+        units, p, model = memory_units(self.problem), self.problem, self.model
+        if units is None:
+            return
+        for d in range(p.devices):
+            intervals, demands = [], []
+            for s in (s for s in range(p.stages) if p.placement[s] == d):
+                for i in range(p.microbatches):
+                    taken = self.start[Action(s, F, i)]
+                    for kind, demand in ((I, units.until_input[s]), (W, units.until_weight[s])):
+                        if demand <= 0:
+                            continue
+                        size = model.new_int_var(0, self.horizon, "")
+                        ends = self.end(Action(s, kind, i))
+                        intervals.append(model.new_interval_var(taken, size, ends, ""))
+                        demands.append(demand)
+            if intervals:
+                model.add_cumulative(intervals, demands, units.capacity)
+
+    def _objective(self, tail: Tail | None) -> None:
+        p = self.problem
+        for s in range(p.stages):
+            extra = 0
+            if tail is not None:
+                extra = tail.longest_ms if tail.after_flush else tail.tail_ms[p.placement[s]]
+            for i in range(p.microbatches):
+                self.model.add(self.step >= self.end(Action(s, W, i)) + down(extra, self.per_ms))
+
+    def hint(self, starts_ms: dict[Action, float]) -> None:
+        """Start the solver from a known order's timing (the heuristic's): each action's
+        start in ms, rounded down as the durations are (so the timing stays feasible)."""
+        for action, ms in starts_ms.items():
+            if action in self.start:
+                self.model.add_hint(self.start[action], min(down(ms, self.per_ms), self.horizon))
+
+    def solve(self, time_limit_s: float, workers: int | None = None) -> Solved:
+        """Run CP-SAT for at most ``time_limit_s`` seconds on ``workers`` threads (None:
+        the CPUs, at most 8)."""
+        from ortools.sat.python import cp_model
+
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(time_limit_s, 0.0)
+        solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
+        status = solver.solve(self.model)
+        found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        bound = solver.best_objective_bound if found or status == cp_model.UNKNOWN else 0.0
+        return Solved(
+            orders=self._orders(solver) if found else None,
+            model_ms=solver.objective_value / self.per_ms if found else None,
+            bound_ms=max(bound, 0.0) / self.per_ms,
+            proven=status == cp_model.OPTIMAL,
+            status=solver.status_name(status),
+        )
+
+    def _orders(self, solver) -> tuple[tuple[Action, ...], ...]:
+        """Each device's actions by their solved start (ties, only where an action takes
+        no ticks: the one that ends first, then F, I, W; forwards up the stages, input
+        backwards down them, as their dependencies run)."""
+        p, rank = self.problem, {F: 0, I: 1, W: 2}
+        rows: list[list[tuple]] = [[] for _ in range(p.devices)]
+        for action, var in self.start.items():
+            start = solver.value(var)
+            end = start + self.length[action.kind][action.stage]
+            stage_key = -action.stage if action.kind == I else action.stage
+            key = (start, end, rank[action.kind], stage_key, action.microbatch)
+            rows[p.placement[action.stage]].append((key, action))
+        return tuple(tuple(a for _, a in sorted(row)) for row in rows)
+
+
+__all__ = ["ExactModel", "MemoryUnits", "Solved", "memory_units", "ticks_per_ms"]
