@@ -26,7 +26,7 @@ Microbatches are interchangeable (their costs are the stage's), so relabelling t
 the order their first forward starts loses nothing: ``F(0,i)`` before ``F(0,i+1)``.
 
 **Integer time.** CP-SAT works in integers. Durations become ticks of ``1 / per_ms`` ms,
-``per_ms`` a power of ten chosen so the step is 10^5 to 10^6 ticks (decimal costs such as
+``per_ms`` a power of ten chosen so the step is 10^6 to 10^7 ticks (decimal costs such as
 1.2 ms stay exact), each rounded *down*. The model is then a relaxation: a real schedule
 with starts ``t`` gives the integer schedule ``floor(t x per_ms)``, which keeps every
 constraint because ``floor(a + b) >= floor(a) + floor(b)`` (a start after an end plus a
@@ -34,7 +34,9 @@ hop stays after it; two actions that did not overlap still do not; memory depend
 each device's order, which ``floor`` keeps), and its step end is at most ``floor(T x
 per_ms)``. So the solver's proven bound, divided by ``per_ms``, is a lower bound on every
 real order's makespan. The order the solver finds is run on the engine, whose makespan
-(real durations, real links) is the one reported.
+(real durations, real links) is the one reported. Rounding moves a timing by less than a
+tick per action and hop on its longest chain, so an order the solver proves optimal is
+optimal to within ``resolution_ms`` (that many ticks): ``optimal`` means that.
 
 **Integer bytes.** Where every size is a whole number of bytes, they are divided by their
 greatest common divisor (exact). Otherwise, or where that leaves sizes past 2^24 (the
@@ -56,13 +58,13 @@ from pipesim.search.greedy import Problem
 from pipesim.search.tail import Tail
 
 KINDS = (F, I, W)
-TICKS_ABOVE = 1e5  # the step takes 10^5 to 10^6 ticks
+TICKS_ABOVE = 1e6  # the step takes 10^6 to 10^7 ticks
 MAX_DEMAND = 2**24  # largest memory demand handed to the solver
 EXACT = 1e-12  # relative slack when a float tick count is a whole number up to rounding
 
 
 def ticks_per_ms(horizon_ms: float) -> int:
-    """The power of ten that makes ``horizon_ms`` 10^5 to 10^6 ticks (at least 1)."""
+    """The power of ten that makes ``horizon_ms`` 10^6 to 10^7 ticks (at least 1)."""
     if horizon_ms <= 0:
         return 1
     return 10 ** max(0, math.ceil(math.log10(TICKS_ABOVE / horizon_ms)))
@@ -113,6 +115,7 @@ class Solved:
     bound_ms: float
     proven: bool
     status: str
+    resolution_ms: float = 0.0  # what rounding to ticks can hide (module docstring)
 
 
 class ExactModel:
@@ -234,6 +237,7 @@ class ExactModel:
             bound_ms=max(bound, 0.0) / self.per_ms,
             proven=status == cp_model.OPTIMAL,
             status=solver.status_name(status),
+            resolution_ms=(len(self.start) + self.problem.stages) / self.per_ms,
         )
 
     def _orders(self, solver) -> tuple[tuple[Action, ...], ...]:
