@@ -132,7 +132,8 @@ def _combined(heuristic: SearchResult, solved: Solved, found: Evaluated | None) 
         lower_bound_ms=bound_ms,
         lower_bound_part=part,
         mode="exact",
-        optimal=solved.proven and best.makespan_ms <= bound_ms + solved.resolution_ms,
+        optimal=(solved.proven and best.makespan_ms <= bound_ms + solved.resolution_ms)
+        or best.makespan_ms <= bound_ms * (1 + OPTIMAL_WITHIN),
         heuristic_makespan_ms=heuristic.makespan_ms,
     )
 

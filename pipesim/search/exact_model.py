@@ -52,7 +52,7 @@ import os
 from dataclasses import dataclass
 
 from pipesim.schedules.ir import Action, F, I, W
-from pipesim.search.bound import chains
+from pipesim.search.bound import MARGIN, chains
 from pipesim.search.fits import counts_memory, room_bytes
 from pipesim.search.greedy import Problem
 from pipesim.search.tail import Tail
@@ -121,7 +121,12 @@ class Solved:
 class ExactModel:
     """The CP-SAT model of ``problem`` (module docstring). ``horizon_ms``: no start or end
     later than this (the heuristic's step end: a better order ends before it); ``floor_ms``:
-    a known lower bound on the step end (the cheap bound), or 0."""
+    a known lower bound on the step end (the cheap bound, lowered by ``MARGIN``), or 0.
+
+    The floor may be any number of ticks up to ``T x per_ms``, ``T`` the best real
+    makespan (the step variable need only be at least every end), not only up to its
+    floor: the cheap bound is lifted back by its margin, and once more for safety, so that
+    a step the heuristic already reached is proven at once instead of a tick below it."""
 
     def __init__(
         self,
@@ -152,7 +157,8 @@ class ExactModel:
         self._dependencies()
         self._devices()
         self._memory()
-        self.step = model.new_int_var(down(floor_ms, self.per_ms), self.horizon, "step")
+        floor = min(down(floor_ms * (1 + 2 * MARGIN), self.per_ms), self.horizon)
+        self.step = model.new_int_var(floor, self.horizon, "step")
         self._objective(tail)
         model.minimize(self.step)
 
