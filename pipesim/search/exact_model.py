@@ -22,8 +22,19 @@ microbatch) is an interval of fixed length whose start the solver chooses:
   device's own all-reduce (overlapped) or the longest one after the flush
   (``pipesim.search.tail``).
 
-Microbatches are interchangeable (their costs are the stage's), so relabelling them in
-the order their first forward starts loses nothing: ``F(0,i)`` before ``F(0,i+1)``.
+Microbatches are interchangeable (their costs are the stage's), so the model asks each
+stage to run its ``F``, its ``I`` and its ``W`` passes in microbatch order. That loses no
+step end. Take any valid timed schedule and the first stage ``s`` whose forwards run out
+of order, ``F(s,b)`` just before ``F(s,a)`` with ``a < b``: swap the labels ``a`` and ``b``
+on every action of the stages from ``s`` up, and on the ``I`` and ``W`` passes of the
+stages below. Each device then runs the same actions at the same times (so its memory
+and its end are unchanged), and every dependency still holds: the new ``F(s,a)`` starts
+when the old ``F(s,b)`` did, after ``F(s-1,b)`` and so after ``F(s-1,a)``, which ran
+first; the new ``I(t,a)`` below ``s`` waits for what the old ``I(t,b)`` waited for. Sorting
+stage by stage up the pipeline puts every stage's forwards in order; the same swap on the
+``I`` and ``W`` passes from the last stage down (forwards now in order) puts the input
+backwards in order, and swapping ``W`` passes alone, the weight passes. A timing the
+heuristic gives becomes such an ordered one by sorting its starts per stage and kind.
 
 **Integer time.** CP-SAT works in integers. Durations become ticks of ``1 / per_ms`` ms,
 ``per_ms`` a power of ten chosen so the step is 10^6 to 10^7 ticks (decimal costs such as
@@ -182,8 +193,10 @@ class ExactModel:
                 if s + 1 < p.stages:
                     add(start[Action(s, I, i)] >= end(Action(s + 1, I, i)) + hop[s])
                 add(start[Action(s, W, i)] >= end(Action(s, I, i)))
-        for i in range(1, p.microbatches):  # interchangeable microbatches, relabelled
-            add(start[Action(0, F, i)] >= end(Action(0, F, i - 1)))
+        for s in range(p.stages):  # interchangeable microbatches: each kind in order
+            for kind in KINDS:
+                for i in range(1, p.microbatches):
+                    add(start[Action(s, kind, i)] >= end(Action(s, kind, i - 1)))
 
     def _devices(self) -> None:
         p = self.problem
@@ -221,10 +234,17 @@ class ExactModel:
 
     def hint(self, starts_ms: dict[Action, float]) -> None:
         """Start the solver from a known order's timing (the heuristic's): each action's
-        start in ms, rounded down as the durations are (so the timing stays feasible)."""
+        start in ms, rounded down as the durations are (so the timing stays feasible), and
+        sorted per stage and kind (the microbatches relabelled as the model orders them)."""
+        by_kind: dict[tuple, list[float]] = {}
         for action, ms in starts_ms.items():
-            if action in self.start:
-                self.model.add_hint(self.start[action], min(down(ms, self.per_ms), self.horizon))
+            by_kind.setdefault((action.stage, action.kind), []).append(ms)
+        for (stage, kind), times in by_kind.items():
+            for i, ms in enumerate(sorted(times)):
+                action = Action(stage, kind, i)
+                if action in self.start:
+                    ticks = min(down(ms, self.per_ms), self.horizon)
+                    self.model.add_hint(self.start[action], ticks)
 
     def solve(self, time_limit_s: float, workers: int | None = None) -> Solved:
         """Run CP-SAT for at most ``time_limit_s`` seconds on ``workers`` threads (None:
