@@ -22,8 +22,11 @@ Search, then verify:
 1. starting candidates: the fixed policies of the family (``1f1b``, ``zb-h1``, ``zb-h2``,
    ``eager-1f1b``; ``zbv``, ``v-half``, ``v-min``) that can be built and fit the limit;
 2. the constructive heuristic (``pipesim.search.greedy``) under a few rule variants;
-3. a local improvement pass over the best so far (``pipesim.search.improve``): a strict
-   hill climb, then one that also crosses plateaus, each from that best.
+3. for ``v-auto``, the building blocks of the controllable-memory family nearest the
+   limit (``pipesim.search.blocks``);
+4. a local improvement pass (``pipesim.search.improve``): a strict hill climb, then one
+   that also crosses plateaus, each from the best so far, and both again from the best
+   building block where that is another.
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -39,6 +42,7 @@ from dataclasses import dataclass, replace
 from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, Schedule, ScheduleError, single_chain, v_placement
 from pipesim.schedules.validity import validate
+from pipesim.search.blocks import block_schedules
 from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import Problem, Stalled, construct, make_problem
 from pipesim.search.improve import improve
@@ -63,6 +67,10 @@ FAMILIES = {
 CONSTRUCT_ACTIONS = 100_000
 # The improvement pass runs about this many actions' worth of simulations in all.
 IMPROVE_ACTIONS = 600_000
+# The V's building blocks: about this many actions' worth of schedules built (at least 4);
+# the best one is climbed from too when within this fraction of the best candidate.
+BLOCK_ACTIONS = 150_000
+NEAR_BLOCK = 0.02
 TOLERANCE = 1e-9
 
 
@@ -220,15 +228,17 @@ def search_schedule(
     search.starting_candidates(FAMILIES[name], devices, microbatches)
     problem = make_problem(placement, microbatches, costs, topology, memory_limit_bytes)
     search.constructed(problem, name)
+    if AUTO_POLICIES[name] == 2:
+        search.built_from_blocks(problem, name)
     best = search.best
     if best is None:  # nothing fitted: should not happen above the minimum
         raise SearchError(f"no {name} order found within {memory_limit_bytes:.12g} bytes")
-    budget = max(8, min(400, IMPROVE_ACTIONS // max(best.schedule.num_actions, 1)))
-    search.improved(budget)
+    bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
+    if best.makespan_ms > bound.makespan_ms * (1 + 1e-8):  # else no order is faster
+        search.improved(max(best.schedule.num_actions, 1))
     best = search.best
     schedule = replace(best.schedule, name=name)
     validate(schedule)
-    bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
     return SearchResult(
         schedule=schedule,
         makespan_ms=best.makespan_ms,
@@ -251,6 +261,7 @@ class _Search:
         self.progress = progress
         self.count = 0
         self.best: Evaluated | None = None
+        self.best_block: Evaluated | None = None  # the fastest building block that fits
 
     def fits(self, peak_bytes: float) -> bool:
         return peak_bytes <= self.limit * (1 + TOLERANCE) + TOLERANCE
@@ -295,17 +306,36 @@ class _Search:
             seen.add(orders)
             self.offer(_schedule(orders, problem, name), "heuristic")
 
-    def improved(self, budget: int) -> None:
-        start = self.best
-        source = f"improved from {start.source}"
+    def built_from_blocks(self, problem: Problem, name: str) -> None:
+        """The V's building blocks nearest the limit (``pipesim.search.blocks``)."""
+        most = max(4, BLOCK_ACTIONS // (3 * problem.stages * problem.microbatches))
+        for schedule in block_schedules(problem, most, name):
+            found, _ = self.offer(schedule, "building block")
+            if found is None or not self.fits(found.peak_bytes):
+                continue
+            if self.best_block is None or found.makespan_ms < self.best_block.makespan_ms:
+                self.best_block = found
 
-        def run(schedule: Schedule) -> tuple[float | None, Trace | None]:
-            found, trace = self.offer(schedule, source)
-            fits = found is not None and self.fits(found.peak_bytes)
-            return (found.makespan_ms if fits else None), trace
+    def improved(self, actions: int) -> None:
+        """Climb from the best candidate, then from the best building block where that is
+        another within ``NEAR_BLOCK`` of it (the blocks' steady states are a basin the
+        other candidates rarely reach), on half the budget. ``actions``: per candidate."""
+        budget = max(8, min(400, IMPROVE_ACTIONS // actions))
+        starts = [(self.best, budget)]
+        block = self.best_block
+        if block is not None and block is not self.best:
+            if block.makespan_ms <= self.best.makespan_ms * (1 + NEAR_BLOCK):
+                starts.append((block, max(8, min(400, IMPROVE_ACTIONS // 2 // actions))))
+        for start, budget in starts:
+            source = f"improved from {start.source}"
 
-        improve(start.schedule, budget, run)
-        improve(start.schedule, budget, run, settling=True)  # another way up from the start
+            def run(schedule: Schedule, source=source) -> tuple[float | None, Trace | None]:
+                found, trace = self.offer(schedule, source)
+                fits = found is not None and self.fits(found.peak_bytes)
+                return (found.makespan_ms if fits else None), trace
+
+            improve(start.schedule, budget, run)
+            improve(start.schedule, budget, run, settling=True)  # another way up
 
 
 def _schedule(orders: tuple[tuple[Action, ...], ...], problem: Problem, name: str) -> Schedule:
