@@ -58,6 +58,12 @@ some earlier stage ``t`` and ``W(t,i)`` after them. The parts of the bound:
   where ``work`` is what a microbatch not yet started at ``s`` still needs of the device.
   With ``m = 1`` this is the critical path of one microbatch through all stages.
 
+* **the end-of-step tail** (``with_tail``, where the scenario has data parallelism): after
+  the flush every device reduces its gradients, so the longest tail adds to every part;
+  overlapped (``dp_overlap``), device d's tail starts when its own last action ends, no
+  earlier than its warm-up floor plus all its work, and whichever device ends last still
+  runs its own tail, at least the shortest.
+
 The largest part is the bound, lowered by ``MARGIN`` so that float sums taken in another
 order than the engine's never lift it above an optimal makespan.
 """
