@@ -48,19 +48,26 @@ def stand_in(pipe: PipelineSpec, source: str) -> str:
 # A search runs the engine dozens of times and its own construction in Python: past this
 # many actions it takes minutes, so it runs only where pipeline.max_actions is set.
 SEARCH_MAX_ACTIONS = 500_000
+# The exact mode's program holds a few variables and constraints per action: past this
+# many it takes gigabytes before the solver starts.
+EXACT_MAX_ACTIONS = 20_000
 
 
 def check_size(pipe: PipelineSpec, microbatches: int, source: str) -> None:
     """The search's own size guard (a searched policy only): refuse more than
-    ``SEARCH_MAX_ACTIONS`` actions unless ``pipeline.max_actions`` is given."""
+    ``SEARCH_MAX_ACTIONS`` actions (``EXACT_MAX_ACTIONS`` in exact mode) unless
+    ``pipeline.max_actions`` is given."""
     if pipe.schedule not in AUTO_POLICIES or "max_actions" in pipe.model_fields_set:
         return
     actions = (pipe.devices or 1) * microbatches * AUTO_POLICIES[pipe.schedule] * 3
-    if actions > SEARCH_MAX_ACTIONS:
+    exact = pipe.search == "exact"
+    most = EXACT_MAX_ACTIONS if exact else SEARCH_MAX_ACTIONS
+    if actions > most:
+        what = "an exact search's constraint program" if exact else "the search"
         raise ScenarioError(
             f"{source}: pipeline: {pipe.schedule} would search a schedule of {actions:,} "
-            f"actions, over the search limit of {SEARCH_MAX_ACTIONS:,} (it takes minutes); "
-            "set pipeline.max_actions to search anyway"
+            f"actions, over the limit of {most:,} for {what} (it takes minutes and "
+            "gigabytes); set pipeline.max_actions to search anyway"
         )
 
 

@@ -202,3 +202,8 @@ def test_search_keys_need_a_searched_policy(scenario):
             load_scenario(scenario, ["pipeline.schedule=1f1b", f"pipeline.{key}"])
     with pytest.raises(ScenarioError, match="pipeline.search: Input should be 'heuristic' or"):
         load_scenario(scenario, ["pipeline.search=fast"])
+
+
+def test_an_exact_search_past_its_size_is_refused_unless_max_actions_is_set(scenario):
+    with pytest.raises(ScenarioError, match="over the limit of 20,000 for an exact search's"):
+        load_scenario(scenario, ["pipeline.search=exact", "pipeline.microbatches=2000"])
