@@ -18,6 +18,9 @@ run for at most ``time_limit_s`` seconds. Three outcomes:
 
 Whatever the solver's own timing says, the order it returns is run on the engine, and the
 engine's makespan and peak are the ones reported, as for every candidate of the search.
+A proven optimum is the same on every run; an order found when time runs out depends on
+how far the solver got (its threads race), so two runs may differ there, never in being
+at least as fast as the heuristic's.
 OR-Tools is an optional extra (``pip install 'pipesim[exact]'``), imported only here.
 """
 
