@@ -155,14 +155,21 @@ def pipesim_limit(case: Case, topology, their_peak: float) -> float:
 class Outcome:
     case: Case
     theirs_ms: float
-    ours_ms: float
-    bound_ms: float
+    ours_ms: float  # the heuristic's (search_schedule)
+    bound_ms: float  # the cheap bound, or the exact mode's where higher
     line: str
+    cheap_ms: float = 0.0  # the search's cheap bound
+    exact_ms: float | None = None  # the exact mode's makespan, where it ran
+    optimal: bool = False
 
     @property
     def diff(self) -> float:
-        diff = (self.ours_ms - self.theirs_ms) / self.theirs_ms
-        return 0.0 if abs(diff) < EQUAL else diff
+        return _diff(self.ours_ms, self.theirs_ms)
+
+
+def _diff(ours_ms: float, theirs_ms: float) -> float:
+    diff = (ours_ms - theirs_ms) / theirs_ms
+    return 0.0 if abs(diff) < EQUAL else diff
 
 
 def run_case(modules, case: Case, exact_s: float | None) -> Outcome | str:
@@ -181,21 +188,23 @@ def run_case(modules, case: Case, exact_s: float | None) -> Outcome | str:
         found = search_schedule(*args)
     except SearchError as error:
         return f"{case.label()}  {their_ms:>9.3f}  ours failed: {error}"
-    bound = found.lower_bound_ms
+    cheap = found.lower_bound_ms
+    outcome = Outcome(case, their_ms, found.makespan_ms, cheap, "", cheap_ms=cheap)
     exact_text = ""
     if exact_s is not None:
         from pipesim.search.exact import exact_schedule
 
         began = time.perf_counter()
         exact = exact_schedule(*args, time_limit_s=exact_s)
-        bound = max(bound, exact.lower_bound_ms)
+        outcome.bound_ms = bound = max(found.lower_bound_ms, exact.lower_bound_ms)
+        outcome.exact_ms, outcome.optimal = exact.makespan_ms, bool(exact.optimal)
         proven = "optimal" if exact.optimal else f"bound {exact.lower_bound_ms:.3f}"
         exact_text = (
             f"  exact {exact.makespan_ms:>8.3f} ({proven}, {time.perf_counter() - began:.1f} s)"
         )
+    bound = outcome.bound_ms
     over = "!" if their_peak > limit * (1 + 1e-9) else " "
     own_text = "-" if own is None else f"{own:.3f}"
-    outcome = Outcome(case, their_ms, found.makespan_ms, bound, "")
     outcome.line = (
         f"{case.label()}  {own_text:>9}  {their_ms:>9.3f}  {found.makespan_ms:>9.3f}  "
         f"{outcome.diff:>+7.2%}  {their_peak / GiB:>6.3f}{over}/"
@@ -217,22 +226,32 @@ def cases(builders, devices) -> list[Case]:
     ]
 
 
-def tally(outcomes: list[Outcome]) -> list[str]:
-    """Per builder and in all: slower, equal, faster; the median and largest gap."""
+def tally(outcomes: list[Outcome], exact: bool = False) -> list[str]:
+    """Per builder and in all: slower, equal, faster; the median and largest gap. With
+    ``exact``, the exact mode's makespans against theirs and the heuristic's gap to the
+    optimum where the exact mode proved one."""
     groups = defaultdict(list)
     for outcome in outcomes:
         groups[outcome.case.builder].append(outcome)
-        groups["all"].append(outcome)
+    groups["all"] = outcomes
     lines = []
     for name, group in groups.items():
-        slower = sum(o.diff > 0 for o in group)
-        faster = sum(o.diff < 0 for o in group)
-        gaps = [o.ours_ms / o.bound_ms - 1 for o in group]
-        lines.append(
-            f"{name:<7} {len(group):>4} cases: pipesim slower in {slower}, equal in "
-            f"{len(group) - slower - faster}, faster in {faster}; gap to the bound: median "
-            f"{statistics.median(gaps):.2%}, max {max(gaps):.2%}"
+        diffs = [_diff(o.exact_ms, o.theirs_ms) if exact else o.diff for o in group]
+        slower, faster = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+        gaps = [o.ours_ms / (o.bound_ms if exact else o.cheap_ms) - 1 for o in group]
+        line = (
+            f"{name:<7} {len(group):>4} cases: {'exact' if exact else 'pipesim'} slower in "
+            f"{slower}, equal in {len(group) - slower - faster}, faster in {faster}; "
+            f"heuristic's gap to the bound: median {statistics.median(gaps):.2%}, max "
+            f"{max(gaps):.2%}"
         )
+        proven = [o.ours_ms / o.exact_ms - 1 for o in group if exact and o.optimal]
+        if proven:
+            line += (
+                f"; to the {len(proven)} proven optima: median {statistics.median(proven):.2%}, "
+                f"max {max(proven):.2%}"
+            )
+        lines.append(line)
     return lines
 
 
@@ -262,8 +281,8 @@ def main() -> None:
     print("\nagainst the authors' schedulers (gap: to the search's cheap lower bound)")
     print("\n".join(tally(outcomes)))
     if exact_outcomes:
-        print(f"\non the cases with p <= {args.exact_devices} (gap: to the exact mode's bound)")
-        print("\n".join(tally(exact_outcomes)))
+        print(f"\nthe exact mode on the cases with p <= {args.exact_devices} (gap: to its bound)")
+        print("\n".join(tally(exact_outcomes, exact=True)))
 
 
 if __name__ == "__main__":
