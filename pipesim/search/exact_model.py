@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass
 
 from pipesim.schedules.ir import Action, F, I, W
@@ -161,6 +162,8 @@ class ExactModel:
         }
         self.start: dict[Action, object] = {}
         self.interval: dict[Action, object] = {}
+        self.spans: list[tuple[object, Action, Action]] = []  # memory: (size, F, I or W)
+        self.step_terms: list[tuple[Action, int]] = []  # step >= end of W + ticks
         for s in range(problem.stages):
             for kind in KINDS:
                 for i in range(problem.microbatches):
@@ -217,9 +220,10 @@ class ExactModel:
                         if demand <= 0:
                             continue
                         size = model.new_int_var(0, self.horizon, "")
-                        ends = self.end(Action(s, kind, i))
-                        intervals.append(model.new_interval_var(taken, size, ends, ""))
+                        freed = Action(s, kind, i)
+                        intervals.append(model.new_interval_var(taken, size, self.end(freed), ""))
                         demands.append(demand)
+                        self.spans.append((size, Action(s, F, i), freed))
             if intervals:
                 model.add_cumulative(intervals, demands, units.capacity)
 
@@ -230,7 +234,9 @@ class ExactModel:
             if tail is not None:
                 extra = tail.longest_ms if tail.after_flush else tail.tail_ms[p.placement[s]]
             for i in range(p.microbatches):
-                self.model.add(self.step >= self.end(Action(s, W, i)) + down(extra, self.per_ms))
+                term = (Action(s, W, i), down(extra, self.per_ms))
+                self.model.add(self.step >= self.end(term[0]) + term[1])
+                self.step_terms.append(term)
 
     def hint(self, starts_ms: dict[Action, float]) -> None:
         """Start the solver from a known order's timing (the heuristic's): each action's
@@ -239,12 +245,20 @@ class ExactModel:
         by_kind: dict[tuple, list[float]] = {}
         for action, ms in starts_ms.items():
             by_kind.setdefault((action.stage, action.kind), []).append(ms)
+        ticks: dict[Action, int] = {}
         for (stage, kind), times in by_kind.items():
             for i, ms in enumerate(sorted(times)):
                 action = Action(stage, kind, i)
                 if action in self.start:
-                    ticks = min(down(ms, self.per_ms), self.horizon)
-                    self.model.add_hint(self.start[action], ticks)
+                    ticks[action] = min(down(ms, self.per_ms), self.horizon)
+                    self.model.add_hint(self.start[action], ticks[action])
+        if len(ticks) < len(self.start):
+            return  # a partial order: the solver completes it
+        ends = {a: t + self.length[a.kind][a.stage] for a, t in ticks.items()}
+        for size, taken, freed in self.spans:  # a complete hint: the solver's first solution
+            self.model.add_hint(size, max(ends[freed] - ticks[taken], 0))
+        step = max((ends[w] + extra for w, extra in self.step_terms), default=0)
+        self.model.add_hint(self.step, min(max(step, self.step.proto.domain[0]), self.horizon))
 
     def solve(self, time_limit_s: float, workers: int | None = None) -> Solved:
         """Run CP-SAT for at most ``time_limit_s`` seconds on ``workers`` threads (None:
@@ -254,7 +268,15 @@ class ExactModel:
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(time_limit_s, 0.0)
         solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
-        status = solver.solve(self.model)
+        # The solver checks its own limit between steps; a large model's presolve can run
+        # past it, so a timer stops the search at the limit too.
+        timer = threading.Timer(max(time_limit_s, 0.0), solver.stop_search)
+        timer.daemon = True
+        timer.start()
+        try:
+            status = solver.solve(self.model)
+        finally:
+            timer.cancel()
         found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
         bound = solver.best_objective_bound if found or status == cp_model.UNKNOWN else 0.0
         return Solved(
