@@ -259,11 +259,17 @@ def _explain(result: Result) -> Explanation:
     return explain(result.trace, scenario.schedule, scenario.topology, scenario.costs)
 
 
-def search_dict(search: SearchResult) -> dict[str, float | int | str]:
+def search_dict(search: SearchResult) -> dict[str, float | int | str | bool | None]:
     """The search's numbers for JSON: limit, peak reached, candidates, seconds, source, and
     the lower bound with the gap to it (``makespan_ms / lower_bound_ms - 1``) and the part
-    of the bound that gives it."""
+    of the bound that gives it; the mode (``heuristic`` or ``exact``), and in exact mode
+    whether the order is proven optimal and the heuristic's own makespan and gap."""
+    exact = search.mode == "exact"
     return {
+        "mode": search.mode,
+        "optimal": search.optimal if exact else None,
+        "heuristic_makespan_ms": search.heuristic_makespan_ms if exact else search.makespan_ms,
+        "heuristic_gap": search.heuristic_gap,
         "memory_limit_bytes": search.limit_bytes,
         "peak_activation_bytes": search.peak_activation_bytes,
         "makespan_ms": search.makespan_ms,

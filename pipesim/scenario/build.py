@@ -44,6 +44,7 @@ from pipesim.scenario.variability import KIND_LETTERS, profile_stage_cvs, variab
 from pipesim.schedules import fit_virtual_stages
 from pipesim.schedules.ir import Schedule
 from pipesim.search import AUTO_POLICIES, SearchResult
+from pipesim.search.tail import Tail
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.links import Topology
 from pipesim.sim.metrics import Accounting
@@ -218,6 +219,9 @@ def _searched(scenario: Scenario, source: str, progress=None) -> Scenario:
     """A zb-auto / v-auto scenario with the schedule searched on its costs and links."""
     if scenario.spec.pipeline.schedule not in AUTO_POLICIES:
         return scenario
+    tail = None
+    if scenario.tail_ms is not None:
+        tail = Tail(scenario.tail_ms, scenario.tail_after_flush, scenario.optimizer_ms)
     found = searched.search(
         scenario.spec.pipeline,
         scenario.schedule,
@@ -225,6 +229,7 @@ def _searched(scenario: Scenario, source: str, progress=None) -> Scenario:
         scenario.topology,
         source,
         progress,
+        tail,
     )
     return replace(scenario, schedule=found.schedule, search=found)
 

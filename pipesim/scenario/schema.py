@@ -130,6 +130,9 @@ class PipelineSpec(_Strict):
     # The combined-1F1B schedules (1f1b-a2a-overlap, interleaved-1f1b-a2a-overlap): split
     # each merged unit's backward, its weight gradient delayed to cover the all-to-alls.
     delay_wgrad: bool = False
+    # zb-auto / v-auto: exact runs a constraint program after the heuristic (pipesim[exact])
+    search: Literal["heuristic", "exact"] = "heuristic"
+    search_time_limit_s: Annotated[float, Field(gt=0, le=86_400)] = 10.0  # the solver's
 
     @field_validator("schedule")
     @classmethod

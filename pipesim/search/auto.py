@@ -22,8 +22,11 @@ Search, then verify:
 1. starting candidates: the fixed policies of the family (``1f1b``, ``zb-h1``, ``zb-h2``,
    ``eager-1f1b``; ``zbv``, ``v-half``, ``v-min``) that can be built and fit the limit;
 2. the constructive heuristic (``pipesim.search.greedy``) under a few rule variants;
-3. a local improvement pass over the best so far (``pipesim.search.improve``): a strict
-   hill climb, then one that also crosses plateaus, each from that best.
+3. for ``v-auto``, the building blocks of the controllable-memory family nearest the
+   limit (``pipesim.search.blocks``);
+4. a local improvement pass (``pipesim.search.improve``): a strict hill climb, then one
+   that also crosses plateaus, each from the best so far, and both again from the best
+   building block where that is another.
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -39,9 +42,12 @@ from dataclasses import dataclass, replace
 from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, Schedule, ScheduleError, single_chain, v_placement
 from pipesim.schedules.validity import validate
+from pipesim.search.blocks import block_schedules
 from pipesim.search.bound import lower_bound
-from pipesim.search.greedy import Problem, Rules, Stalled, construct, make_problem
+from pipesim.search.greedy import Problem, Stalled, construct, make_problem
 from pipesim.search.improve import improve
+from pipesim.search.rules import RULES, v_only
+from pipesim.search.tail import Tail, engine_options
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.engine import DeadlockError, simulate
 from pipesim.sim.links import Topology
@@ -57,88 +63,14 @@ FAMILIES = {
     "zb-auto": ("1f1b", "zb-h1", "zb-h2", "eager-1f1b"),
     "v-auto": ("zbv", "v-half", "v-min"),
 }
-# Rule variants, the most often useful first; large problems try only the first few.
-_FIRST = (Rules(0.0, True), Rules(1.0, True, 1), Rules(0.5, True), Rules(0.0, True, 0))
-# Then those that, with the first four, build the best order of every case of
-# benchmarks/bench_vs_zero_bubble.py: ZB-H2's staircase, 1F1B's alternation of F and I,
-# the V's chunk 1 first, room kept for one or two chunk-1 forwards or none.
-_COVER = (
-    Rules(0.5, True, 0, forward_first=True, slope=2),
-    Rules(1.0, True, 0, True, 1, forward_first=True, wait_deep=True),
-    Rules(0.0, True, None, reserve=1, forward_first=True, wait_deep=True),
-    Rules(1.0, True, 0, reserve=1, forward_first=True, wait_deep=True),
-    Rules(0.5, True, None, True, wait_deep=True),
-    Rules(0.5, True, 0),
-    Rules(1.0, True, None, True, 1, forward_first=True),
-    Rules(0.0, True, None, reserve=1, forward_first=True),
-    Rules(1.0, True, 0, True, free_first=True, forward_first=True),
-    Rules(1.0, True, None, True, 0, free_first=True, forward_first=True),
-    Rules(1.0, True, None, reserve=0, forward_first=True),
-    Rules(0.0, True, 0, reserve=1, forward_first=True, wait_deep=True),
-    Rules(0.0, True, None, reserve=1, forward_first=True, wait_deep=True, reserve_idle=True),
-    Rules(1.0, True, None, True, 1, forward_first=True, wait_deep=True, reserve_idle=True),
-    Rules(1.0, True, None, True, 2, forward_first=True, wait_deep=True, reserve_idle=True),
-    Rules(0.5, True, 0, False, 2, forward_first=True, wait_deep=True, reserve_idle=True),
-)
-_REST = (
-    tuple(
-        Rules(fill_ratio, deep_first, extra)
-        for extra in (None, 0, 1, 2)
-        for fill_ratio, deep_first in (
-            (0.0, True),
-            (1.0, True),
-            (0.5, True),
-            (float("inf"), True),
-            (0.0, False),
-            (1.0, False),
-        )
-    )
-    + tuple(
-        Rules(fill_ratio, True, extra, shallow, reserve, free, forward)
-        for reserve in (1, None, 0)
-        for free in (True, False)
-        for forward in (False, True)
-        for extra in (None, 0)
-        for shallow in (True, False)
-        for fill_ratio in (0.0, 1.0, 0.5)
-    )
-    + tuple(
-        Rules(fill_ratio, True, extra, slope=2, forward_first=forward)
-        for extra in (0, 1)
-        for forward in (False, True)
-        for fill_ratio in (0.0, 1.0, 0.5, float("inf"))
-    )
-    + tuple(
-        Rules(fill_ratio, True, extra, shallow, reserve, forward_first=forward, wait_deep=True)
-        for reserve in (None, 1)
-        for forward in (False, True)
-        for extra in (None, 0)
-        for shallow in (True, False)
-        for fill_ratio in (0.0, 1.0, 0.5)
-    )
-    + tuple(
-        Rules(
-            fill_ratio,
-            True,
-            extra,
-            shallow,
-            reserve,
-            forward_first=True,
-            wait_deep=wait,
-            reserve_idle=True,
-        )
-        for reserve in (1, 2)
-        for wait in (True, False)
-        for extra in (None, 0)
-        for shallow in (True, False)
-        for fill_ratio in (0.0, 1.0, 0.5)
-    )
-)
-RULES = tuple(dict.fromkeys(_FIRST + _COVER + _REST))
 # Constructions run about this many actions' worth in all (at least the first four).
 CONSTRUCT_ACTIONS = 100_000
 # The improvement pass runs about this many actions' worth of simulations in all.
 IMPROVE_ACTIONS = 600_000
+# The V's building blocks: about this many actions' worth of schedules built (at least 4);
+# the best one is climbed from too when within this fraction of the best candidate.
+BLOCK_ACTIONS = 150_000
+NEAR_BLOCK = 0.02
 TOLERANCE = 1e-9
 
 
@@ -159,13 +91,24 @@ class SearchResult:
     source: str  # the starting recipe, "heuristic", or "improved from <recipe>"
     lower_bound_ms: float = 0.0  # no valid order within the limit is faster (search.bound)
     lower_bound_part: str = ""  # which part of the bound gives it
+    mode: str = "heuristic"  # or "exact": the constraint program ran after the heuristic
+    optimal: bool | None = None  # exact mode: whether no order is proven faster
+    heuristic_makespan_ms: float | None = None  # exact mode: the heuristic's own order's
 
     @property
     def gap(self) -> float:
         """How much slower the order found is than the lower bound (0: optimal)."""
-        if self.lower_bound_ms <= 0:
-            return 0.0
-        return self.makespan_ms / self.lower_bound_ms - 1
+        return _gap(self.makespan_ms, self.lower_bound_ms)
+
+    @property
+    def heuristic_gap(self) -> float:
+        """How much slower the heuristic's own order is than the lower bound."""
+        heuristic = self.heuristic_makespan_ms
+        return _gap(self.makespan_ms if heuristic is None else heuristic, self.lower_bound_ms)
+
+
+def _gap(makespan_ms: float, bound_ms: float) -> float:
+    return 0.0 if bound_ms <= 0 else makespan_ms / bound_ms - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,15 +137,26 @@ def minimum_limit_bytes(name: str, devices: int, microbatches: int, costs: Costs
     return max(held) if microbatches > 0 else 0.0
 
 
-def evaluate(schedule: Schedule, costs: Costs, topology: Topology | None, source: str) -> Evaluated:
-    """Run ``schedule`` on the engine: its makespan and its largest per-device peak."""
-    return run_candidate(schedule, costs, topology, source)[0]
+def evaluate(
+    schedule: Schedule,
+    costs: Costs,
+    topology: Topology | None,
+    source: str,
+    tail: Tail | None = None,
+) -> Evaluated:
+    """Run ``schedule`` on the engine: its makespan (the step's end, with ``tail``'s
+    end-of-step work where given) and its largest per-device peak."""
+    return run_candidate(schedule, costs, topology, source, tail)[0]
 
 
 def run_candidate(
-    schedule: Schedule, costs: Costs, topology: Topology | None, source: str
+    schedule: Schedule,
+    costs: Costs,
+    topology: Topology | None,
+    source: str,
+    tail: Tail | None = None,
 ) -> tuple[Evaluated, Trace]:
-    trace = simulate(schedule, costs, topology)
+    trace = simulate(schedule, costs, topology, **engine_options(tail))
     timelines = memory_timelines(trace, schedule, costs)
     peak = max((float(t.activation_bytes.max()) for t in timelines if len(t.time)), default=0.0)
     return Evaluated(schedule, trace.makespan_ms, max(peak, 0.0), source), trace
@@ -246,12 +200,15 @@ def search_schedule(
     topology: Topology | None = None,
     memory_limit_bytes: float | None = None,
     progress: Callable[[int], None] | None = None,
+    tail: Tail | None = None,
 ) -> SearchResult:
     """The fastest schedule of the family ``name`` found within the memory limit.
 
     ``costs`` has one entry per stage (``devices`` for ``zb-auto``, ``2 * devices`` for
     ``v-auto``); ``memory_limit_bytes`` is per device (None: what 1F1B holds);
-    ``progress(1)`` is called after each candidate (n more done, as everywhere in pipesim).
+    ``progress(1)`` is called after each candidate (n more done, as everywhere in pipesim);
+    ``tail``: the end-of-step all-reduce and optimizer step per device, counted in every
+    candidate's makespan as the engine counts it (``pipesim.search.tail``).
     """
     began = time.perf_counter()
     if devices < 1 or microbatches < 1:
@@ -267,19 +224,21 @@ def search_schedule(
             f"memory limit {memory_limit_bytes:.12g} bytes is below the minimum {floor:.12g} "
             f"bytes any {name} order can reach ({devices} devices)"
         )
-    search = _Search(costs, topology, memory_limit_bytes, progress)
+    search = _Search(costs, topology, memory_limit_bytes, progress, tail)
     search.starting_candidates(FAMILIES[name], devices, microbatches)
     problem = make_problem(placement, microbatches, costs, topology, memory_limit_bytes)
     search.constructed(problem, name)
+    if AUTO_POLICIES[name] == 2:
+        search.built_from_blocks(problem, name)
     best = search.best
     if best is None:  # nothing fitted: should not happen above the minimum
         raise SearchError(f"no {name} order found within {memory_limit_bytes:.12g} bytes")
-    budget = max(8, min(400, IMPROVE_ACTIONS // max(best.schedule.num_actions, 1)))
-    search.improved(budget)
+    bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
+    if best.makespan_ms > bound.makespan_ms * (1 + 1e-8):  # else no order is faster
+        search.improved(max(best.schedule.num_actions, 1))
     best = search.best
     schedule = replace(best.schedule, name=name)
     validate(schedule)
-    bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms)
     return SearchResult(
         schedule=schedule,
         makespan_ms=best.makespan_ms,
@@ -296,11 +255,13 @@ def search_schedule(
 class _Search:
     """The candidates tried so far and the best one that fits."""
 
-    def __init__(self, costs, topology, limit_bytes, progress) -> None:
+    def __init__(self, costs, topology, limit_bytes, progress, tail=None) -> None:
         self.costs, self.topology, self.limit = costs, topology, limit_bytes
+        self.tail = tail
         self.progress = progress
         self.count = 0
         self.best: Evaluated | None = None
+        self.best_block: Evaluated | None = None  # the fastest building block that fits
 
     def fits(self, peak_bytes: float) -> bool:
         return peak_bytes <= self.limit * (1 + TOLERANCE) + TOLERANCE
@@ -309,7 +270,7 @@ class _Search:
         """Run one candidate; keep it if it fits and beats the best. None if it cannot run."""
         self.count += 1
         try:
-            found, trace = run_candidate(schedule, self.costs, self.topology, source)
+            found, trace = run_candidate(schedule, self.costs, self.topology, source, self.tail)
         except (ScheduleError, DeadlockError):
             found, trace = None, None
         if self.progress is not None:
@@ -334,7 +295,7 @@ class _Search:
         seen: set[tuple[tuple[Action, ...], ...]] = set()
         variants = max(4, CONSTRUCT_ACTIONS // (3 * problem.stages * problem.microbatches))
         looped = len(set(problem.placement)) == problem.stages  # V-only rules are moot
-        rules_here = [r for r in RULES if not (looped and _v_only(r))]
+        rules_here = [r for r in RULES if not (looped and v_only(r))]
         for rules in rules_here[:variants]:
             try:
                 orders = construct(problem, rules)
@@ -345,22 +306,36 @@ class _Search:
             seen.add(orders)
             self.offer(_schedule(orders, problem, name), "heuristic")
 
-    def improved(self, budget: int) -> None:
-        start = self.best
-        source = f"improved from {start.source}"
+    def built_from_blocks(self, problem: Problem, name: str) -> None:
+        """The V's building blocks nearest the limit (``pipesim.search.blocks``)."""
+        most = max(4, BLOCK_ACTIONS // (3 * problem.stages * problem.microbatches))
+        for schedule in block_schedules(problem, most, name):
+            found, _ = self.offer(schedule, "building block")
+            if found is None or not self.fits(found.peak_bytes):
+                continue
+            if self.best_block is None or found.makespan_ms < self.best_block.makespan_ms:
+                self.best_block = found
 
-        def run(schedule: Schedule) -> tuple[float | None, Trace | None]:
-            found, trace = self.offer(schedule, source)
-            fits = found is not None and self.fits(found.peak_bytes)
-            return (found.makespan_ms if fits else None), trace
+    def improved(self, actions: int) -> None:
+        """Climb from the best candidate, then from the best building block where that is
+        another within ``NEAR_BLOCK`` of it (the blocks' steady states are a basin the
+        other candidates rarely reach), on half the budget. ``actions``: per candidate."""
+        budget = max(8, min(400, IMPROVE_ACTIONS // actions))
+        starts = [(self.best, budget)]
+        block = self.best_block
+        if block is not None and block is not self.best:
+            if block.makespan_ms <= self.best.makespan_ms * (1 + NEAR_BLOCK):
+                starts.append((block, max(8, min(400, IMPROVE_ACTIONS // 2 // actions))))
+        for start, budget in starts:
+            source = f"improved from {start.source}"
 
-        improve(start.schedule, budget, run)
-        improve(start.schedule, budget, run, settling=True)  # another way up from the start
+            def run(schedule: Schedule, source=source) -> tuple[float | None, Trace | None]:
+                found, trace = self.offer(schedule, source)
+                fits = found is not None and self.fits(found.peak_bytes)
+                return (found.makespan_ms if fits else None), trace
 
-
-def _v_only(rules: Rules) -> bool:
-    """Whether ``rules`` differ from the defaults only where a device holds two stages."""
-    return rules.reserve is not None or rules.shallow_inputs or rules.wait_deep
+            improve(start.schedule, budget, run)
+            improve(start.schedule, budget, run, settling=True)  # another way up
 
 
 def _schedule(orders: tuple[tuple[Action, ...], ...], problem: Problem, name: str) -> Schedule:

@@ -58,6 +58,12 @@ some earlier stage ``t`` and ``W(t,i)`` after them. The parts of the bound:
   where ``work`` is what a microbatch not yet started at ``s`` still needs of the device.
   With ``m = 1`` this is the critical path of one microbatch through all stages.
 
+* **the end-of-step tail** (``with_tail``, where the scenario has data parallelism): after
+  the flush every device reduces its gradients, so the longest tail adds to every part;
+  overlapped (``dp_overlap``), device d's tail starts when its own last action ends, no
+  earlier than its warm-up floor plus all its work, and whichever device ends last still
+  runs its own tail, at least the shortest.
+
 The largest part is the bound, lowered by ``MARGIN`` so that float sums taken in another
 order than the engine's never lift it above an optimal makespan.
 """
@@ -69,6 +75,7 @@ from dataclasses import dataclass
 from pipesim.search.fits import counts_memory, held_by_one, in_flight, most_ms, room_bytes
 from pipesim.search.greedy import Problem
 from pipesim.search.round_trips import paced_ends
+from pipesim.search.tail import Tail
 
 MARGIN = 1e-9  # relative: the bound is lowered by this much
 
@@ -118,10 +125,14 @@ def chains(problem: Problem, backward_ms: tuple[float, ...], overhead_ms: float)
 
 
 def lower_bound(
-    problem: Problem, backward_ms: tuple[float, ...], overhead_ms: float = 0.0
+    problem: Problem,
+    backward_ms: tuple[float, ...],
+    overhead_ms: float = 0.0,
+    tail: Tail | None = None,
 ) -> LowerBound:
     """The largest of the parts (module docstring) for ``problem``, whose memory limit and
-    placement are those of the search; ``backward_ms`` is each stage's full backward."""
+    placement are those of the search; ``backward_ms`` is each stage's full backward;
+    ``tail``: the end-of-step work per device (``with_tail``)."""
     chain = chains(problem, backward_ms, overhead_ms)
     parts = [
         (device_floor_ms(problem, chain, d), f"work of device {d}") for d in range(problem.devices)
@@ -130,7 +141,29 @@ def lower_bound(
         name = f"round trips of stage {s} (at most {in_flight(problem, s)} in flight)"
         parts.append((round_trips_ms(problem, chain, s), name))
     ms, part = max(parts, key=lambda found: found[0])
+    if tail is not None:
+        ms, part = with_tail(problem, chain, tail, (ms, part))
     return LowerBound(max(ms, 0.0) * (1 - MARGIN), part)
+
+
+def with_tail(
+    problem: Problem, chain: _Chains, tail: Tail, found: tuple[float, str]
+) -> tuple[float, str]:
+    """The bound ``found`` (on the last compute end) lifted by the end-of-step work.
+
+    After the flush, every device's tail starts when the last action ends: add the longest.
+    Overlapped (``dp_overlap``), device d's starts when its own last action ends, which is
+    no earlier than its warm-up floor plus all its work (``own_end_ms``); and whichever
+    device ends last still runs its own tail, at least the shortest."""
+    ms, part = found
+    if tail.after_flush:
+        return ms + tail.longest_ms, f"{part}, then the longest end-of-step all-reduce"
+    shortest = min(max(t, 0.0) for t in tail.tail_ms)
+    parts = [(ms + shortest, f"{part}, then the shortest end-of-step all-reduce")]
+    for d in range(problem.devices):
+        ends = own_end_ms(problem, chain, d) + max(tail.tail_ms[d], 0.0)
+        parts.append((ends, f"work of device {d}, then its own all-reduce"))
+    return max(parts, key=lambda each: each[0])
 
 
 def stages_on(problem: Problem, device: int) -> list[int]:
@@ -146,12 +179,7 @@ def device_floor_ms(problem: Problem, chain: _Chains, device: int) -> float:
         return 0.0
     m, first, deepest = problem.microbatches, mine[0], mine[-1]
     room = room_bytes(problem) if counts_memory(problem) else float("inf")
-    busy = m * sum(chain.forward[s] + chain.input[s] + chain.weight[s] for s in mine)
-    gradient = min(chain.head[s] + chain.trip[s] - chain.input[s] for s in mine)
-    forwards = most_ms(
-        [(chain.forward[s], problem.taken_bytes[s]) for s in mine], room, m, nested=True
-    )
-    warm_up = max(chain.head[first], gradient - forwards)
+    warm_up, busy = _warm_up_and_busy(problem, chain, mine, room)
     pending = most_ms([(chain.weight[s], problem.weight_grad_bytes[s]) for s in mine], room, m)
     ends = [warm_up + max(0.0, chain.below[first] - pending)]
     # After the last forward of its deepest stage: that microbatch's way back, against the
@@ -161,6 +189,27 @@ def device_floor_ms(problem: Problem, chain: _Chains, device: int) -> float:
     back = chain.trip[deepest] + max(chain.weight[deepest], chain.below[deepest])
     ends.append(start + max(0.0, back - left_after_last_forward(problem, chain, mine, room)))
     return max(ends) + busy
+
+
+def own_end_ms(problem: Problem, chain: _Chains, device: int) -> float:
+    """No order ends the device's own last action before its warm-up floor plus its work."""
+    mine = stages_on(problem, device)
+    if not mine:
+        return 0.0
+    room = room_bytes(problem) if counts_memory(problem) else float("inf")
+    return sum(_warm_up_and_busy(problem, chain, mine, room))
+
+
+def _warm_up_and_busy(problem: Problem, chain: _Chains, mine: list[int], room: float):
+    """``(warm_up, busy)``: before ``warm_up`` the device can have done only forwards that
+    fit (or none, before the head of its first stage); ``busy`` is all its work."""
+    m = problem.microbatches
+    busy = m * sum(chain.forward[s] + chain.input[s] + chain.weight[s] for s in mine)
+    gradient = min(chain.head[s] + chain.trip[s] - chain.input[s] for s in mine)
+    forwards = most_ms(
+        [(chain.forward[s], problem.taken_bytes[s]) for s in mine], room, m, nested=True
+    )
+    return max(chain.head[mine[0]], gradient - forwards), busy
 
 
 def left_after_last_forward(problem: Problem, chain: _Chains, mine: list[int], room) -> float:
@@ -206,4 +255,4 @@ def round_trips_ms(problem: Problem, chain: _Chains, stage: int) -> float:
     return max(found, max(start + (m - j) * each for j, start in enumerate(starts)))
 
 
-__all__ = ["MARGIN", "LowerBound", "chains", "lower_bound"]
+__all__ = ["MARGIN", "LowerBound", "chains", "lower_bound", "own_end_ms", "with_tail"]

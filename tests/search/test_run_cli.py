@@ -2,6 +2,7 @@
 a limit below the minimum is one line and exit 2, --schedule-csv writes the order found."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,68 @@ def test_a_search_too_large_to_finish_soon_is_refused_unless_max_actions_is_set(
             scenario,
             ["pipeline.devices=64", "pipeline.microbatches=4096", "pipeline.max_actions=700000"],
         )
+
+
+EXACT = [
+    "--set",
+    "pipeline.search=exact",
+    "--set",
+    "pipeline.schedule=v-auto",
+    "--set",
+    "pipeline.virtual_stages=2",
+    "--set",
+    "pipeline.microbatches=4",
+    "--set",
+    "costs.backward_input_ms=3.0",
+    "--set",
+    "hardware.link={latency_us: 300}",
+]
+
+
+def test_the_exact_search_reports_its_optimum_and_the_heuristics_gap(scenario):
+    """v-auto with 0.3 ms links: the heuristic's order takes 63.2 ms, the solver finds and
+    proves 62.6 ms."""
+    table = invoke("run", scenario, *EXACT)
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert "  makespan          62.600 ms" in lines
+    assert "  lower bound       62.600 ms (the order found is within 0.0% of it)" in lines
+    assert (
+        "  exact search      proven optimal; the heuristic found 63.200 ms "
+        "(1.0% above the bound)" in lines
+    )
+    result = invoke("run", scenario, *EXACT, "--format", "json")
+    search = json.loads(result.stdout)["search"]
+    assert search["mode"] == "exact" and search["optimal"] is True
+    assert search["source"] == "exact (CP-SAT)"
+    assert search["makespan_ms"] == pytest.approx(62.6)
+    assert search["heuristic_makespan_ms"] == pytest.approx(63.2)
+    assert search["heuristic_gap"] == pytest.approx(63.2 / search["lower_bound_ms"] - 1)
+    assert search["lower_bound_part"] == "exact model (CP-SAT, optimal)"
+    heuristic = json.loads(invoke("run", scenario, "--format", "json").stdout)["search"]
+    assert heuristic["mode"] == "heuristic" and heuristic["optimal"] is None
+
+
+def test_the_exact_search_without_or_tools_is_one_line_saying_how_to_install(scenario, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ortools.sat.python", None)  # import fails
+    result = invoke("run", scenario, "--set", "pipeline.search=exact")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"pipesim: error: {scenario}: pipeline.search: the exact search needs OR-Tools "
+        "(ortools>=9.10), which is not installed; install it with: "
+        "pip install 'pipesim[exact]'\n"
+    )
+
+
+def test_search_keys_need_a_searched_policy(scenario):
+    for key in ("search=exact", "search_time_limit_s=5"):
+        with pytest.raises(ScenarioError, match=f"pipeline.{key.split('=')[0]}: only used with"):
+            load_scenario(scenario, ["pipeline.schedule=1f1b", f"pipeline.{key}"])
+    with pytest.raises(ScenarioError, match="pipeline.search: Input should be 'heuristic' or"):
+        load_scenario(scenario, ["pipeline.search=fast"])
+
+
+def test_an_exact_search_past_its_size_is_refused_unless_max_actions_is_set(scenario):
+    with pytest.raises(ScenarioError, match="over the limit of 20,000 for an exact search's"):
+        load_scenario(scenario, ["pipeline.search=exact", "pipeline.microbatches=2000"])

@@ -150,14 +150,22 @@ def _decode_lines(decode: DecodeMetrics) -> list[str]:
 def _search_lines(search: SearchResult) -> list[str]:
     """What the schedule search did: under which limit, how close it came, at what cost,
     and how far from the best order it can be (no order within the limit beats the
-    lower bound)."""
-    return [
+    lower bound); in exact mode, whether the order is proven optimal and how far the
+    heuristic's own order was from the bound."""
+    lines = [
         f"  {'memory limit':<18}{format_bytes(search.limit_bytes)} per device (searched)",
         f"  {'peak reached':<18}{format_bytes(search.peak_activation_bytes)}   ({search.source})",
         f"  {'search':<18}{search.candidates} candidates in {search.seconds:.2f} s",
         f"  {'lower bound':<18}{search.lower_bound_ms:.3f} ms (the order found is within "
         f"{search.gap:.1%} of it)",
     ]
+    if search.mode == "exact":
+        proven = "proven optimal" if search.optimal else "not proven optimal in the time limit"
+        lines.append(
+            f"  {'exact search':<18}{proven}; the heuristic found "
+            f"{search.heuristic_makespan_ms:.3f} ms ({search.heuristic_gap:.1%} above the bound)"
+        )
+    return lines
 
 
 def _monte_carlo_lines(summary: MonteCarloSummary) -> list[str]:
