@@ -11,10 +11,32 @@ import itertools
 import math
 import random
 
+from hypothesis import strategies as st
+
 from pipesim.schedules.ir import Action, F, I, Schedule, W, single_chain
+from pipesim.sim.costs import Costs, uniform_costs
 from tests.oracle import evaluate
 
 KINDS = (F, I, W)
+
+SMALL = st.integers(1, 3).map(float)  # small whole costs: exact sums and ticks, many ties
+
+
+def small_costs(draw, stages: int, **extra) -> tuple[Costs, list[float]]:
+    """F, I, W per stage in small whole numbers, and bytes kept per stage (returned too)
+    with a part of them kept until W; ``extra`` goes to ``uniform_costs``."""
+    per_stage = lambda values: [draw(values) for _ in range(stages)]  # noqa: E731
+    kept = per_stage(st.integers(1, 3).map(float))
+    costs = uniform_costs(
+        stages,
+        per_stage(SMALL),
+        backward_input_ms=per_stage(SMALL),
+        backward_weight_ms=per_stage(st.integers(0, 3).map(float)),
+        activation_memory_bytes=kept,
+        weight_grad_memory_bytes=[k * draw(st.sampled_from([0.0, 0.25, 0.5])) for k in kept],
+        **extra,
+    )
+    return costs, kept
 
 
 def _before(action: Action, placement, stages: int) -> list[Action]:

@@ -16,9 +16,7 @@ from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import make_problem
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.links import Link, Topology
-from tests.search.orders import makespan, optimum, random_schedule
-
-SMALL = st.integers(1, 3).map(float)  # small whole costs: exact sums, many ties
+from tests.search.orders import SMALL, makespan, optimum, random_schedule, small_costs
 
 
 @pytest.fixture
@@ -38,17 +36,7 @@ def small_cases(draw, shapes):
     least any order needs (each device's stages of one microbatch) up."""
     placement, microbatches, loose = draw(st.sampled_from(shapes))
     stages, devices = len(placement), max(placement) + 1
-    per_stage = lambda values: [draw(values) for _ in range(stages)]  # noqa: E731
-    kept = per_stage(st.integers(1, 3).map(float))
-    costs = uniform_costs(
-        stages,
-        per_stage(SMALL),
-        backward_input_ms=per_stage(SMALL),
-        backward_weight_ms=per_stage(st.integers(0, 3).map(float)),
-        activation_bytes=1000.0,
-        activation_memory_bytes=kept,
-        weight_grad_memory_bytes=[k * draw(st.sampled_from([0.0, 0.25, 0.5])) for k in kept],
-    )
+    costs, kept = small_costs(draw, stages, activation_bytes=1000.0)
     latency_us = draw(st.sampled_from([0.0, 500.0, 1500.0]))
     bandwidth = draw(st.sampled_from([float("inf"), 1.0]))  # 1 GB/s: 0.001 ms a message
     topology = Topology(devices, Link(latency_us=latency_us, bandwidth_gbps=bandwidth))

@@ -19,9 +19,8 @@ from pipesim.search.tail import Tail
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
-from tests.search.orders import optimum
+from tests.search.orders import optimum, small_costs
 
-SMALL = st.integers(1, 3).map(float)  # small whole costs: exact in ticks, many ties
 QUICK = settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -40,16 +39,7 @@ def cases(draw, shapes, latencies=(0.0, 500.0, 1500.0)):
     order of the family needs up."""
     name, devices, microbatches = draw(st.sampled_from(shapes))
     stages = devices * (2 if name == "v-auto" else 1)
-    per_stage = lambda values: [draw(values) for _ in range(stages)]  # noqa: E731
-    kept = per_stage(st.integers(1, 3).map(float))
-    costs = uniform_costs(
-        stages,
-        per_stage(SMALL),
-        backward_input_ms=per_stage(SMALL),
-        backward_weight_ms=per_stage(st.integers(0, 3).map(float)),
-        activation_memory_bytes=kept,
-        weight_grad_memory_bytes=[k * draw(st.sampled_from([0.0, 0.25, 0.5])) for k in kept],
-    )
+    costs, kept = small_costs(draw, stages)
     topology = Topology(devices, Link(latency_us=draw(st.sampled_from(latencies))))
     floor = minimum_limit_bytes(name, devices, microbatches, costs)
     limit = floor * draw(st.sampled_from([1.0, 1.5, 2.0, 1e9]))
