@@ -60,7 +60,7 @@ def main() -> None:
     from pipesim import run_scenario
     from pipesim.cli.gc_pause import no_cyclic_gc
     from pipesim.cli.output import write_outputs
-    from pipesim.plot.html import training_report
+    from pipesim.plot import training_report
     from pipesim.scenario.build import build_scenario, parse_spec
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -23,7 +23,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from pipesim.analysis.compare import compare_schedules
 from pipesim.analysis.plan import plan
 from pipesim.analysis.run import run_scenario
-from pipesim.plot.html import compare_report, plan_report, serving_report, training_report
+from pipesim.plot import compare_report, plan_report, serving_report, training_report
 from pipesim.plot.html.gantt import LANES
 from pipesim.scenario.build import load_scenario, read_mapping
 from pipesim.scenario.serving import load_serving, run_serving

@@ -17,7 +17,7 @@ import yaml
 from pipesim.analysis.compare import compare_schedules
 from pipesim.analysis.plan import plan, run_emitted
 from pipesim.analysis.run import run_scenario
-from pipesim.plot.html import compare_report, plan_report, serving_report, training_report
+from pipesim.plot import compare_report, plan_report, serving_report, training_report
 from pipesim.plot.html.gantt import LANES
 from pipesim.plot.style import COLOURS, CRITICAL
 from pipesim.scenario.build import load_scenario, read_mapping
