@@ -41,6 +41,7 @@ from functools import lru_cache
 import numpy as np
 
 from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, single_chain, v_placement
+from pipesim.schedules.policies.squeeze_loop import compiled_squeeze
 
 INTERVAL = 6  # units per repeated block: F0, F1, I1, I0 and two W
 BlockOffsets = tuple[int, int, int, int]  # (F0, F1, I1, I0) start units of microbatch 0
@@ -273,7 +274,8 @@ def _squeeze(grids: list[_DeviceGrid], microbatches: int) -> None:
     """Pull each pass into the earliest free slot after its inputs that keeps memory <= cap.
 
     Passes are visited in slot order (then device order), so a pass's inputs have already
-    found their place.
+    found their place. Large squeezes run ``squeeze_loop``'s compiled form, which takes the
+    same decisions.
     """
     m, devices = microbatches, len(grids)
     cap = max(grid.memory.peak() for grid in grids)
@@ -281,11 +283,34 @@ def _squeeze(grids: list[_DeviceGrid], microbatches: int) -> None:
     wheres = [grid.where for grid in grids]
     passes = len(wheres[0])
     keys = np.array(wheres, np.int64) * devices + np.arange(devices)[:, None]  # slot, device
-    for device, k in (divmod(visit, passes) for visit in np.argsort(keys.ravel()).tolist()):
+    order = np.argsort(keys.ravel())
+    loop = compiled_squeeze(passes * devices)
+    if loop is not None:
+        _squeeze_compiled(loop, grids, order, inputs, cap, m)
+        return
+    for device, k in (divmod(visit, passes) for visit in order.tolist()):
         row, mb = divmod(k, m)
         ready = max([wheres[e][r * m + mb] + 1 for e, r in inputs[device][row]], default=0)
         if ready < wheres[device][k]:
             grids[device].pull(k, ready, cap)
+
+
+def _squeeze_compiled(loop, grids: list[_DeviceGrid], order: np.ndarray, inputs, cap, m) -> None:
+    """The squeeze by the compiled loop on the grids' arrays, written back into the grids."""
+    table = np.full((len(grids), len(_ROWS), 2, 2), -1, np.int64)
+    for device, rows in enumerate(inputs):
+        for row, found in enumerate(rows):
+            for j, pair in enumerate(found):
+                table[device, row, j] = pair
+    where = np.array([grid.where for grid in grids], np.int64)
+    taken = np.array([np.frombuffer(grid.taken, np.uint8) for grid in grids])
+    rows = np.array([grid.memory.rows for grid in grids])
+    known = np.array([grid.memory.known for grid in grids], np.int64)
+    loop(where, taken, rows, known, order.astype(np.int64), table, cap, m)
+    for device, grid in enumerate(grids):
+        grid.where = where[device].tolist()
+        grid.taken[:] = taken[device].tobytes()
+        grid.memory.rows, grid.memory.known = rows[device], int(known[device])
 
 
 def _device_order(grid: _DeviceGrid, device: int, devices: int) -> tuple[Action, ...]:
