@@ -30,6 +30,7 @@ from pipesim.analysis.plan.space import (
     enumerate_space,
     pipeline_sizes,
 )
+from pipesim.analysis.plan.warm import LOAD_AFTER, load_compiled_loops
 from pipesim.analysis.run import Result, run_scenario
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.scenario.build import build_scenario, parse_spec
@@ -145,6 +146,8 @@ def plan(
     scorer = ChunkScorer(base, source, assess=True)
     work = survivors(points, so_far.pruned)
     so_far.space_built(base, source, spec, searched, len(points), len(work))
+    if jobs > 1 and executor == "local" and len(work) >= LOAD_AFTER:
+        load_compiled_loops()  # once here, not in every worker of every pool
     kept = assessed(scorer, work, so_far.pruned, settings)
     so_far.to_score = len(kept)  # the others are counted in pruned (folded ones too)
     if progress is not None and len(points) > len(kept):

@@ -28,7 +28,6 @@ own (``ChunkScorer``), so two runs never share one.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from pipesim.analysis.plan.bound import BoundProgram, bound_program, step_floor_ms
+from pipesim.analysis.plan.digests import Digests, digest
 from pipesim.analysis.plan.prune import (
     MemoryWalks,
     capacity_reason,
@@ -54,7 +54,6 @@ from pipesim.scenario import derive
 from pipesim.scenario.build import Scenario, build_scenario, parse_spec
 from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec
 from pipesim.schedules import POLICIES, get_schedule
-from pipesim.schedules.columns import columns
 from pipesim.schedules.ir import Schedule, ScheduleError
 from pipesim.search import AUTO_POLICIES
 from pipesim.sim.fast import EvaluatorCache
@@ -107,10 +106,12 @@ class Scorer:
         self._schedules: dict[tuple, Schedule | str] = {}
         self._walks = MemoryWalks()
         self._derived: dict[tuple, ModelCosts] = {}
+        self._jobs: dict[tuple, Job | ScenarioError] = {}
+        self._stages: dict[tuple, tuple] = {}  # schedule key -> where its stages sit
         self._topologies: dict[tuple, Topology] = {}
         self._timelines: dict[tuple, tuple[Report, str]] = {}
         self._bounds: dict[tuple, BoundProgram] = {}
-        self._digests = _Digests()
+        self._digests = Digests()
         self._evaluator_cache = EvaluatorCache()  # schedule indexes, sweep buffers
         self._last: tuple[Candidate, ScenarioSpec, Job] | None = None  # the latest candidate
 
@@ -119,8 +120,20 @@ class Scorer:
         return self._candidate(c)[1]
 
     def candidate_job(self, c: Candidate) -> Job:
-        """The candidate's job, as ``pipesim run`` builds it from that scenario."""
-        return self._candidate(c)[2]
+        """The candidate's job, as ``pipesim run`` builds it from that scenario. A job
+        reads neither the policy, the pipeline size nor the chunk count, and whether the
+        scenario validates does not depend on them either, so candidates that differ only
+        in those share one job (or one error)."""
+        key = _job_key(c)
+        if key not in self._jobs:
+            try:
+                self._jobs[key] = self._candidate(c)[2]
+            except ScenarioError as exc:
+                self._jobs[key] = exc
+        job = self._jobs[key]
+        if isinstance(job, ScenarioError):
+            raise job
+        return job
 
     def _candidate(self, c: Candidate) -> tuple[Candidate, ScenarioSpec, Job]:
         if self._last is None or self._last[0] != c:
@@ -150,9 +163,9 @@ class Scorer:
         if shared not in self._timelines:
             scenario = self._scenario(c, prepared.schedule, derived, prepared.topology)
             step = simulate_step(scenario, cache=self._evaluator_cache)
-            self._timelines[shared] = (step.report, _digest(shared))
-        report, digest = self._timelines[shared]
-        return self._outcome(c, restated(report, derived.accounting), digest)
+            self._timelines[shared] = (step.report, digest(shared))
+        report, named = self._timelines[shared]
+        return _outcome(c, restated(report, derived.accounting), named, self.accounting)
 
     def assess(self, c: Candidate) -> Outcome:
         """Prune one candidate, or say what is known of its step before simulating it: a
@@ -178,7 +191,7 @@ class Scorer:
             not c.dp_overlap,
             c.microbatch_size,
         )
-        return Outcome(floor_ms=floor, least_peak_bytes=least, same=_digest(inputs))
+        return Outcome(floor_ms=floor, least_peak_bytes=least, same=digest(inputs))
 
     def _prepare(self, c: Candidate) -> _Prepared | Outcome:
         """The candidate's schedule, costs and topology, or the Outcome that prunes it (a
@@ -188,8 +201,8 @@ class Scorer:
         if isinstance(schedule, str):
             return Outcome(reason=schedule)
         try:  # what pipesim run would refuse (a data-parallel group across nodes, ...)
-            derived = self._model_costs(schedule, c)
-            topology, where = self._topology(schedule, c)
+            derived = self._model_costs(key, schedule, c)
+            topology, where = self._topology(key, schedule, c)
         except ScenarioError as exc:
             return Outcome(reason=self._refused(exc))
         peaks = self._walks.peaks(key, derived.costs)
@@ -232,33 +245,34 @@ class Scorer:
             try:
                 schedule = get_schedule(name, devices, microbatches, chunks, **options)
                 self._walks.add(key, schedule)
+                self._stages[key] = (
+                    schedule.placement,
+                    tuple(map(schedule.model_stage, range(schedule.stages))),
+                    schedule.has_reduce_grad_posts,
+                    frozenset(communicating_pairs(schedule)),  # what the links depend on
+                )
                 self._schedules[key] = schedule
             except ScheduleError:
                 self._schedules[key] = f"{name} needs {POLICIES[name].constraints}"
         return self._schedules[key]
 
-    def _model_costs(self, schedule: Schedule, c: Candidate) -> ModelCosts:
-        where = (
-            schedule.placement,
-            tuple(map(schedule.model_stage, range(schedule.stages))),
-            schedule.has_reduce_grad_posts,
-        )
-        # every key of the candidate but the policy's name and chunk count, which reach the
-        # costs only through where the stages sit
-        key = (where, schedule.microbatches, replace(c, schedule="", virtual_stages=0))
-        if key not in self._derived:
+    def _model_costs(self, key: tuple, schedule: Schedule, c: Candidate) -> ModelCosts:
+        """The costs of schedule ``key`` for the candidate: every key of the candidate but
+        the policy's name and chunk count, which reach the costs only through where the
+        stages sit (``_stages``), picks them."""
+        costs_key = (self._stages[key][:3], schedule.microbatches, _job_key(c), c.devices)
+        if costs_key not in self._derived:
             job = self.candidate_job(c)
-            self._derived[key] = derive.model_costs(job, schedule, self.source)
-        return self._derived[key]
+            self._derived[costs_key] = derive.model_costs(job, schedule, self.source)
+        return self._derived[costs_key]
 
-    def _topology(self, schedule: Schedule, c: Candidate) -> tuple[Topology, tuple]:
+    def _topology(self, key: tuple, schedule: Schedule, c: Candidate) -> tuple[Topology, tuple]:
         """The topology and the key it is cached under."""
-        pairs = frozenset(communicating_pairs(schedule))
-        key = (schedule.devices, pairs, c.tensor, c.data)
-        if key not in self._topologies:
+        where = (schedule.devices, self._stages[key][3], c.tensor, c.data)
+        if where not in self._topologies:
             job = self.candidate_job(c)
-            self._topologies[key] = derive.topology(job, schedule, self.source)
-        return self._topologies[key], key
+            self._topologies[where] = derive.topology(job, schedule, self.source)
+        return self._topologies[where], where
 
     def _score_searched(self, c: Candidate) -> Outcome:
         """zb-auto / v-auto: the whole build, search included, then the step."""
@@ -270,62 +284,45 @@ class Scorer:
         if _exceeds_before(scenario):
             return Outcome(reason=capacity_reason(scenario.accounting))
         report = simulate_step(scenario, cache=self._evaluator_cache).report
-        return self._outcome(c, report, f"search:{c}")
-
-    def _outcome(self, c: Candidate, report: Report, timeline: str) -> Outcome:
-        if report.oom:  # the walk is a lower bound: a tie the other way round found it
-            return Outcome(reason=capacity_reason(self.accounting) + " (found by simulation)")
-        peaks = tuple(d.peak_memory_bytes for d in report.per_device)
-        row = PlanRow(
-            c,
-            step_time_ms=report.step_time_ms,
-            tokens_per_second=report.tokens_per_second,
-            mfu=report.mfu,
-            peak_memory_bytes=max(peaks),
-            bubble_fraction=report.bubble_fraction,
-            evaluator=report.evaluator,
-            peak_memory_bytes_per_device=peaks,
-        )
-        return Outcome(row=row, timeline=timeline)
+        return _outcome(c, report, f"search:{c}", self.accounting)
 
 
-class _Digests:
-    """Digests of a Scorer's cached pieces by value, each made once: a schedule as data
-    (its lists, placement and chains; its policy's name left out, so two policies that
-    give the same lists give one digest), and a ModelCosts' costs, tail and memory terms
-    (by the object's id: each lives in the Scorer's cache as long as the Scorer)."""
-
-    def __init__(self) -> None:
-        self._schedules: dict[tuple, str] = {}
-        self._costs: dict[int, str] = {}
-
-    def schedule(self, key: tuple, s: Schedule) -> str:
-        if key not in self._schedules:
-            self._schedules[key] = _schedule_digest(s)
-        return self._schedules[key]
-
-    def costs(self, derived: ModelCosts) -> str:
-        if id(derived) not in self._costs:
-            values = (derived.costs, derived.tail_ms, derived.optimizer_ms, derived.accounting)
-            self._costs[id(derived)] = _digest(values)
-        return self._costs[id(derived)]
+def _outcome(c: Candidate, report: Report, timeline: str, accounting: Accounting) -> Outcome:
+    """The candidate scored from its Report, or pruned where the simulation found it over
+    the memory that ``accounting`` allows."""
+    if report.oom:  # the walk is a lower bound: a tie the other way round found it
+        return Outcome(reason=capacity_reason(accounting) + " (found by simulation)")
+    peaks = tuple(d.peak_memory_bytes for d in report.per_device)
+    row = PlanRow(
+        c,
+        step_time_ms=report.step_time_ms,
+        tokens_per_second=report.tokens_per_second,
+        mfu=report.mfu,
+        peak_memory_bytes=max(peaks),
+        bubble_fraction=report.bubble_fraction,
+        evaluator=report.evaluator,
+        peak_memory_bytes_per_device=peaks,
+    )
+    return Outcome(row=row, timeline=timeline)
 
 
-def _digest(inputs: tuple) -> str:
-    return hashlib.blake2b(repr(inputs).encode(), digest_size=12).hexdigest()
-
-
-def _schedule_digest(s: Schedule) -> str:
-    """A schedule as data, read from its columns (each action's node, device, stage, kind
-    and microbatch) and the kinds of its groups, with its placement, chains and posts: a
-    million actions hashed as arrays instead of as text."""
-    table = columns(s)
-    digest = hashlib.blake2b(digest_size=12)
-    for array in (table.node, table.device, table.stage, table.kind, table.microbatch):
-        digest.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
-    digest.update(np.ascontiguousarray(table.is_group, dtype=bool).tobytes())  # OVERLAP_F_B
-    digest.update(repr((s.placement, s.chains, s.posts)).encode())
-    return digest.hexdigest()
+def _job_key(c: Candidate) -> tuple:
+    """The keys of a candidate that reach its job: all but the policy, the pipeline size
+    and the chunk count."""
+    return (
+        c.tensor,
+        c.data,
+        c.microbatch_size,
+        c.microbatches,
+        c.recompute,
+        c.zero_stage,
+        c.partition,
+        c.sequence_parallel,
+        c.dp_overlap,
+        c.tp_overlap,
+        c.expert,
+        c.delay_wgrad,
+    )
 
 
 def restated(report: Report, accounting: Accounting) -> Report:

@@ -120,6 +120,19 @@ def compiled_squeeze(passes: int, enabled: bool | None = None):
     return _loaded[0]
 
 
+def load_compiled() -> bool:
+    """Load the compiled loop's machine code into this process now (numba's import, its
+    disk cache), by squeezing nothing with it; False where numba is missing. A process
+    about to fork workers calls it once, so that none of them loads it again."""
+    loop = compiled_squeeze(0, enabled=True)
+    if loop is None:
+        return False
+    where, known, order = np.zeros((1, 4), np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)
+    rows, inputs = np.zeros((1, 3, 2), np.int64), np.full((1, 4, 2, 2), -1, np.int64)
+    loop(where, np.zeros((1, 1), np.uint8), rows, known, order, inputs, 0, 1)
+    return True
+
+
 def _compile():
     if importlib.util.find_spec("numba") is None:
         return None
@@ -130,4 +143,10 @@ def _compile():
     return numba.njit(cache=True, nogil=True)(squeeze_loop)
 
 
-__all__ = ["COMPILE_AFTER_PASSES", "compiled_squeeze", "squeeze_loop", "try_move"]
+__all__ = [
+    "COMPILE_AFTER_PASSES",
+    "compiled_squeeze",
+    "load_compiled",
+    "squeeze_loop",
+    "try_move",
+]
