@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipesim.schedules.columns import Columns, columns
 from pipesim.schedules.ir import Action, Kind, Schedule
 from pipesim.sim.costs import Costs
 
@@ -63,29 +64,36 @@ class BoundProgram:
 
 
 def bound_program(schedule: Schedule) -> BoundProgram:
-    """The schedule's lists walked once for ``step_floor_ms``."""
+    """The schedule's lists walked once for ``step_floor_ms``: the simple actions counted
+    from its columns (``pipesim.schedules.columns``), its groups from its lists."""
+    table = columns(schedule)
+    model_stage = np.array(list(map(schedule.model_stage, range(schedule.stages))), np.int64)
+    alone = ~table.is_group[table.node]  # atoms run on their own, not inside a group
     counts = np.zeros((schedule.devices, 4, schedule.model_stages), dtype=np.float64)
-    alone: Counter = Counter()  # (stage, kind) -> how many run on their own
-    grouped: set = set()  # (stage, kind) of every atom run inside a group
-    groups = []
-    for d, actions in enumerate(schedule.device_actions):
-        simple = Counter((a.stage, a.kind) for a in actions if a.sub_actions is None)
-        for (stage, kind), n in simple.items():
-            counts[d, _ROW[kind], schedule.model_stage(stage)] += n
-        alone += simple
-        together = Counter(
-            tuple((m.kind, m.stage) for m in a.sub_actions)
-            for a in actions
-            if a.sub_actions is not None
-        )
-        grouped |= {member for members in together for member in members}
-        groups.append(tuple(_in_groups(schedule, together).items()))
+    at = (table.device[alone], table.kind[alone], model_stage[table.stage[alone]])
+    np.add.at(counts, at, 1.0)
+    kinds = _KindsAt(_present(table, alone, schedule.stages))
+    groups: list[tuple] = [()] * schedule.devices
+    if not table.one_each:
+        for d, actions in enumerate(schedule.device_actions):
+            together = Counter(
+                tuple((m.kind, m.stage) for m in a.sub_actions)
+                for a in actions
+                if a.sub_actions is not None
+            )
+            groups[d] = tuple(_in_groups(schedule, together).items())
     ends = [(a[0], a[-1]) if a else (None, None) for a in schedule.device_actions]
-    kinds = _KindsAt(alone, grouped)
     heads = tuple(_chain_before(schedule, first, (Kind.F,), kinds) for first, _ in ends)
     drains = tuple(_chain_before(schedule, last, (Kind.B, Kind.I), kinds) for _, last in ends)
     sizes = np.array([len(actions) for actions in schedule.device_actions], dtype=np.float64)
     return BoundProgram(counts, tuple(groups), sizes, heads, drains)
+
+
+def _present(table: Columns, chosen: np.ndarray, stages: int) -> np.ndarray:
+    """``[stage, kind row]``: whether some chosen atom runs that kind at that stage."""
+    found = np.zeros((stages, 4), dtype=bool)
+    found[table.stage[chosen], table.kind[chosen]] = True
+    return found
 
 
 def _in_groups(schedule: Schedule, together: Counter) -> Counter:
@@ -98,19 +106,17 @@ def _in_groups(schedule: Schedule, together: Counter) -> Counter:
 
 @dataclass(frozen=True, slots=True)
 class _KindsAt:
-    """Which kinds each stage runs on their own (``alone``) and inside groups."""
+    """Which kinds each stage runs on their own (``alone[stage, row]``)."""
 
-    alone: Counter
-    grouped: set
+    alone: np.ndarray
 
     def row(self, stage: int, kinds: tuple[Kind, ...]) -> int | None:
         """The table row of a microbatch's action of one of ``kinds`` at ``stage``: its
         kind's where the stage runs only that one of them on its own, the shorter of
-        B and I (``_SHORTER``) where it runs both, None where some run inside a group
-        (the group's time is its own)."""
-        if any((stage, kind) in self.grouped for kind in kinds):
-            return None
-        present = [kind for kind in kinds if self.alone[(stage, kind)]]
+        B and I (``_SHORTER``) where it runs both, None where it runs none of them on its
+        own (a group's time is its own). A kind a stage runs both on its own and inside
+        groups counts as run on its own, as the floor has always counted it."""
+        present = [kind for kind in kinds if self.alone[stage, _ROW[kind]]]
         if len(present) == 1:
             return _ROW[present[0]]
         return _SHORTER if present else None
@@ -148,8 +154,9 @@ def step_floor_ms(
     table = np.vstack([table, np.minimum(table[1], table[2])])
     busy = (program.counts * table[:4]).sum(axis=(1, 2)) + program.actions * costs.overhead_ms
     busy += [sum(n * costs.group_ms(members) for members, n in kept) for kept in program.groups]
-    head = np.array([sum(table[row, group] for row, group in h) for h in program.heads])
-    drain = np.array([sum(table[row, group] for row, group in g) for g in program.drains])
+    rows = table.tolist()  # Python floats: the same sums, without NumPy's scalar indexing
+    head = np.array([sum(rows[row][group] for row, group in h) for h in program.heads])
+    drain = np.array([sum(rows[row][group] for row, group in g) for g in program.drains])
     floor = float((head + busy + drain).max(initial=0.0))
     if tail_ms is not None and len(tail_ms):
         tail = np.asarray(tail_ms, dtype=np.float64)
