@@ -8,45 +8,39 @@ the MFU inputs. Every problem is a ``JobError`` naming the part of the job.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
-from pipesim.cluster.collectives import Collective, Group, collective_ms
 from pipesim.cluster.context_parallel import context_link, local_model
 from pipesim.cluster.expert_parallel import (
     ExpertParallelCosts,
     buffer_bytes,
-    dense_parameters,
-    expert_data_span,
     expert_parallel_costs,
     expert_sharding,
     expert_split,
     with_all_to_all,
 )
-from pipesim.cluster.fabric import Fabric, GroupSpan, allreduce_levels, group_span
 from pipesim.cluster.job import Job, JobError
 from pipesim.cluster.model import (
     TransformerModel,
-    data_parallel_allreduce_ms,
     is_layout,
     partition_layers,
     stage_costs,
     time_loads,
 )
 from pipesim.cluster.moe_parts import moe_stage_parts
-from pipesim.cluster.parallel import megatron_bucket_params
 from pipesim.cluster.pass_time import (
     TensorParallel,
     exposed_data_parallel_ms,
     optimizer_step_ms,
     with_parameter_gathers,
 )
-from pipesim.cluster.static_memory import static_memory
-from pipesim.cluster.transformer import (
-    model_flops_per_step,
-    stage_layer_groups,
-    stage_parameters,
+from pipesim.cluster.replica_comms import (
+    gradient_group,
+    gradient_reduction_ms,
+    zero3_unit_collectives,
 )
+from pipesim.cluster.static_memory import static_memory
+from pipesim.cluster.transformer import model_flops_per_step
 from pipesim.schedules.ir import Schedule
 from pipesim.schedules.posts import REDUCE_GRAD, UNSHARD
 from pipesim.sim.costs import Costs
@@ -109,7 +103,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
     static = static_memory(
         model,
         partition,
-        _gradient_group(job),
+        gradient_group(job),
         par.zero_stage,
         par.tensor,
         job.training,
@@ -129,7 +123,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         memory_headroom=job.hardware.memory_headroom,
         replicas=par.data,
         flops_per_step=model_flops_per_step(model, global_batch, forward_only=not job.training),
-        peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * _gradient_group(job),
+        peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * gradient_group(job),
         transient_bytes=buffer_bytes(experts, stages_on),
     )
     return ModelCosts(costs, accounting, tail, optimizer, experts)
@@ -172,12 +166,6 @@ def _model(job: Job) -> TransformerModel:
     return job.model
 
 
-def _gradient_group(job: Job) -> int:
-    """The ranks that hold one stage's same weights and reduce (and ZeRO-shard) its
-    gradients: data x context (Megatron-LM's data-parallel group with context parallelism)."""
-    return job.parallel.data * job.parallel.context
-
-
 def _step_tail(
     job: Job,
     schedule: Schedule,
@@ -186,18 +174,18 @@ def _step_tail(
     stages_on: list[list[int]],
 ) -> tuple[Costs, tuple[float, ...] | None, tuple[float, ...] | None]:
     """Each device's end-of-step work and the optimizer step's part of it: optimizer step and
-    exposed gradient reduction (NCCL's all-reduce over the replicas, in buckets, level by level as the fabric places them: ``_gradient_reduction_ms``). With
+    exposed gradient reduction (NCCL's all-reduce over the replicas, in buckets, level by level as the fabric places them: ``pipesim.cluster.replica_comms``). With
     torch's REDUCE_GRAD posts in the schedule, the reduction goes to them, stage by stage,
     and the optimizer step with them (``_at_reduce_grad_posts``). Under ZeRO-3 every
     forward and backward also gathers its stage's parameters over the same group, layer by
-    layer (``_zero3_unit_collectives``), charged to the stage costs
+    layer (``pipesim.cluster.replica_comms``), charged to the stage costs
     (``with_parameter_gathers``), or, in torch's lowered form, to its UNSHARD posts (on the
     gather stream), and the step's reduction is the layer-by-layer reduce-scatter; without
     a pipeline every backward reduce-scatters its own gradients, and nothing is left for
     the end of the step. Overlapped communication slows what it hides under by
     ``Efficiency.overlap_slowdown``."""
     par, model, slowdown = job.parallel, _model(job), job.efficiency.overlap_slowdown
-    group = _gradient_group(job)
+    group = gradient_group(job)
     optimizer = optimizer_step_ms(
         model,
         partition,
@@ -211,7 +199,7 @@ def _step_tail(
     )
     reduction, compute = (0.0,) * len(partition), costs  # compute: before any gathers
     if group > 1 and par.zero_stage < 3:
-        reduction = _gradient_reduction_ms(job, schedule, partition)
+        reduction = gradient_reduction_ms(job, schedule, partition)
     elif group > 1:
         costs, reduction = _zero3_costs(job, schedule, partition, costs)
     if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
@@ -240,7 +228,7 @@ def _zero3_costs(
     gathers its weights, unit by unit, and the gradients are reduce-scattered unit by unit
     too, at the end of the step or after every backward (then nothing is left for it)."""
     overlap, slowdown = job.parallel.dp_overlap, job.efficiency.overlap_slowdown
-    gathers, reduction, units = _zero3_unit_collectives(job, schedule, partition)
+    gathers, reduction, units = zero3_unit_collectives(job, schedule, partition)
     if any(post.kind == UNSHARD for placed in schedule.posts for _, post in placed):
         return replace(costs, unshard_ms=gathers), reduction  # torch's posts say where
     if _reduces_every_backward(schedule):
@@ -248,112 +236,6 @@ def _zero3_costs(
         return costs, (0.0,) * len(reduction)
     # torch.distributed.pipelining: one reduce-scatter, at REDUCE_GRAD
     return with_parameter_gathers(costs, gathers, overlap, units, slowdown=slowdown), reduction
-
-
-def _gradient_reduction_ms(
-    job: Job, schedule: Schedule, partition: tuple[int, ...]
-) -> tuple[float, ...]:
-    """Each stage's data-parallel gradient all-reduce over Megatron-LM's data-parallel
-    group with context parallelism: every context rank of every replica (they saw
-    different tokens), ``_reduction_over`` its span. Under expert parallelism the routed
-    experts' gradients are reduced apart, over each expert's own replicas (Megatron-Core's
-    expert data-parallel group), and the rest over data x context."""
-    span = group_span(job.rank_layout(schedule.devices), "cp", "dp")
-    sharding = expert_sharding(job, partition)
-    if sharding is None:
-        return _reduction_over(job, span, partition, job.parallel.tensor)
-    dense = dense_parameters(_model(job), partition, sharding)
-    experts_span = expert_data_span(job, schedule.devices)
-    return tuple(
-        a + b
-        for a, b in zip(
-            _reduction_over(job, span, partition, job.parallel.tensor, dense),
-            _reduction_over(job, experts_span, partition, sharding.tensor, sharding.local),
-            strict=True,
-        )
-    )
-
-
-def _reduction_over(
-    job: Job,
-    span: GroupSpan,
-    partition: tuple[int, ...],
-    tensor: int,
-    parameters: tuple[float, ...] | None = None,
-) -> tuple[float, ...]:
-    """The all-reduce of each stage's gradients (``parameters``, split ``tensor`` ways;
-    None: all of the stage's) over the group ``span`` places, level by level
-    (``pipesim.cluster.fabric.allreduce_levels``): a ring inside one node; across nodes,
-    reduced inside each node first when a node holds several replicas, then across the
-    group's nodes of a pod, then across pods at the bandwidth the fabric leaves above them.
-    Each level is one ``data_parallel_allreduce_ms`` over its ranks and link, of the share
-    of the gradients each GPU holds there (the bytes of ``tensor * share`` GPUs' split)."""
-    model, hw = _model(job), job.hardware
-    intra, inter = hw.node_links()
-    if not span.crosses_pods:  # in one node, or in one pod: NVLink, then the network
-        sharing = span.per_node if span.crosses_nodes else 1
-        return data_parallel_allreduce_ms(
-            model,
-            partition,
-            span.ranks,
-            inter if span.crosses_nodes else intra,
-            tensor,
-            ranks_per_node=sharing,
-            intra_node_link=intra,
-            parameters=parameters,
-        )
-    total = [0.0] * len(partition)
-    for level in allreduce_levels(span, intra, inter, hw.fabric or Fabric()):
-        part = data_parallel_allreduce_ms(  # each bucket of the whole group, level by level
-            model,
-            partition,
-            level.ranks,
-            level.link,
-            tensor * level.share,
-            bucket_params=megatron_bucket_params(span.ranks) / level.share,
-            parameters=parameters,
-        )
-        total = [t + p for t, p in zip(total, part, strict=True)]
-    return tuple(total)
-
-
-def _zero3_unit_collectives(
-    job: Job, schedule: Schedule, partition: tuple[int, ...]
-) -> tuple[tuple[float, ...], tuple[float, ...], tuple[int, ...]]:
-    """ZeRO-3's all-gather and reduce-scatter per stage, and the units each is issued in.
-
-    FSDP (one unit per transformer block, as torchtitan and Megatron-FSDP wrap them) and
-    DeepSpeed's ZeRO-3 (one fetch per submodule) gather and reduce-scatter one layer at a
-    time, so a stage of ``L`` layers issues ``L`` collectives of one layer's weights (its
-    ``1 / tensor`` share), each paying its own latency, plus one for the embedding or the LM
-    head it holds. The group is the stage's data-parallel replicas, placed as for the
-    gradient reduction (tensor ranks innermost: in one node, or ``gcd`` of them to a node)."""
-    par, model, ranks = job.parallel, _model(job), _gradient_group(job)
-    (intra, inter), per_node = job.hardware.node_links(), job.gpus_per_node(schedule.devices)
-    inside = par.tensor * ranks <= per_node
-    sharing = ranks if inside else math.gcd(ranks, max(per_node // par.tensor, 1))
-    group = Group(ranks, intra, inter, sharing)
-    layer_groups = stage_layer_groups(model, partition)  # (count, parameters) per kind
-
-    def unit_bytes(params: float) -> float:
-        return params / par.tensor * model.dtype_bytes
-
-    def per_stage(kind: Collective) -> tuple[float, ...]:
-        return tuple(
-            sum((n * collective_ms(kind, unit_bytes(each), group) for n, each in kinds), 0.0)
-            + (collective_ms(kind, extra, group) if extra > 0 else 0.0)
-            for kinds, extra in zip(layer_groups, extras, strict=True)
-        )
-
-    extras = [  # the embedding's and the LM head's bytes, counted in whole parameters
-        unit_bytes(params - sum(n * each for n, each in kinds))
-        for kinds, params in zip(layer_groups, stage_parameters(model, partition), strict=True)
-    ]
-    units = tuple(
-        max(sum(n for n, _ in kinds) + (extra > 0), 1)
-        for kinds, extra in zip(layer_groups, extras, strict=True)
-    )
-    return per_stage(Collective.ALL_GATHER), per_stage(Collective.REDUCE_SCATTER), units
 
 
 def _reduces_every_backward(schedule: Schedule) -> bool:
