@@ -18,6 +18,7 @@ from typing import Any
 
 from pipesim.analysis.executor import check_executor, run_chunks
 from pipesim.analysis.plan.bounding import Assessed, score_bounded
+from pipesim.analysis.plan.chunks import assess_chunks, score_chunks
 from pipesim.analysis.plan.fold import fold
 from pipesim.analysis.plan.rank import emit_mapping, pareto, rank
 from pipesim.analysis.plan.row import PlanRow
@@ -38,7 +39,6 @@ from pipesim.scenario.schema import ScenarioSpec
 
 Progress = Callable[[int], None]
 AGREEMENT = 1e-9  # relative: the fast evaluator and the engine agree to this
-CHUNK_CANDIDATES = 64  # at most this many to a chunk: well under a second of scoring
 
 
 class PlanMismatch(RuntimeError):
@@ -283,11 +283,11 @@ def score_all(
 ) -> list[tuple[int, Outcome]]:
     """``[(index, Outcome)]`` of every candidate of ``work``, on the chosen executor, by
     this run's own ``ChunkScorer`` (no cache is shared with another run); appended to
-    ``into`` as they arrive, where given."""
+    ``into`` as they arrive, where given. Cut as ``pipesim.analysis.plan.chunks`` says."""
     return run_chunks(
         scorer,
         work,
-        _chunks,
+        assess_chunks if scorer.assess else score_chunks,
         jobs=jobs,
         executor=executor,
         scheduler=scheduler,
@@ -353,33 +353,6 @@ def run_emitted(
 
 def _peak(result: Result) -> float:
     return max(d.peak_memory_bytes for d in result.report.per_device)
-
-
-# ---------------------------------------------------------------------------
-# Chunks of candidates that share a schedule go to one worker
-
-
-def _chunks(work: list[tuple[int, Candidate]], parts: int) -> list[list[tuple[int, Candidate]]]:
-    """Candidates grouped by what they share (a schedule, then its costs), cut into about
-    eight chunks per worker, of at most ``CHUNK_CANDIDATES``: a worker's Scorer serves all
-    of its chunks, and small ones keep the progress bar moving and lose little to a stop."""
-    ordered = sorted(work, key=lambda item: (_share_key(item[1]), item[0]))
-    size = max(1, min(CHUNK_CANDIDATES, -(-len(ordered) // (parts * 8))))
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
-
-
-def _share_key(c: Candidate) -> tuple:
-    return (
-        c.schedule,
-        c.devices,
-        c.microbatches,
-        c.virtual_stages,
-        c.tensor,
-        c.microbatch_size,
-        c.recompute,
-        c.partition,
-        c.expert or 1,
-    )
 
 
 __all__ = [
