@@ -36,16 +36,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
-from pipesim.schedules.columns import Columns, columns
+from pipesim.schedules.columns import ATOM_CODE, Columns, columns
 from pipesim.schedules.ir import Action, Kind, Schedule
 from pipesim.sim.costs import Costs
 
 FLOOR_MARGIN = 1e-9  # relative: the floor is lowered by this much
 _ROW = {Kind.F: 0, Kind.B: 1, Kind.I: 2, Kind.W: 3}  # rows of the duration table
 _SHORTER = 4  # the table's last row: the shorter of B and I
+_ATOM_KINDS = tuple(ATOM_CODE)  # a column's kind code -> Kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +84,29 @@ def bound_program(schedule: Schedule) -> BoundProgram:
                 if a.sub_actions is not None
             )
             groups[d] = tuple(_in_groups(schedule, together).items())
-    ends = [(a[0], a[-1]) if a else (None, None) for a in schedule.device_actions]
+    ends = _ends(schedule, table)
     heads = tuple(_chain_before(schedule, first, (Kind.F,), kinds) for first, _ in ends)
     drains = tuple(_chain_before(schedule, last, (Kind.B, Kind.I), kinds) for _, last in ends)
-    sizes = np.array([len(actions) for actions in schedule.device_actions], dtype=np.float64)
+    sizes = np.bincount(table.node_device, minlength=schedule.devices).astype(np.float64)
     return BoundProgram(counts, tuple(groups), sizes, heads, drains)
+
+
+def _ends(schedule: Schedule, table: Columns) -> list[tuple[Action | None, Action | None]]:
+    """Each device's first and last action (None, None for an empty list). Without
+    groups, read from the columns: a schedule built as columns is never made into
+    Actions for it."""
+    if not table.one_each:
+        return [(a[0], a[-1]) if a else (None, None) for a in schedule.device_actions]
+    bounds = np.searchsorted(table.node_device, np.arange(schedule.devices + 1)).tolist()
+    stage, kind, microbatch = (c.tolist() for c in (table.stage, table.kind, table.microbatch))
+
+    def action(k: int) -> Action:
+        return Action(stage[k], _ATOM_KINDS[kind[k]], microbatch[k])
+
+    return [
+        (action(start), action(stop - 1)) if stop > start else (None, None)
+        for start, stop in pairwise(bounds)
+    ]
 
 
 def _present(table: Columns, chosen: np.ndarray, stages: int) -> np.ndarray:

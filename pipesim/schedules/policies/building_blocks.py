@@ -37,9 +37,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from itertools import repeat
 
 import numpy as np
 
+from pipesim.schedules.columns import make_action
 from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, single_chain, v_placement
 from pipesim.schedules.policies.squeeze_loop import compiled_squeeze
 
@@ -314,15 +316,21 @@ def _squeeze_compiled(loop, grids: list[_DeviceGrid], order: np.ndarray, inputs,
 
 
 def _device_order(grid: _DeviceGrid, device: int, devices: int) -> tuple[Action, ...]:
-    """The device's actions in slot order, W included (step 3); no two share a slot."""
+    """The device's actions in slot order, W included (step 3); no two share a slot (the
+    W take free ones). Made in bulk, without a Python call per Action."""
     m = grid.microbatches
-    stage = (device, 2 * devices - 1 - device)
-    at: list[Action | None] = [None] * len(grid.taken)
-    for k, slot in enumerate(grid.where):
-        kind, chunk = _ROWS[k // m]
-        at[slot] = Action(stage[chunk], kind, k % m)
+    stage = np.array((device, 2 * devices - 1 - device), np.int64)
     order, weight_slots = grid.weights()
-    for flat, slot in zip(order.tolist(), weight_slots.tolist(), strict=True):
-        chunk, mb = divmod(flat, m)
-        at[slot] = Action(stage[chunk], W, mb)
-    return tuple(action for action in at if action is not None)
+    passes = np.arange(len(grid.where))  # row * m + microbatch, rows F0, F1, I0, I1
+    slots = np.concatenate([np.array(grid.where, np.int64), weight_slots])
+    stages = np.concatenate([stage[passes // m % 2], stage[order // m]])
+    kinds = np.concatenate([passes // (2 * m), np.full(len(order), 2)])  # F, I, W
+    microbatches = np.concatenate([passes % m, order % m])
+    at = np.argsort(slots, kind="stable")
+    rows = zip(
+        stages[at].tolist(),
+        map((F, I, W).__getitem__, kinds[at].tolist()),
+        microbatches[at].tolist(),
+        repeat(None),
+    )
+    return tuple(map(make_action, rows))
