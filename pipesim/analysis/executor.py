@@ -68,12 +68,14 @@ def run_chunks(
     progress: Callable[[int], None] | None = None,
     error: type[Exception] = ValueError,
     into: list | None = None,
+    pool: KeptPool | None = None,
 ) -> list:
     """Every result of ``work`` over ``split(items, workers)``, in the order they arrive.
 
     ``jobs``: local processes (1: this process). ``executor="dask"``: the cluster at
     ``scheduler`` (``tcp://host:port``). A bad choice raises ``error`` with one line.
     ``into``: the list the results are appended to as they arrive (default: a new one).
+    ``pool``: local workers kept across calls (``KeptPool``, started with this ``work``).
     """
     check_executor(executor, scheduler, error)
     results: list = [] if into is None else into
@@ -87,6 +89,8 @@ def run_chunks(
                 progress(len(done))
         return results
     chunks = split(items, jobs)
+    if pool is not None:
+        return pool.run(chunks, progress, results)
     # no more processes than chunks: a fork-started pool starts all of its workers at once.
     # Each worker receives ``work`` once, when it starts, and keeps it for every chunk it
     # is given, so whatever ``work`` caches (the planner's Scorer) serves all of them; the
@@ -108,6 +112,49 @@ def _on_pool(work, chunks: list[list], workers: int, progress, results: list) ->
         _kill_workers(pool, before)
         raise
     return results
+
+
+class KeptPool:
+    """Local worker processes kept across several ``run_chunks`` calls with one ``work``.
+
+    A caller that runs many small batches of chunks in a row (the planner's waves of
+    scoring) would start a pool for each, and each new worker would build again whatever
+    ``work`` caches. A kept pool starts its ``workers`` at its first batch, each receiving
+    ``work`` once, and keeps them, and what ``work`` caches in them, until the ``with``
+    block ends; an exception in a batch or in the block kills them, as ``run_chunks`` does."""
+
+    def __init__(self, work: Callable[[list], list], workers: int) -> None:
+        self.work, self.workers = work, workers
+        self._pool: ProcessPoolExecutor | None = None
+        self._before: set = set()
+
+    def __enter__(self) -> KeptPool:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if kind is None:
+            pool.shutdown()
+        else:
+            _kill_workers(pool, self._before)
+
+    def run(self, chunks: list[list], progress, results: list) -> list:
+        """``chunks`` on the kept workers (started at the first call)."""
+        if self._pool is None:
+            self._before = set(multiprocessing.active_children())
+            self._pool = ProcessPoolExecutor(
+                self.workers, initializer=_install, initargs=(self.work,)
+            )
+        try:
+            with _signals_blocked():  # the workers start at the first submit
+                futures = [self._pool.submit(_run_installed, chunk) for chunk in chunks]
+            return _gather(as_completed(futures), progress, results)
+        except BaseException:
+            pool, self._pool = self._pool, None
+            _kill_workers(pool, self._before)
+            raise
 
 
 @contextmanager

@@ -13,10 +13,11 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipesim.analysis.executor import check_executor, run_chunks
+from pipesim.analysis.executor import KeptPool, check_executor, run_chunks
 from pipesim.analysis.plan.bounding import Assessed, score_bounded
 from pipesim.analysis.plan.chunks import assess_chunks, score_chunks
 from pipesim.analysis.plan.fold import fold
@@ -143,18 +144,21 @@ def plan(
     if on_size is not None:
         on_size(len(points))
     settings = {"jobs": jobs, "executor": executor, "scheduler": scheduler}
-    scorer = ChunkScorer(base, source, assess=True)
+    scorer = ChunkScorer(base, source)
     work = survivors(points, so_far.pruned)
     so_far.space_built(base, source, spec, searched, len(points), len(work))
-    if jobs > 1 and executor == "local" and len(work) >= LOAD_AFTER:
-        load_compiled_loops()  # once here, not in every worker of every pool
-    kept = assessed(scorer, work, so_far.pruned, settings)
-    so_far.to_score = len(kept)  # the others are counted in pruned (folded ones too)
-    if progress is not None and len(points) > len(kept):
-        progress(len(points) - len(kept))
-    keep = max(top, confirm, 1)
-    settings["into"] = so_far.outcomes  # each outcome kept as it arrives
-    _, bounded = score_kept(scorer, kept, keep, exhaustive, settings, progress)
+    local = jobs > 1 and executor == "local"
+    if local and len(work) >= LOAD_AFTER:
+        load_compiled_loops()  # once here, not in every worker
+    with KeptPool(scorer, jobs) if local else nullcontext() as pool:
+        settings["pool"] = pool  # one set of workers, and their caches, for every pass
+        kept = assessed(scorer, work, so_far.pruned, settings)
+        so_far.to_score = len(kept)  # the others are counted in pruned (folded ones too)
+        if progress is not None and len(points) > len(kept):
+            progress(len(points) - len(kept))
+        keep = max(top, confirm, 1)
+        settings["into"] = so_far.outcomes  # each outcome kept as it arrives
+        _, bounded = score_kept(scorer, kept, keep, exhaustive, settings, progress)
     result, shown = so_far.ranked(top, confirm)
     result = replace(result, bounded=bounded)
     confirmed = confirm_top(result, confirm, shown)
@@ -245,7 +249,7 @@ def score_kept(
     the front (``exhaustive``: of all), and how many were bounded out."""
 
     def score(chunk: list[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
-        return score_all(scorer.scoring(), chunk, progress=progress, **settings)
+        return score_all(scorer, chunk, False, progress=progress, **settings)
 
     if exhaustive:
         return score([(index, c) for index, c, _ in kept]), 0
@@ -261,7 +265,7 @@ def assessed(
     """Every candidate of ``work`` that fits and is not another one's step under another
     name, with its assessment (``Scorer.assess``), in space order; each other one is
     counted in ``pruned``."""
-    found = dict(score_all(scorer, work, **settings))
+    found = dict(score_all(scorer, work, True, **settings))
     fits = []
     for index, candidate in work:
         outcome = found[index]
@@ -275,25 +279,30 @@ def assessed(
 def score_all(
     scorer: ChunkScorer,
     work: list[tuple[int, Candidate]],
+    assess: bool,
     jobs: int,
     executor: str,
     scheduler: str | None,
     progress: Progress | None = None,
     into: list | None = None,
+    pool: KeptPool | None = None,
 ) -> list[tuple[int, Outcome]]:
-    """``[(index, Outcome)]`` of every candidate of ``work``, on the chosen executor, by
-    this run's own ``ChunkScorer`` (no cache is shared with another run); appended to
-    ``into`` as they arrive, where given. Cut as ``pipesim.analysis.plan.chunks`` says."""
+    """``[(index, Outcome)]`` of every candidate of ``work``, assessed or scored, on the
+    chosen executor (``pool``: on kept local workers), by this run's own ``ChunkScorer``
+    (no cache is shared with another run); appended to ``into`` as they arrive, where
+    given. Cut as ``pipesim.analysis.plan.chunks`` says."""
+    cut = assess_chunks if assess else score_chunks
     return run_chunks(
         scorer,
         work,
-        assess_chunks if scorer.assess else score_chunks,
+        lambda items, parts: [(assess, chunk) for chunk in cut(items, parts)],
         jobs=jobs,
         executor=executor,
         scheduler=scheduler,
         progress=progress,
         error=PlanError,
         into=into,
+        pool=pool,
     )
 
 

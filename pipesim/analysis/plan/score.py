@@ -354,31 +354,28 @@ def _exceeds_before(scenario: Scenario) -> bool:
 
 
 class ChunkScorer:
-    """Scores chunks of ``(index, candidate)`` of one base scenario with one ``Scorer``,
-    made at the first chunk and kept for every later one this object scores (``assess``:
-    assesses them instead, ``Scorer.assess``). The planner makes one per run; a copy sent
-    to a worker process or a Dask worker is pickled without the Scorer and makes its own
-    there (a chunk holds candidates that share a schedule and its costs, so its caches
-    serve it whole)."""
+    """Assesses or scores chunks of one base scenario with one ``Scorer``, made at the
+    first chunk and kept for every later one this object takes: a chunk is ``(assess,
+    [(index, candidate), ...])``, assessed (``Scorer.assess``) or scored
+    (``Scorer.score``). The planner makes one per run; a copy sent to a worker process or
+    a Dask worker is pickled without the Scorer and makes its own there, which serves
+    every chunk that worker takes (a chunk holds candidates that share their pieces)."""
 
-    def __init__(self, spec_data: Mapping[str, Any], source: str, assess: bool = False) -> None:
-        self.spec_data, self.source, self.assess = spec_data, source, assess
+    def __init__(self, spec_data: Mapping[str, Any], source: str) -> None:
+        self.spec_data, self.source = spec_data, source
         self.scorer: Scorer | None = None
 
-    def __call__(self, chunk: Sequence[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
+    def __call__(
+        self, chunk: tuple[bool, Sequence[tuple[int, Candidate]]]
+    ) -> list[tuple[int, Outcome]]:
         if self.scorer is None:
             self.scorer = Scorer(self.spec_data, self.source)
-        done = self.scorer.assess if self.assess else self.scorer.score
-        return [(index, done(c)) for index, c in chunk]
-
-    def scoring(self) -> ChunkScorer:
-        """One that scores, with this one's Scorer (in this process: its caches)."""
-        other = ChunkScorer(self.spec_data, self.source)
-        other.scorer = self.scorer
-        return other
+        assess, items = chunk
+        done = self.scorer.assess if assess else self.scorer.score
+        return [(index, done(c)) for index, c in items]
 
     def __reduce__(self) -> tuple:
-        return (ChunkScorer, (self.spec_data, self.source, self.assess))
+        return (ChunkScorer, (self.spec_data, self.source))
 
 
 __all__ = ["ChunkScorer", "Outcome", "Scorer", "restated"]
