@@ -106,7 +106,7 @@ def _on_pool(work, chunks: list[list], workers: int, progress, results: list) ->
     try:
         with _signals_blocked():  # the workers start at the first submit
             futures = [pool.submit(_run_installed, chunk) for chunk in chunks]
-        _gather(as_completed(futures), progress, results)
+        _gather(_completed(futures), progress, results)
         pool.shutdown()
     except BaseException:
         _kill_workers(pool, before)
@@ -150,7 +150,7 @@ class KeptPool:
         try:
             with _signals_blocked():  # the workers start at the first submit
                 futures = [self._pool.submit(_run_installed, chunk) for chunk in chunks]
-            return _gather(as_completed(futures), progress, results)
+            return _gather(_completed(futures), progress, results)
         except BaseException:
             pool, self._pool = self._pool, None
             _kill_workers(pool, self._before)
@@ -239,6 +239,21 @@ def _die_with_parent() -> None:
 
 def _run_installed(chunk: list) -> list:
     return _worker_work[0](chunk)
+
+
+def _completed(futures: list) -> Iterator:
+    """The local futures as they finish, each waited for with the terminating signals
+    held back: a signal the caller turns into an exception then lands between two
+    futures, never inside ``as_completed`` while it holds the futures' locks one by one
+    (a lock left held there would hang the pool's shutdown, and with it the caller). A
+    signal is answered once the chunk running at that moment has finished."""
+    finished = as_completed(futures)
+    while True:
+        with _signals_blocked():
+            future = next(finished, None)
+        if future is None:
+            return
+        yield future
 
 
 def _gather(finished: Iterable, progress: Callable[[int], None] | None, results: list) -> list:

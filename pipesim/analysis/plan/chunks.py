@@ -4,16 +4,17 @@ A worker's ``Scorer`` keeps every piece it builds (schedules, stage costs, links
 chunks it takes later, but a piece built by one worker is no help to another. So the
 chunks follow what the candidates share:
 
-* to assess (``assess_chunks``), every candidate of one layout (tensor and pipeline
-  sizes, microbatch size, chunk count) goes to one chunk, cut only past
-  ``ASSESS_CANDIDATES``: their schedules, and the stage costs the schedules of one
-  placement share, are then built by one worker only, never by both;
+* to assess (``assess_chunks``), every candidate of one schedule (policy, pipeline size,
+  microbatches, chunk count) goes to one chunk, cut only past ``ASSESS_CANDIDATES``: the
+  schedule, the largest piece, is then built by one worker only, never by both;
 * to score (``score_chunks``), candidates that share a schedule, then its costs, sit next
   to each other, cut into about eight chunks per worker of at most ``SCORE_CANDIDATES``:
   a wave of scoring is small, and small chunks keep the workers evenly busy and the
   progress bar moving.
 
-Either way a chunk takes well under a second, so a stop loses little.
+Either way a chunk takes well under a second, so a stop loses little, and what goes to a
+worker and back stays a few kilobytes: a worker killed while it sends a large result
+leaves half a message in the pool's pipe, which can hang the pool as it shuts down.
 """
 
 from __future__ import annotations
@@ -21,20 +22,20 @@ from __future__ import annotations
 from pipesim.analysis.plan.axes import Candidate
 
 Work = list[tuple[int, Candidate]]  # (space index, candidate)
-ASSESS_CANDIDATES = 2048  # a layout's candidates to a chunk, at most: ~0.3 s to assess
+ASSESS_CANDIDATES = 128  # a schedule's candidates to a chunk, at most (~10 kB of results)
 SCORE_CANDIDATES = 64  # at most this many to a chunk: well under a second of scoring
 
 
 def assess_chunks(work: Work, parts: int) -> list[Work]:
-    """The candidates of each layout together, in order of first appearance (``parts``:
-    the workers, which the layouts outnumber)."""
-    layouts: dict[tuple, Work] = {}
+    """The candidates of each schedule together, in order of first appearance (``parts``:
+    the workers, which the schedules outnumber)."""
+    schedules: dict[tuple, Work] = {}
     for index, c in work:
-        layout = (c.tensor, c.devices, c.microbatch_size, c.virtual_stages)
-        layouts.setdefault(layout, []).append((index, c))
+        schedule = (c.schedule, c.devices, c.microbatches, c.virtual_stages, c.delay_wgrad)
+        schedules.setdefault(schedule, []).append((index, c))
     return [
         group[i : i + ASSESS_CANDIDATES]
-        for group in layouts.values()
+        for group in schedules.values()
         for i in range(0, len(group), ASSESS_CANDIDATES)
     ]
 
