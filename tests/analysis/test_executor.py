@@ -81,3 +81,29 @@ def test_a_pool_worker_keeps_one_copy_of_the_work_for_all_its_chunks():
         assert sorted(counts) == list(range(1, len(counts) + 1))
     assert sum(len(c) for c in by_process.values()) == 12
     assert max(len(c) for c in by_process.values()) > 1
+
+
+def test_a_kept_pool_keeps_its_workers_and_their_work_across_calls():
+    """Two calls on one KeptPool: the second call's chunks go to the same processes,
+    whose copies of the work go on counting from where the first call left them."""
+    work = Counting()
+    with executor.KeptPool(work, 2) as pool:
+        first = run_chunks(work, list(range(6)), singles, jobs=2, pool=pool)
+        second = run_chunks(work, list(range(6)), singles, jobs=2, pool=pool)
+    before = {pid for pid, _ in first}
+    after: dict[int, list[int]] = {}
+    for pid, count in first + second:
+        after.setdefault(pid, []).append(count)
+    assert {pid for pid, _ in second} <= before  # no new process for the second call
+    assert os.getpid() not in after
+    for counts in after.values():  # one copy per process, across both calls
+        assert sorted(counts) == list(range(1, len(counts) + 1))
+    assert sum(len(c) for c in after.values()) == 12
+
+
+def test_a_kept_pool_ends_its_workers_with_its_block():
+    with executor.KeptPool(Counting(), 2) as pool:
+        run_chunks(Counting(), list(range(4)), singles, jobs=2, pool=pool)
+        workers = set(executor.multiprocessing.active_children())
+        assert len(workers) == 2
+    assert not workers & set(executor.multiprocessing.active_children())
