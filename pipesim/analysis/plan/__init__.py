@@ -18,7 +18,11 @@ job?" in four passes, each a plain function of the one before, each a module her
    with the SimPy engine. Any difference beyond 1e-9 relative is a bug, raised as
    PlanMismatch.
 
-``explain`` takes the winner's step apart term by term against the runner-up's.
+``explain`` takes the winner's step apart term by term against the runner-up's. Beside
+the passes: ``digests`` (a step's inputs by value, for the fold and the timeline cache),
+``chunks`` (how candidates are cut for the workers, so that each schedule is built by one
+of them) and ``warm`` (numba's loops loaded once before the workers fork); one set of
+local workers serves the assessment and every wave of scoring, keeping its caches.
 
 Closed-form planners (bubble = (p-1)/m) misjudge zero-bubble, V-shape and bidirectional
 schedules, uneven stages and real links; here every number is a simulated step.
