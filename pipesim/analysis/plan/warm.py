@@ -1,12 +1,12 @@
-"""numba's loops loaded once in the planner's own process, before its pools fork.
+"""numba's loops loaded once in the planner's own process, before its workers fork.
 
-A plan on local processes starts a pool of workers for its assessment and one for each
-wave of scoring (``pipesim.analysis.plan.bounding``); each worker is a fork of the
-planner's process. A worker that finds numba's compiled loops missing imports numba and
-loads them from numba's disk cache, about a second in all (the V-shape squeeze of
-``pipesim.schedules.policies.squeeze_loop`` and the fast evaluator's sweep), every wave
-again. Loaded once in the planner's process first, they are in every fork from the start.
-A small plan (``LOAD_AFTER`` candidates) does not pay for it and leaves numba unloaded.
+A plan on local processes runs on one set of worker processes, each a fork of the
+planner's process (``pipesim.analysis.executor.KeptPool``). A worker that finds numba's
+compiled loops missing imports numba and loads them from numba's disk cache (the V-shape
+squeeze of ``pipesim.schedules.policies.squeeze_loop`` and the fast evaluator's sweep),
+about a second of each worker's time. Loaded once in the planner's process first, they
+are in every fork from the start. A small plan (``LOAD_AFTER`` candidates) does not pay
+for it and leaves numba unloaded.
 """
 
 from __future__ import annotations
