@@ -48,6 +48,7 @@ from pipesim.search.greedy import Problem, Stalled, construct, make_problem
 from pipesim.search.improve import improve
 from pipesim.search.rules import RULES, v_only
 from pipesim.search.tail import Tail, engine_options
+from pipesim.search.v_patterns import pattern_schedules
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.engine import DeadlockError, simulate
 from pipesim.sim.links import Topology
@@ -308,6 +309,8 @@ class _Search:
 
     def built_from_blocks(self, problem: Problem, name: str) -> None:
         """The V's building blocks nearest the limit (``pipesim.search.blocks``)."""
+        for schedule in pattern_schedules(problem.devices, problem.microbatches, name):
+            self.offer(schedule, "greedy building block")
         most = max(4, BLOCK_ACTIONS // (3 * problem.stages * problem.microbatches))
         for schedule in block_schedules(problem, most, name):
             found, _ = self.offer(schedule, "building block")
