@@ -52,9 +52,7 @@ from pipesim.search.greedy import Problem, Stalled, construct, make_problem
 from pipesim.search.improve import improve
 from pipesim.search.rules import RULES, v_only
 from pipesim.search.tail import Tail, engine_options
-from pipesim.search.v_memory import memory_schedules
-from pipesim.search.v_patterns import pattern_schedules
-from pipesim.search.v_timed import timed_v_schedule
+from pipesim.search.v_candidates import v_candidates
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.engine import DeadlockError, simulate
 from pipesim.sim.links import Topology
@@ -78,12 +76,6 @@ IMPROVE_ACTIONS = 600_000
 # the best one is climbed from too when within this fraction of the best candidate.
 BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
-# The controllable-memory family (``pipesim.search.v_memory``) runs where the limit holds
-# at most this many chunk activations per device and stage (half of 1F1B's: a V-Half's)
-# and on at most this many stage-microbatches (its Python passes grow with both).
-MEMORY_FAMILY_CHUNKS = 0.5
-MEMORY_FAMILY_SIZE = 400
-MEMORY_FAMILY_OFFERS = 6
 TOLERANCE = 1e-9
 
 
@@ -242,6 +234,8 @@ def search_schedule(
     problem = make_problem(placement, microbatches, costs, topology, memory_limit_bytes)
     search.constructed(problem, name)
     if AUTO_POLICIES[name] == 2:
+        for schedule, source in v_candidates(problem, name):
+            search.offer(schedule, source)
         search.built_from_blocks(problem, name)
     best = search.best
     if best is None:  # nothing fitted: should not happen above the minimum
@@ -321,17 +315,6 @@ class _Search:
 
     def built_from_blocks(self, problem: Problem, name: str) -> None:
         """The V's building blocks nearest the limit (``pipesim.search.blocks``)."""
-        for schedule in pattern_schedules(problem.devices, problem.microbatches, name):
-            self.offer(schedule, "greedy building block")
-        timed = timed_v_schedule(problem, name)
-        if timed is not None:
-            self.offer(timed, "zbv timed")
-        chunk_bytes = max(problem.taken_bytes)
-        chunks = int(problem.limit_bytes / chunk_bytes * (1 + 1e-9)) if chunk_bytes > 0 else 0
-        size = problem.stages * problem.microbatches
-        if chunks <= MEMORY_FAMILY_CHUNKS * problem.stages and size <= MEMORY_FAMILY_SIZE:
-            for schedule in memory_schedules(problem, chunks, MEMORY_FAMILY_OFFERS, name):
-                self.offer(schedule, "controllable-memory block")
         most = max(4, BLOCK_ACTIONS // (3 * problem.stages * problem.microbatches))
         for schedule in block_schedules(problem, most, name):
             found, _ = self.offer(schedule, "building block")

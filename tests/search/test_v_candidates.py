@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pipesim.schedules.ir import Action, F, I, W, v_placement
 from pipesim.schedules.policies import v_half
 from pipesim.schedules.validity import validate
-from pipesim.search import auto, search_schedule
+from pipesim.search import auto, search_schedule, v_candidates
 from pipesim.search.greedy import make_problem
 from pipesim.search.v_memory import memory_orders, memory_schedules
 from pipesim.search.v_memory_phases import F0, F1, I0, I1, W0, W1, peak
@@ -127,8 +127,8 @@ def test_v_auto_is_never_above_the_new_candidates_and_never_over_the_limit(monke
     problem = make_problem(v_placement(devices), microbatches, costs, topology, limit)
     candidates = [timed_v_schedule(problem, "v")]
     chunks = int(limit / 2.0)
-    if chunks <= auto.MEMORY_FAMILY_CHUNKS * 2 * devices:  # where v-auto runs the family
-        candidates += memory_schedules(problem, chunks, auto.MEMORY_FAMILY_OFFERS, "v")
+    if chunks <= v_candidates.MEMORY_FAMILY_CHUNKS * 2 * devices:  # where v-auto runs the family
+        candidates += memory_schedules(problem, chunks, v_candidates.MEMORY_FAMILY_OFFERS, "v")
     for candidate in candidates:
         if candidate is None:
             continue
