@@ -50,7 +50,7 @@ def timed_v_schedule(problem: Problem, name: str) -> Schedule | None:
     for fill_backward in (True, False):
         for fill_forward in (True, False):
             try:
-                built = _improved(problem, fill_forward, fill_backward, None)
+                built = _improved(problem, fill_forward, fill_backward)
             except _Failed:
                 continue
             if best is None or built[1] < best[1]:
@@ -62,17 +62,18 @@ def timed_v_schedule(problem: Problem, name: str) -> Schedule | None:
     return Schedule(lists, v_placement(p), single_chain(2 * p, problem.microbatches), name)
 
 
-def _improved(problem: Problem, fill_forward: bool, fill_backward: bool, allowance):
-    """One build, then builds with the previous bubbles as allowance while they help."""
-    builder = _Builder(problem, fill_forward, fill_backward, allowance)
+def _improved(problem: Problem, fill_forward: bool, fill_backward: bool):
+    """One build, then builds with the previous bubbles as allowance while the largest
+    bubble keeps falling; the last that lowered it."""
+    builder = _Builder(problem, fill_forward, fill_backward, None)
     builder.run()
-    worst = builder.worst_bubble()
-    result = (builder.orders, worst)
-    if allowance is None or worst < max(allowance):
-        again = _improved(problem, fill_forward, fill_backward, list(builder.bubble))
-        if again[1] < worst:
-            return again
-    return result
+    best = (builder.orders, builder.worst_bubble())
+    while True:
+        builder = _Builder(problem, fill_forward, fill_backward, list(builder.bubble))
+        builder.run()
+        if builder.worst_bubble() >= best[1]:
+            return best
+        best = (builder.orders, builder.worst_bubble())
 
 
 class _Builder:
