@@ -22,8 +22,12 @@ Search, then verify:
 1. starting candidates: the fixed policies of the family (``1f1b``, ``zb-h1``, ``zb-h2``,
    ``eager-1f1b``; ``zbv``, ``v-half``, ``v-min``) that can be built and fit the limit;
 2. the constructive heuristic (``pipesim.search.greedy``) under a few rule variants;
-3. for ``v-auto``, the building blocks of the controllable-memory family nearest the
-   limit (``pipesim.search.blocks``);
+3. for ``v-auto``, V-Half and V-Min squeezed greedily with their W placed
+   (``pipesim.search.v_patterns``), ZB-V built greedily on the real costs and links
+   (``pipesim.search.v_timed``), the controllable-memory family repeated, squeezed and
+   reordered under the limit's chunk count where it is at most half of 1F1B's
+   (``pipesim.search.v_memory``), and the building blocks nearest the limit
+   (``pipesim.search.blocks``);
 4. a local improvement pass (``pipesim.search.improve``): a strict hill climb, then one
    that also crosses plateaus, each from the best so far, and both again from the best
    building block where that is another.
@@ -48,6 +52,7 @@ from pipesim.search.greedy import Problem, Stalled, construct, make_problem
 from pipesim.search.improve import improve
 from pipesim.search.rules import RULES, v_only
 from pipesim.search.tail import Tail, engine_options
+from pipesim.search.v_candidates import v_candidates
 from pipesim.sim.costs import Costs, uniform_costs
 from pipesim.sim.engine import DeadlockError, simulate
 from pipesim.sim.links import Topology
@@ -229,6 +234,8 @@ def search_schedule(
     problem = make_problem(placement, microbatches, costs, topology, memory_limit_bytes)
     search.constructed(problem, name)
     if AUTO_POLICIES[name] == 2:
+        for schedule, source in v_candidates(problem, name):
+            search.offer(schedule, source)
         search.built_from_blocks(problem, name)
     best = search.best
     if best is None:  # nothing fitted: should not happen above the minimum
