@@ -75,6 +75,7 @@ from dataclasses import dataclass
 from pipesim.search.fits import counts_memory, held_by_one, in_flight, most_ms, room_bytes
 from pipesim.search.greedy import Problem
 from pipesim.search.round_trips import paced_ends
+from pipesim.search.serial import serial_ms
 from pipesim.search.tail import Tail
 
 MARGIN = 1e-9  # relative: the bound is lowered by this much
@@ -140,6 +141,8 @@ def lower_bound(
     for s in range(problem.stages):
         name = f"round trips of stage {s} (at most {in_flight(problem, s)} in flight)"
         parts.append((round_trips_ms(problem, chain, s), name))
+    for d in range(problem.devices):
+        parts.append((serial_ms(problem, chain, d), f"serial round trips of device {d}"))
     ms, part = max(parts, key=lambda found: found[0])
     if tail is not None:
         ms, part = with_tail(problem, chain, tail, (ms, part))

@@ -1,0 +1,229 @@
+"""Serial round trips: one device's forwards paced by its memory and by its own work.
+
+``pipesim.search.round_trips`` floors each forward start of a stage by the round trips of
+the microbatches before it, as if the device could run their input backwards and weight
+passes all at once, and as if the other stages of the same device held nothing. Under a
+tight limit both matter: on a V, a microbatch's chunk-0 forward must wait until the one
+before it has left enough room for its whole round trip, chunk 1 included; and the bytes
+come back only through backward and weight passes the device runs one at a time, between
+the forwards it also runs.
+
+The walk goes over the microbatches in order and, for each, over the device's stages up
+the pipeline (``u`` below, ``v`` a deeper stage of the same device), keeping floors
+(earliest possible times) of every forward start, input-backward end and weight-pass end.
+Each stage runs its forwards, input backwards and weight passes in microbatch order,
+which loses no step end (``pipesim.search.exact_model`` shows the relabelling), and:
+
+* **chains**: ``F(u,j)`` after ``F(u,j-1)`` and after the forward chain from the device's
+  stage before ``u``; ``I(u,j)`` ends a round trip after ``F(u,j)`` starts, after the
+  gradient has walked down from the deeper stage, and after ``I(u,j-1)``; ``W`` after
+  its ``I`` and the previous ``W``.
+* **room for chunk 1** (a deeper stage ``v``): when ``F(v,i)`` starts, the device holds
+  what microbatch ``i`` holds there, and ``taken(u)`` for every later microbatch whose
+  ``F(u)`` already started (its ``I(u)`` needs ``F(v)`` first). At most ``q`` of those
+  fit, so ``F(u, i+q+1)`` starts after ``F(v,i)`` ends.
+* **memory**: when ``F(u,j)`` starts, the earlier microbatches hold their activations
+  until the floors of their ``I`` ends and the weight-gradient part until their ``W``
+  ends, at ``u``, at the device's earlier stages, and at the deeper ones whose forward is
+  known to have started (above); counting as ended only the floors already passed
+  overstates what is held, so the first time it fits is a floor.
+* **one device, one action at a time**: what must have ended on the device before
+  ``F(u,j)`` starts, each no earlier than its own floor, runs back to back, so ``F(u,j)``
+  starts no earlier than ``tau`` plus the work of those whose floor is ``tau`` or later,
+  for every ``tau`` (the one-machine bound). That set: the forwards before it, and the
+  backwards of the microbatches that memory forces home. A microbatch with such an action
+  pending holds at least ``r`` bytes (the least a pending ``I`` or ``W`` keeps), so at
+  most ``K = room / r`` can; a pending action makes every later microbatch's of the same
+  stage and kind pending too, so all but the last ``K`` have ended theirs.
+
+Then the step ends no earlier than the last input backward of each stage plus its own
+``W`` or the chain below it, the last weight pass, each forward floor plus the work of the
+microbatches not yet started there, and the one-machine bound on the last microbatches'
+actions. Only the last ``WINDOW`` microbatches enter a one-machine bound (fewer actions
+only weaken it), which keeps the walk linear in ``m``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pipesim.search.fits import counts_memory, how_many, room_bytes, whole
+from pipesim.search.greedy import Problem
+
+WINDOW = 6  # microbatches whose actions enter one one-machine bound
+
+
+@dataclass(slots=True)
+class _Stage:
+    """One stage of the device: its durations (ms), bytes, and the floors found so far."""
+
+    stage: int
+    forward_ms: float
+    input_ms: float
+    weight_ms: float
+    trip_ms: float
+    taken: float
+    grad: float
+    budget: float  # room left beside one microbatch in flight here (and earlier stages)
+    down_ms: float = 0.0  # from the deeper stage's I end to this one's: hops and I's
+    starts: list[float] = field(default_factory=list)  # F starts
+    inputs: list[float] = field(default_factory=list)  # I ends
+    weights: list[float] = field(default_factory=list)  # W ends
+
+
+def serial_ms(problem: Problem, chain, device: int) -> float:
+    """The bound of the walk (module docstring) for ``device``; ``chain`` holds the
+    durations and chains as ``pipesim.search.bound`` counts them. 0 without stages."""
+    levels = _levels(problem, chain, device)
+    if not levels:
+        return 0.0
+    paced = counts_memory(problem)
+    ahead = _ahead(levels, problem.microbatches) if paced else None
+    for j in range(problem.microbatches):
+        for k, level in enumerate(levels):
+            level.starts.append(_start(levels, k, j, chain, ahead, paced))
+        _ends(levels, j)
+    return _end_floor(levels, problem.microbatches, chain)
+
+
+def _levels(problem: Problem, chain, device: int) -> list[_Stage]:
+    mine = [s for s in range(problem.stages) if problem.placement[s] == device]
+    room, held, levels = room_bytes(problem), 0.0, []
+    for s in mine:
+        taken = max(problem.taken_bytes[s], 0.0)
+        held += taken
+        grad = min(max(problem.weight_grad_bytes[s], 0.0), taken)
+        level = _Stage(
+            s, chain.forward[s], chain.input[s], chain.weight[s], chain.trip[s], taken, grad,
+            room - held,
+        )  # fmt: skip
+        levels.append(level)
+    for upper, lower in zip(levels[1:], levels[:-1], strict=True):
+        lower.down_ms = sum(
+            problem.hop_ms[w] + chain.input[w] for w in range(lower.stage, upper.stage)
+        )
+    return levels
+
+
+def _ahead(levels: list[_Stage], microbatches: int) -> list[list[int]]:
+    """``ahead[k][l]`` (l > k): how many later microbatches can have started ``F`` at
+    level k when ``F`` at level l starts (``q``; ``microbatches`` where nothing binds)."""
+    found = [[microbatches] * len(levels) for _ in levels]
+    for k, lower in enumerate(levels):
+        for l in range(k + 1, len(levels)):
+            budget = levels[l].budget
+            found[k][l] = how_many(lower.taken, budget, microbatches) if budget >= 0 else 0
+    return found
+
+
+def _start(levels, k: int, j: int, chain, ahead, paced: bool) -> float:
+    """The floor of ``F`` at level k of microbatch j."""
+    level = levels[k]
+    start = chain.head[level.stage] if j == 0 else level.starts[j - 1] + level.forward_ms
+    if k:
+        lower = levels[k - 1]
+        start = max(start, lower.starts[j] + chain.head[level.stage] - chain.head[lower.stage])
+    if not paced:
+        return max(start, _one_machine(_forced(levels, k, j, None, math.inf)))
+    known = [j - 1] * (k + 1)  # per level: the last earlier microbatch known started
+    for l in range(k + 1, len(levels)):
+        before = j - ahead[k][l] - 1
+        known.append(before)
+        if before >= 0:
+            start = max(start, levels[l].starts[before] + levels[l].forward_ms)
+    start = max(start, _first_fit(levels, known, level.budget, start))
+    return max(start, _one_machine(_forced(levels, k, j, known, level.budget)))
+
+
+def _first_fit(levels, known: list[int], budget: float, time: float) -> float:
+    """The first time from ``time`` on at which the earlier microbatches (up to
+    ``known[l]`` at level l) hold at most ``budget`` bytes by the floors."""
+    if budget < 0:
+        return time  # below one microbatch: nothing to prove here
+    events = []
+    for level, last in zip(levels, known, strict=True):
+        i = last
+        while i >= 0 and level.weights[i] > time:
+            events.append((level.inputs[i], level.taken - level.grad))
+            events.append((level.weights[i], level.grad))
+            i -= 1
+    held = sum(size for end, size in events if end > time)
+    for end, size in sorted(events):
+        if held <= budget * (1 + 1e-12):
+            break
+        if end > time:
+            time, held = end, held - size
+    return time
+
+
+def _forced(levels, k: int, j: int, known: list[int] | None, budget: float):
+    """``(floor of start, duration)`` of actions that end before ``F`` at level k of
+    microbatch j starts: the forwards before it, and the backwards memory forces home
+    (``known``: the last earlier microbatch per level whose forward started; None: no
+    memory argument), over the last ``WINDOW`` microbatches."""
+    actions = [(levels[l].starts[j], levels[l].forward_ms) for l in range(k)]
+    known = known if known is not None else [j - 1] * (k + 1)
+    residual = [lv.grad if lv.grad > 0 else lv.taken for lv in levels[: len(known)]]
+    least = min((r for r in residual if r > 0), default=0.0)
+    home = 2**62 if least <= 0 or budget == math.inf else whole(max(budget, 0.0) / least)
+    for level, last in zip(levels[: len(known)], known, strict=True):
+        for i in range(max(0, last - WINDOW + 1), last + 1):
+            actions.append((level.starts[i], level.forward_ms))
+        if level.taken <= 0:
+            continue
+        for i in range(max(0, last - home - WINDOW + 1), last - home + 1):
+            actions.append((level.inputs[i] - level.input_ms, level.input_ms))
+            if level.grad > 0:
+                actions.append((level.weights[i] - level.weight_ms, level.weight_ms))
+    return actions
+
+
+def _one_machine(actions: list[tuple[float, float]]) -> float:
+    """The earliest all of ``actions`` can have ended on one device, each started no
+    earlier than its floor: the largest ``tau + work released at tau or later``."""
+    best, work = 0.0, 0.0
+    for release, duration in sorted(actions, reverse=True):
+        work += duration
+        best = max(best, release + work)
+    return best
+
+
+def _ends(levels: list[_Stage], j: int) -> None:
+    """The floors of microbatch j's input-backward and weight-pass ends, deepest first."""
+    below = None
+    for level in reversed(levels):
+        end = level.starts[j] + level.trip_ms
+        if below is not None:
+            end = max(end, below + level.down_ms)
+        if j:
+            end = max(end, level.inputs[j - 1] + level.input_ms)
+        weight = end + level.weight_ms
+        if j:
+            weight = max(weight, level.weights[j - 1] + level.weight_ms)
+        level.inputs.append(end)
+        level.weights.append(weight)
+        below = end
+
+
+def _end_floor(levels: list[_Stage], m: int, chain) -> float:
+    """The step's end: the last ends with what must follow them, each forward floor plus
+    the work not yet started, and the one-machine bound on the last microbatches."""
+    found = 0.0
+    for k, level in enumerate(levels):
+        after = max(chain.weight[level.stage], chain.below[level.stage])
+        found = max(found, level.inputs[-1] + after, level.weights[-1])
+        each = sum(lv.forward_ms for lv in levels[k:])
+        each += sum(lv.input_ms + lv.weight_ms for lv in levels)
+        for j in range(max(0, m - 2 * WINDOW), m):
+            found = max(found, level.starts[j] + (m - j) * each)
+    actions = []
+    for level in levels:
+        for i in range(max(0, m - WINDOW), m):
+            actions.append((level.starts[i], level.forward_ms))
+            actions.append((level.inputs[i] - level.input_ms, level.input_ms))
+            actions.append((level.weights[i] - level.weight_ms, level.weight_ms))
+    return max(found, _one_machine(actions))
+
+
+__all__ = ["WINDOW", "serial_ms"]
