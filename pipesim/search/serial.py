@@ -95,9 +95,15 @@ def _levels(problem: Problem, chain, device: int) -> list[_Stage]:
         held += taken
         grad = min(max(problem.weight_grad_bytes[s], 0.0), taken)
         level = _Stage(
-            s, chain.forward[s], chain.input[s], chain.weight[s], chain.trip[s], taken, grad,
+            s,
+            chain.forward[s],
+            chain.input[s],
+            chain.weight[s],
+            chain.trip[s],
+            taken,
+            grad,
             room - held,
-        )  # fmt: skip
+        )
         levels.append(level)
     for upper, lower in zip(levels[1:], levels[:-1], strict=True):
         lower.down_ms = sum(
@@ -111,9 +117,9 @@ def _ahead(levels: list[_Stage], microbatches: int) -> list[list[int]]:
     level k when ``F`` at level l starts (``q``; ``microbatches`` where nothing binds)."""
     found = [[microbatches] * len(levels) for _ in levels]
     for k, lower in enumerate(levels):
-        for l in range(k + 1, len(levels)):
-            budget = levels[l].budget
-            found[k][l] = how_many(lower.taken, budget, microbatches) if budget >= 0 else 0
+        for deeper in range(k + 1, len(levels)):
+            budget = levels[deeper].budget
+            found[k][deeper] = how_many(lower.taken, budget, microbatches) if budget >= 0 else 0
     return found
 
 
@@ -127,11 +133,11 @@ def _start(levels, k: int, j: int, chain, ahead, paced: bool) -> float:
     if not paced:
         return max(start, _one_machine(_forced(levels, k, j, None, math.inf)))
     known = [j - 1] * (k + 1)  # per level: the last earlier microbatch known started
-    for l in range(k + 1, len(levels)):
-        before = j - ahead[k][l] - 1
+    for deeper in range(k + 1, len(levels)):
+        before = j - ahead[k][deeper] - 1
         known.append(before)
         if before >= 0:
-            start = max(start, levels[l].starts[before] + levels[l].forward_ms)
+            start = max(start, levels[deeper].starts[before] + levels[deeper].forward_ms)
     start = max(start, _first_fit(levels, known, level.budget, start))
     return max(start, _one_machine(_forced(levels, k, j, known, level.budget)))
 
@@ -148,12 +154,12 @@ def _first_fit(levels, known: list[int], budget: float, time: float) -> float:
             events.append((level.inputs[i], level.taken - level.grad))
             events.append((level.weights[i], level.grad))
             i -= 1
-    held = sum(size for end, size in events if end > time)
+    events = [(end, size) for end, size in events if end > time]
+    held = sum(size for _, size in events)
     for end, size in sorted(events):
         if held <= budget * (1 + 1e-12):
             break
-        if end > time:
-            time, held = end, held - size
+        time, held = end, held - size
     return time
 
 
@@ -162,20 +168,27 @@ def _forced(levels, k: int, j: int, known: list[int] | None, budget: float):
     microbatch j starts: the forwards before it, and the backwards memory forces home
     (``known``: the last earlier microbatch per level whose forward started; None: no
     memory argument), over the last ``WINDOW`` microbatches."""
-    actions = [(levels[l].starts[j], levels[l].forward_ms) for l in range(k)]
+    actions = [(lower.starts[j], lower.forward_ms) for lower in levels[:k]]
+    memory = known is not None and budget != math.inf
     known = known if known is not None else [j - 1] * (k + 1)
-    residual = [lv.grad if lv.grad > 0 else lv.taken for lv in levels[: len(known)]]
-    least = min((r for r in residual if r > 0), default=0.0)
-    home = 2**62 if least <= 0 or budget == math.inf else whole(max(budget, 0.0) / least)
-    for level, last in zip(levels[: len(known)], known, strict=True):
+    for at, last in enumerate(known):
+        level = levels[at]
         for i in range(max(0, last - WINDOW + 1), last + 1):
             actions.append((level.starts[i], level.forward_ms))
-        if level.taken <= 0:
+        if not memory:
             continue
-        for i in range(max(0, last - home - WINDOW + 1), last - home + 1):
-            actions.append((level.inputs[i] - level.input_ms, level.input_ms))
-            if level.grad > 0:
-                actions.append((level.weights[i] - level.weight_ms, level.weight_ms))
+        # a pending I here keeps this level's bytes and those of the levels before it
+        # (their I comes after); a pending W its weight-gradient part
+        held = sum(lv.taken for lv in levels[: at + 1])
+        for size, ends, duration in (
+            (held, level.inputs, level.input_ms),
+            (level.grad, level.weights, level.weight_ms),
+        ):
+            if size <= 0:
+                continue
+            home = last - whole(max(budget, 0.0) / size)
+            for i in range(max(0, home - WINDOW + 1), home + 1):
+                actions.append((ends[i] - duration, duration))
     return actions
 
 
