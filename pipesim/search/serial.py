@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from pipesim.schedules.ir import Action, F, I, W
 from pipesim.search.fits import counts_memory, how_many, room_bytes, whole
 from pipesim.search.greedy import Problem
 
@@ -239,4 +240,41 @@ def _end_floor(levels: list[_Stage], m: int, chain) -> float:
     return max(found, _one_machine(actions))
 
 
-__all__ = ["WINDOW", "serial_ms"]
+def precedences(problem: Problem, device: int) -> list[tuple[Action, Action]]:
+    """Pairs ``(before, after)`` of the device's actions where ``before`` ends before
+    ``after`` starts in every order that keeps each stage's kinds in microbatch order:
+    room for chunk 1, and the backwards memory forces home (module docstring). Cuts for
+    the exact mode's model, which keeps that order too; none where memory does not count."""
+    if not counts_memory(problem):
+        return []
+    room, m = room_bytes(problem), problem.microbatches
+    mine = [s for s in range(problem.stages) if problem.placement[s] == device]
+    taken = [max(problem.taken_bytes[s], 0.0) for s in mine]
+    grad = [
+        min(max(problem.weight_grad_bytes[s], 0.0), t) for s, t in zip(mine, taken, strict=True)
+    ]
+    budget = [room - sum(taken[: k + 1]) for k in range(len(mine))]
+    pairs = []
+    for k, stage in enumerate(mine):
+        if budget[k] < 0:
+            continue
+        ahead = [
+            how_many(taken[k], budget[d], m) if budget[d] >= 0 else 0
+            for d in range(k + 1, len(mine))
+        ]
+        for j in range(m):
+            after = Action(stage, F, j)
+            known = [j - 1] * (k + 1) + [j - q - 1 for q in ahead]
+            for d in range(k + 1, len(mine)):
+                if known[d] >= 0:
+                    pairs.append((Action(mine[d], F, known[d]), after))
+            for at, last in enumerate(known):
+                held = sum(taken[: at + 1])  # a pending I keeps the levels before it too
+                for size, kind in ((held, I), (grad[at], W)):
+                    home = last - whole(budget[k] / size) if size > 0 else -1
+                    if home >= 0:
+                        pairs.append((Action(mine[at], kind, home), after))
+    return pairs
+
+
+__all__ = ["WINDOW", "precedences", "serial_ms"]

@@ -2,18 +2,21 @@
 order of a tiny case, and exactly the optimum where one microbatch at a time fits on a
 V's device and the bytes come home only through its own backward and weight passes."""
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.schedules.ir import v_placement
+from pipesim.schedules.ir import Action, v_placement
 from pipesim.search import search_schedule
 from pipesim.search.bound import chains
 from pipesim.search.greedy import make_problem
-from pipesim.search.serial import serial_ms
+from pipesim.search.serial import precedences, serial_ms
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.links import Link, Topology
-from tests.search.orders import optimum, small_costs
+from tests.oracle import evaluate
+from tests.search.orders import optimum, random_schedule, small_costs
 
 
 def serial_bound(placement, microbatches, costs, topology, limit):
@@ -24,12 +27,14 @@ def serial_bound(placement, microbatches, costs, topology, limit):
 
 # (placement, microbatches): at most a few thousand combinations of per-device orders
 TINY = [((0, 1), 3), ((0, 1), 4), ((0, 1, 2), 2), (v_placement(2), 1), (v_placement(2), 2)]
+# for the cuts (random orders, no brute force): a little larger
+SMALL = [*TINY, (v_placement(2), 4), (v_placement(3), 3), ((0, 1, 2), 5)]
 
 
 @st.composite
-def tight_cases(draw):
+def tight_cases(draw, shapes=TINY):
     """A tiny case whose limit is near the least any order needs (where memory paces)."""
-    placement, microbatches = draw(st.sampled_from(TINY))
+    placement, microbatches = draw(st.sampled_from(shapes))
     stages, devices = len(placement), max(placement) + 1
     costs, kept = small_costs(draw, stages, activation_bytes=1000.0)
     latency_us = draw(st.sampled_from([0.0, 500.0]))
@@ -38,7 +43,7 @@ def tight_cases(draw):
     return placement, microbatches, costs, Topology(devices, Link(latency_us=latency_us)), limit
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(case=tight_cases())
 def test_never_above_the_optimum_of_every_order(case):
     placement, microbatches, costs, topology, limit = case
@@ -46,6 +51,39 @@ def test_never_above_the_optimum_of_every_order(case):
     if best is None:
         return  # too many orders to try them all
     assert serial_bound(placement, microbatches, costs, topology, limit) <= best * (1 + 1e-9)
+
+
+def relabelled(schedule, costs, topology) -> dict[Action, tuple[float, float]]:
+    """Each action's ``(start, end)`` in the oracle's timing, the microbatches of each
+    stage and kind relabelled in the order they start (the exact model's order)."""
+    times = evaluate(schedule, costs, topology)
+    by_kind: dict[tuple, list[tuple[float, float]]] = {}
+    for (device, step), span in times.items():
+        action = schedule.device_actions[device][step]
+        by_kind.setdefault((action.stage, action.kind), []).append(span)
+    return {
+        Action(stage, kind, i): span
+        for (stage, kind), spans in by_kind.items()
+        for i, span in enumerate(sorted(spans))
+    }
+
+
+@settings(max_examples=8, deadline=None)
+@given(case=tight_cases(SMALL), seed=st.integers(0, 2**16))
+def test_the_exact_modes_cuts_hold_in_every_order(case, seed):
+    """Random orders within the limit, relabelled: every cut holds (``before`` ends
+    before ``after`` starts)."""
+    placement, microbatches, costs, topology, limit = case
+    problem = make_problem(placement, microbatches, costs, topology, limit)
+    pairs = [pair for d in range(problem.devices) for pair in precedences(problem, d)]
+    rng = random.Random(seed)
+    for _ in range(5):
+        schedule = random_schedule(placement, microbatches, costs, limit, rng)
+        if schedule is None:
+            continue
+        spans = relabelled(schedule, costs, topology)
+        for before, after in pairs:
+            assert spans[after][0] >= spans[before][1] - 1e-9, (before, after)
 
 
 @pytest.mark.parametrize(
