@@ -58,6 +58,13 @@ some earlier stage ``t`` and ``W(t,i)`` after them. The parts of the bound:
   where ``work`` is what a microbatch not yet started at ``s`` still needs of the device.
   With ``m = 1`` this is the critical path of one microbatch through all stages.
 
+* **serial round trips** (per device, ``pipesim.search.serial``): the same pacing with
+  what the round trips leave out under a tight limit: a V's chunk-0 forward waits for room
+  beside the chunk-1 forwards before it, the earlier microbatches hold the bytes of every
+  stage of the device, and the backward and weight passes that give the bytes back run
+  one at a time on the device, between its forwards (a one-machine bound on what must
+  have ended before each forward).
+
 * **the end-of-step tail** (``with_tail``, where the scenario has data parallelism): after
   the flush every device reduces its gradients, so the longest tail adds to every part;
   overlapped (``dp_overlap``), device d's tail starts when its own last action ends, no
