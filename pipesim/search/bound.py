@@ -148,8 +148,8 @@ def lower_bound(
     for s in range(problem.stages):
         name = f"round trips of stage {s} (at most {in_flight(problem, s)} in flight)"
         parts.append((round_trips_ms(problem, chain, s), name))
-    for d in range(problem.devices):
-        parts.append((serial_ms(problem, chain, d), f"serial round trips of device {d}"))
+    for d, ms in enumerate(serial_ms(problem, chain)):
+        parts.append((ms, f"serial round trips of device {d}"))
     ms, part = max(parts, key=lambda found: found[0])
     if tail is not None:
         ms, part = with_tail(problem, chain, tail, (ms, part))

@@ -67,25 +67,50 @@ class _Stage:
     taken: float
     grad: float
     budget: float  # room left beside one microbatch in flight here (and earlier stages)
-    down_ms: float = 0.0  # from the deeper stage's I end to this one's: hops and I's
     starts: list[float] = field(default_factory=list)  # F starts
     inputs: list[float] = field(default_factory=list)  # I ends
     weights: list[float] = field(default_factory=list)  # W ends
 
 
-def serial_ms(problem: Problem, chain, device: int) -> float:
-    """The bound of the walk (module docstring) for ``device``; ``chain`` holds the
-    durations and chains as ``pipesim.search.bound`` counts them. 0 without stages."""
-    levels = _levels(problem, chain, device)
-    if not levels:
-        return 0.0
-    paced = counts_memory(problem)
-    ahead = _ahead(levels, problem.microbatches) if paced else None
-    for j in range(problem.microbatches):
-        for k, level in enumerate(levels):
-            level.starts.append(_start(levels, k, j, chain, ahead, paced))
-        _ends(levels, j)
-    return _end_floor(levels, problem.microbatches, chain)
+def serial_ms(problem: Problem, chain) -> list[float]:
+    """The bound of the walk (module docstring) for each device (0 for one without
+    stages); ``chain`` holds the durations and chains as ``pipesim.search.bound`` counts
+    them. The devices are walked together, so that a forward waits for the floor of the
+    one before it on another device, and an input backward for the one after it."""
+    m, paced = problem.microbatches, counts_memory(problem)
+    devices = [_levels(problem, chain, d) for d in range(problem.devices)]
+    where = [(d, k) for d, levels in enumerate(devices) for k in range(len(levels))]
+    where.sort(key=lambda at: devices[at[0]][at[1]].stage)
+    ahead = [_ahead(levels, m) if paced else None for levels in devices]
+    hop = problem.hop_ms
+    for j in range(m):
+        arrives = 0.0  # the floor of F(s,j)'s input: the forward before it, and its hop
+        for s, (d, k) in enumerate(where):
+            level = devices[d][k]
+            start = max(arrives, _start(devices[d], k, j, chain, ahead[d], paced))
+            level.starts.append(start)
+            arrives = start + level.forward_ms + hop[s]
+        after = None  # the floor of I(s+1,j)'s end
+        for s, (d, k) in reversed(list(enumerate(where))):
+            level = devices[d][k]
+            end = level.starts[j] + level.trip_ms
+            if after is not None:
+                end = max(end, after + hop[s] + level.input_ms)
+            _ended(level, j, end)
+            after = level.inputs[j]
+    return [_end_floor(levels, m, chain) if levels else 0.0 for levels in devices]
+
+
+def _ended(level: _Stage, j: int, input_end: float) -> None:
+    """Record microbatch j's floors at ``level``: its I ends no earlier than
+    ``input_end`` and the previous one's end plus I; its W after both."""
+    if j:
+        input_end = max(input_end, level.inputs[j - 1] + level.input_ms)
+    weight = input_end + level.weight_ms
+    if j:
+        weight = max(weight, level.weights[j - 1] + level.weight_ms)
+    level.inputs.append(input_end)
+    level.weights.append(weight)
 
 
 def _levels(problem: Problem, chain, device: int) -> list[_Stage]:
@@ -106,10 +131,6 @@ def _levels(problem: Problem, chain, device: int) -> list[_Stage]:
             room - held,
         )
         levels.append(level)
-    for upper, lower in zip(levels[1:], levels[:-1], strict=True):
-        lower.down_ms = sum(
-            problem.hop_ms[w] + chain.input[w] for w in range(lower.stage, upper.stage)
-        )
     return levels
 
 
@@ -201,23 +222,6 @@ def _one_machine(actions: list[tuple[float, float]]) -> float:
         work += duration
         best = max(best, release + work)
     return best
-
-
-def _ends(levels: list[_Stage], j: int) -> None:
-    """The floors of microbatch j's input-backward and weight-pass ends, deepest first."""
-    below = None
-    for level in reversed(levels):
-        end = level.starts[j] + level.trip_ms
-        if below is not None:
-            end = max(end, below + level.down_ms)
-        if j:
-            end = max(end, level.inputs[j - 1] + level.input_ms)
-        weight = end + level.weight_ms
-        if j:
-            weight = max(weight, level.weights[j - 1] + level.weight_ms)
-        level.inputs.append(end)
-        level.weights.append(weight)
-        below = end
 
 
 def _end_floor(levels: list[_Stage], m: int, chain) -> float:

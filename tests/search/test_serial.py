@@ -22,7 +22,7 @@ from tests.search.orders import optimum, random_schedule, small_costs
 def serial_bound(placement, microbatches, costs, topology, limit):
     problem = make_problem(placement, microbatches, costs, topology, limit)
     chain = chains(problem, costs.backward_ms, costs.overhead_ms)
-    return max(serial_ms(problem, chain, d) for d in range(problem.devices))
+    return max(serial_ms(problem, chain))
 
 
 # (placement, microbatches): at most a few thousand combinations of per-device orders
@@ -116,6 +116,6 @@ def test_one_microbatch_per_device_on_a_v(input_ms, weight_ms, latency_ms, expec
     topology = Topology(2, Link(latency_us=latency_ms * 1000)) if latency_ms else None
     assert serial_bound(v_placement(2), 4, costs, topology, 2.0) == pytest.approx(expected)
     found = search_schedule("v-auto", 2, 4, costs, topology, 2.0)
-    assert found.lower_bound_part == "serial round trips of device 1"
+    assert found.lower_bound_part.startswith("serial round trips of device")
     assert found.lower_bound_ms == pytest.approx(expected)
     assert found.makespan_ms == pytest.approx(expected)
