@@ -8,16 +8,17 @@ before it has left enough room for its whole round trip, chunk 1 included; and t
 come back only through backward and weight passes the device runs one at a time, between
 the forwards it also runs.
 
-The walk goes over the microbatches in order and, for each, over the device's stages up
-the pipeline (``u`` below, ``v`` a deeper stage of the same device), keeping floors
-(earliest possible times) of every forward start, input-backward end and weight-pass end.
+The walk goes over the microbatches in order and, for each, over the stages up the
+pipeline and back down, all devices together (``u`` below, ``v`` a deeper stage of the
+same device), keeping floors (earliest possible times) of every forward start,
+input-backward end and weight-pass end.
 Each stage runs its forwards, input backwards and weight passes in microbatch order,
 which loses no step end (``pipesim.search.exact_model`` shows the relabelling), and:
 
-* **chains**: ``F(u,j)`` after ``F(u,j-1)`` and after the forward chain from the device's
-  stage before ``u``; ``I(u,j)`` ends a round trip after ``F(u,j)`` starts, after the
-  gradient has walked down from the deeper stage, and after ``I(u,j-1)``; ``W`` after
-  its ``I`` and the previous ``W``.
+* **chains**: ``F(u,j)`` after ``F(u,j-1)``, after the forward chain from the device's
+  stage before ``u``, and after ``F(u-1,j)`` (wherever it runs) and its hop; ``I(u,j)``
+  ends a round trip after ``F(u,j)`` starts, a hop and an ``I`` after ``I(u+1,j)``, and
+  after ``I(u,j-1)``; ``W`` after its ``I`` and the previous ``W``.
 * **room for chunk 1** (a deeper stage ``v``): when ``F(v,i)`` starts, the device holds
   what microbatch ``i`` holds there, and ``taken(u)`` for every later microbatch whose
   ``F(u)`` already started (its ``I(u)`` needs ``F(v)`` first). At most ``q`` of those
