@@ -58,6 +58,13 @@ some earlier stage ``t`` and ``W(t,i)`` after them. The parts of the bound:
   where ``work`` is what a microbatch not yet started at ``s`` still needs of the device.
   With ``m = 1`` this is the critical path of one microbatch through all stages.
 
+* **serial round trips** (per device, ``pipesim.search.serial``): the same pacing with
+  what the round trips leave out under a tight limit: a V's chunk-0 forward waits for room
+  beside the chunk-1 forwards before it, the earlier microbatches hold the bytes of every
+  stage of the device, and the backward and weight passes that give the bytes back run
+  one at a time on the device, between its forwards (a one-machine bound on what must
+  have ended before each forward).
+
 * **the end-of-step tail** (``with_tail``, where the scenario has data parallelism): after
   the flush every device reduces its gradients, so the longest tail adds to every part;
   overlapped (``dp_overlap``), device d's tail starts when its own last action ends, no
@@ -75,6 +82,7 @@ from dataclasses import dataclass
 from pipesim.search.fits import counts_memory, held_by_one, in_flight, most_ms, room_bytes
 from pipesim.search.greedy import Problem
 from pipesim.search.round_trips import paced_ends
+from pipesim.search.serial import serial_ms
 from pipesim.search.tail import Tail
 
 MARGIN = 1e-9  # relative: the bound is lowered by this much
@@ -140,6 +148,8 @@ def lower_bound(
     for s in range(problem.stages):
         name = f"round trips of stage {s} (at most {in_flight(problem, s)} in flight)"
         parts.append((round_trips_ms(problem, chain, s), name))
+    for d, ms in enumerate(serial_ms(problem, chain)):
+        parts.append((ms, f"serial round trips of device {d}"))
     ms, part = max(parts, key=lambda found: found[0])
     if tail is not None:
         ms, part = with_tail(problem, chain, tail, (ms, part))

@@ -17,6 +17,10 @@ microbatch) is an interval of fixed length whose start the solver chooses:
   memory, ``[F start, I end)`` holding ``activation - weight-gradient`` bytes and ``[F
   start, W end)`` holding the weight-gradient bytes, and a ``Cumulative`` keeps their sum
   within the limit at every instant;
+* **cuts**: precedences every order within the limit keeps, stated outright
+  (``pipesim.search.serial.precedences``: a V's chunk-0 forward waits for room beside
+  chunk 1, a forward for the backwards memory forces home); redundant, they only help
+  the solver prove its bound;
 * **objective**: the step's end, the last ``W`` of each device (its last action: an ``F``
   is followed by its ``I``, an ``I`` by its ``W``) plus, with data parallelism, the
   device's own all-reduce (overlapped) or the longest one after the flush
@@ -67,6 +71,7 @@ from pipesim.schedules.ir import Action, F, I, W
 from pipesim.search.bound import MARGIN, chains
 from pipesim.search.fits import counts_memory, room_bytes
 from pipesim.search.greedy import Problem
+from pipesim.search.serial import precedences
 from pipesim.search.tail import Tail
 
 KINDS = (F, I, W)
@@ -171,6 +176,7 @@ class ExactModel:
         self._dependencies()
         self._devices()
         self._memory()
+        self._cuts()
         floor = min(down(floor_ms * (1 + 2 * MARGIN), self.per_ms), self.horizon)
         self.step = model.new_int_var(floor, self.horizon, "step")
         self._objective(tail)
@@ -226,6 +232,14 @@ class ExactModel:
                         self.spans.append((size, Action(s, F, i), freed))
             if intervals:
                 model.add_cumulative(intervals, demands, units.capacity)
+
+    def _cuts(self) -> None:
+        """Redundant precedences every order within the limit keeps (room for chunk 1,
+        backwards memory forces home: ``pipesim.search.serial.precedences``): the solver
+        would find them from the memory constraint only by search."""
+        for d in range(self.problem.devices):
+            for before, after in precedences(self.problem, d):
+                self.model.add(self.start[after] >= self.end(before))
 
     def _objective(self, tail: Tail | None) -> None:
         p = self.problem
