@@ -91,7 +91,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
     (``pipesim.cluster.expert_parallel``) adds its all-to-alls to the passes, its buffers
     to the peak memory, and keeps both by name (``ModelCosts.expert_parallel``).
     """
-    par, gpu = job.parallel, job.hardware.gpu
+    par, size, gpu = job.parallel, job.batch.microbatch_size, job.hardware.gpu
     if gpu is None:
         raise JobError("hardware.gpu", "required with a model section")
     partition = split_layers(job, schedule.model_stages, by_time=True)
@@ -114,6 +114,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
     tail = optimizer = None
     if job.training:
         costs, tail, optimizer = _step_tail(job, schedule, partition, costs, stages_on)
+    global_batch = schedule.microbatches * size * par.data
     accounting = Accounting(
         static_memory_bytes=tuple(sum(static[k].total_bytes for k in s) for s in stages_on),
         memory_capacity_bytes=gpu.memory_bytes,
@@ -121,29 +122,11 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         fragmentation=job.hardware.fragmentation,
         memory_headroom=job.hardware.memory_headroom,
         replicas=par.data,
-        flops_per_step=_flops_per_step(job, schedule.microbatches),
+        flops_per_step=model_flops_per_step(model, global_batch, forward_only=not job.training),
         peak_flops=gpu.peak_tflops * 1e12 * schedule.devices * par.tensor * gradient_group(job),
         transient_bytes=buffer_bytes(experts, stages_on),
     )
     return ModelCosts(costs, accounting, tail, optimizer, experts)
-
-
-def with_microbatches(derived: ModelCosts, job: Job, microbatches: int) -> ModelCosts:
-    """``model_costs`` of a job whose schedule runs ``microbatches`` per step, from
-    ``derived``, those of the same job, layout and schedule shape under another count.
-
-    Of all that ``model_costs`` derives, only the step's FLOPs (the global batch) read the
-    count of microbatches: passes, memory, gradient reduction and optimizer step see one
-    microbatch, or none. That holds where the schedule has no torch posts (which are placed
-    by action), so a caller restates only schedules without them."""
-    accounting = replace(derived.accounting, flops_per_step=_flops_per_step(job, microbatches))
-    return replace(derived, accounting=accounting)
-
-
-def _flops_per_step(job: Job, microbatches: int) -> float:
-    """The model FLOPs of one step of ``microbatches`` per replica."""
-    global_batch = microbatches * job.batch.microbatch_size * job.parallel.data
-    return model_flops_per_step(_model(job), global_batch, forward_only=not job.training)
 
 
 def _pass_costs(

@@ -49,7 +49,7 @@ from pipesim.analysis.plan.space import Candidate
 from pipesim.analysis.run import simulate_step
 from pipesim.cluster.hardware import gpu_profile
 from pipesim.cluster.job import BatchSizes, Job, communicating_pairs
-from pipesim.cluster.job_costs import ModelCosts, with_microbatches
+from pipesim.cluster.job_costs import ModelCosts
 from pipesim.scenario import derive
 from pipesim.scenario.build import Scenario, build_scenario, parse_spec
 from pipesim.scenario.schema import Mode, ScenarioError, ScenarioSpec
@@ -106,7 +106,6 @@ class Scorer:
         self._schedules: dict[tuple, Schedule | str] = {}
         self._walks = MemoryWalks()
         self._derived: dict[tuple, ModelCosts] = {}
-        self._layouts: dict[tuple, ModelCosts] = {}  # the same, under any microbatch count
         self._jobs: dict[tuple, Job | ScenarioError] = {}
         self._stages: dict[tuple, tuple] = {}  # schedule key -> where its stages sit
         self._topologies: dict[tuple, Topology] = {}
@@ -264,15 +263,7 @@ class Scorer:
         costs_key = (self._stages[key][:3], schedule.microbatches, _job_key(c), c.devices)
         if costs_key not in self._derived:
             job = self.candidate_job(c)
-            # the count reaches only the step's FLOPs, without torch's posts (placed by action)
-            layout = (costs_key[0], costs_key[2][:3], costs_key[2][4:], c.devices)
-            known = None if any(schedule.posts) else self._layouts.get(layout)
-            if known is not None:
-                self._derived[costs_key] = with_microbatches(known, job, schedule.microbatches)
-            else:
-                self._derived[costs_key] = derive.model_costs(job, schedule, self.source)
-                if not any(schedule.posts):
-                    self._layouts[layout] = self._derived[costs_key]
+            self._derived[costs_key] = derive.model_costs(job, schedule, self.source)
         return self._derived[costs_key]
 
     def _topology(self, key: tuple, schedule: Schedule, c: Candidate) -> tuple[Topology, tuple]:
