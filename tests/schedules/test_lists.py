@@ -28,8 +28,10 @@ BULK = (
     "interleaved-zero-bubble",
     "looped-bfs",
     "chimera",
+    "v-half",
+    "v-min",
 )
-CHUNKED = ("interleaved-1f1b", "zbv", "interleaved-zero-bubble")
+CHUNKED = ("interleaved-1f1b", "zbv", "interleaved-zero-bubble", "v-half", "v-min")
 GRID = [(p, m, v) for p in (1, 2, 3, 4) for m in (1, 2, 3, 4, 5, 8) for v in (1, 2, 3)]
 
 
