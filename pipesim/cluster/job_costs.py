@@ -116,7 +116,7 @@ def model_costs(job: Job, schedule: Schedule) -> ModelCosts:
         costs, tail, optimizer = _step_tail(job, schedule, partition, costs, stages_on)
     global_batch = schedule.microbatches * size * par.data
     accounting = Accounting(
-        static_memory_bytes=tuple(sum(static[k].total_bytes for k in s) for s in stages_on),
+        static_memory_bytes=tuple(sum([static[k].total_bytes for k in s]) for s in stages_on),
         memory_capacity_bytes=gpu.memory_bytes,
         runtime_memory_bytes=job.hardware.runtime_bytes,
         fragmentation=job.hardware.fragmentation,
@@ -205,16 +205,17 @@ def _step_tail(
     if schedule.has_reduce_grad_posts:  # torch's REDUCE_GRAD posts place them, stage
         return _at_reduce_grad_posts(schedule, costs, reduction, optimizer, stages_on), None, None
     tail, steps = [], []
-    for stages in stages_on:
+    forward, backward = compute.forward_ms, compute.backward_ms
+    for stages in stages_on:  # sums over lists: the same additions, in the same order
         exposed = exposed_data_parallel_ms(
-            sum(reduction[k] for k in stages),
-            sum(compute.forward_ms[k] for k in stages),
-            sum(compute.backward_ms[k] for k in stages),
+            sum([reduction[k] for k in stages]),
+            sum([forward[k] for k in stages]),
+            sum([backward[k] for k in stages]),
             par.dp_overlap,
             gather_weights=par.zero_stage < 3,
             slowdown=slowdown,
         )
-        steps.append(sum(optimizer[k] for k in stages))
+        steps.append(sum([optimizer[k] for k in stages]))
         tail.append(steps[-1] + exposed)
     if not any(tail):
         return costs, None, None

@@ -110,10 +110,11 @@ def _overlapped_events(events: _Events, trace: Trace, schedule: Schedule, costs:
     if not len(groups):
         return
     changes, rows, layer_groups = [], [], []
+    training = schedule.is_training  # read once: a schedule of Actions scans for it
     for row in groups.tolist():  # each group's members in their own order
         for member in trace.actions[row].sub_actions:
             member_changes = [_MEMBER_CHANGE[member.kind]]
-            if member.kind == Kind.F and not schedule.is_training:
+            if member.kind == Kind.F and not training:
                 member_changes.append(_FORWARD_ENDS)
             for change in member_changes:
                 changes.append(change)

@@ -17,7 +17,21 @@ from pipesim.schedules.ir import B, F, Schedule, to_csv
 from pipesim.schedules.lists import ActionLists, MadeOnRead
 from pipesim.schedules.validity import schedule_fault
 
-BULK = ("1f1b", "gpipe", "interleaved-1f1b", "zbv", "eager-1f1b")
+BULK = (
+    "1f1b",
+    "gpipe",
+    "interleaved-1f1b",
+    "zbv",
+    "eager-1f1b",
+    "zb-h1",
+    "zb-h2",
+    "interleaved-zero-bubble",
+    "looped-bfs",
+    "chimera",
+    "v-half",
+    "v-min",
+)
+CHUNKED = ("interleaved-1f1b", "zbv", "interleaved-zero-bubble", "v-half", "v-min")
 GRID = [(p, m, v) for p in (1, 2, 3, 4) for m in (1, 2, 3, 4, 5, 8) for v in (1, 2, 3)]
 
 
@@ -41,7 +55,7 @@ def column_arrays(schedule: Schedule) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("name", BULK)
 def test_a_bulk_policy_builds_and_validates_without_making_its_actions(name):
-    schedule = get_schedule(name, 4, 8, 2 if name in ("interleaved-1f1b", "zbv") else 1)
+    schedule = get_schedule(name, 4, 8, 2 if name in CHUNKED else 1)
     lists = schedule.device_actions
     assert isinstance(lists, ActionLists)
     assert schedule_fault(schedule) is None and schedule.devices == len(lists) == 4

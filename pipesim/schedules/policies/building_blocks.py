@@ -37,12 +37,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from itertools import repeat
 
 import numpy as np
 
-from pipesim.schedules.columns import make_action
-from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, single_chain, v_placement
+from pipesim.schedules.columns import ATOM_CODE, rank_lists
+from pipesim.schedules.ir import F, I, Kind, Schedule, W, single_chain, v_placement
 from pipesim.schedules.policies.squeeze_loop import compiled_squeeze
 
 INTERVAL = 6  # units per repeated block: F0, F1, I1, I0 and two W
@@ -51,6 +50,7 @@ BlockOffsets = tuple[int, int, int, int]  # (F0, F1, I1, I0) start units of micr
 # A device's F and I passes in four rows of m microbatches: pass k = row * m + microbatch.
 _ROWS: tuple[tuple[Kind, int], ...] = ((F, 0), (F, 1), (I, 0), (I, 1))  # (kind, chunk)
 _F0, _F1, _I0, _I1 = range(4)
+_KIND_CODES = np.array([ATOM_CODE[F], ATOM_CODE[I], ATOM_CODE[W]])  # F, I, W as ATOM_CODE
 _ONE_BY_ONE = 2  # free slots tried one at a time before the squeeze judges a whole window
 
 
@@ -62,10 +62,8 @@ def build_v_schedule(
     length = max(max(offsets) for offsets in blocks) + (INTERVAL + 2) * microbatches + 2
     grids = [_DeviceGrid(offsets, microbatches, length) for offsets in blocks]  # 1. repeat
     _squeeze(grids, microbatches)  # 2. squeeze
-    device_actions = tuple(_device_order(grid, d, devices) for d, grid in enumerate(grids))
-    return Schedule(
-        device_actions, v_placement(devices), single_chain(2 * devices, microbatches), name
-    )
+    lists = rank_lists([_device_columns(grid, d, devices) for d, grid in enumerate(grids)])
+    return Schedule(lists, v_placement(devices), single_chain(2 * devices, microbatches), name)
 
 
 def check_blocks(blocks: Sequence[BlockOffsets]) -> None:
@@ -315,9 +313,12 @@ def _squeeze_compiled(loop, grids: list[_DeviceGrid], order: np.ndarray, inputs,
         grid.memory.rows, grid.memory.known = rows[device], int(known[device])
 
 
-def _device_order(grid: _DeviceGrid, device: int, devices: int) -> tuple[Action, ...]:
-    """The device's actions in slot order, W included (step 3); no two share a slot (the
-    W take free ones). Made in bulk, without a Python call per Action."""
+def _device_columns(
+    grid: _DeviceGrid, device: int, devices: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The device's actions in slot order, W included (step 3), as columns ``(stage,
+    kind, microbatch)`` (kind as ``ATOM_CODE``); no two share a slot (the W take free
+    ones)."""
     m = grid.microbatches
     stage = np.array((device, 2 * devices - 1 - device), np.int64)
     order, weight_slots = grid.weights()
@@ -327,10 +328,4 @@ def _device_order(grid: _DeviceGrid, device: int, devices: int) -> tuple[Action,
     kinds = np.concatenate([passes // (2 * m), np.full(len(order), 2)])  # F, I, W
     microbatches = np.concatenate([passes % m, order % m])
     at = np.argsort(slots, kind="stable")
-    rows = zip(
-        stages[at].tolist(),
-        map((F, I, W).__getitem__, kinds[at].tolist()),
-        microbatches[at].tolist(),
-        repeat(None),
-    )
-    return tuple(map(make_action, rows))
+    return stages[at], _KIND_CODES[kinds[at]], microbatches[at]

@@ -25,26 +25,37 @@ forward units, bubble fraction (D-2)/(2m+D-2) with the paper's N = m.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, B, Chain, F, Schedule, require
+import numpy as np
+
+from pipesim.schedules.columns import ATOM_CODE, action_lists
+from pipesim.schedules.ir import B, Chain, F, Schedule, require
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "chimera"
 
 
-def _timetable(devices: int, microbatches: int) -> list[list[tuple[int, Action]]]:
-    """(step, action) for every pass, listed per device."""
+def _timetable_columns(devices: int, microbatches: int) -> tuple[np.ndarray, ...]:
+    """Every pass of the timetable as columns ``(device, stage, kind, microbatch)`` (kind
+    as ``ATOM_CODE``), each device's in step order: listed unit by unit, microbatch j of
+    the unit, down then up pipeline, stage k, forward then backward, then sorted by device
+    and step (a tie, if any, kept in listing order)."""
     d, half = devices, microbatches // 2
-    per_device: list[list[tuple[int, Action]]] = [[] for _ in range(d)]
-    for unit in range(microbatches // d):
-        start = 2 * d * unit  # basic units follow each other every 2D steps
-        for j in range(d // 2):
-            for chain in (0, 1):
-                mb = chain * half + unit * (d // 2) + j
-                for k in range(d):
-                    stage, device = (k, k) if chain == 0 else (d + k, d - 1 - k)
-                    per_device[device].append((start + 2 * j + k, Action(stage, F, mb)))
-                    per_device[device].append((start + 2 * j + 2 * d - 1 - k, Action(stage, B, mb)))
-    return per_device
+    unit, j, chain, k, backward = np.meshgrid(
+        np.arange(microbatches // d),
+        np.arange(d // 2),
+        np.arange(2),
+        np.arange(d),
+        np.arange(2),
+        indexing="ij",
+    )
+    unit, j, chain, k, backward = (a.reshape(-1) for a in (unit, j, chain, k, backward))
+    microbatch = chain * half + unit * (d // 2) + j
+    stage = np.where(chain == 0, k, d + k)
+    device = np.where(chain == 0, k, d - 1 - k)
+    step = 2 * d * unit + 2 * j + np.where(backward == 1, 2 * d - 1 - k, k)
+    kind = np.where(backward == 1, ATOM_CODE[B], ATOM_CODE[F])
+    order = np.lexsort((np.arange(len(step)), step, device))
+    return device[order], stage[order], kind[order], microbatch[order]
 
 
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
@@ -54,13 +65,10 @@ def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
         m % d == 0,
         f"chimera runs basic units of devices={d} microbatches; microbatches={m} is not a multiple",
     )
-    device_actions = tuple(
-        tuple(action for _, action in sorted(passes, key=lambda e: e[0]))
-        for passes in _timetable(d, m)
-    )
+    lists = action_lists(d, *_timetable_columns(d, m))
     chains = (Chain(0, d - 1, range(m // 2)), Chain(d, 2 * d - 1, range(m // 2, m)))
     placement = tuple(range(d)) + tuple(d - 1 - k for k in range(d))
-    return Schedule(device_actions, placement, chains, NAME)
+    return Schedule(lists, placement, chains, NAME)
 
 
 POLICY = Policy(

@@ -37,7 +37,19 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from pipesim.schedules.ir import Action, B, Chain, F, I, Kind, Schedule, W, overlapped, require
+from pipesim.schedules.columns import make_action
+from pipesim.schedules.ir import (
+    OVERLAP_F_B,
+    Action,
+    B,
+    Chain,
+    F,
+    I,
+    Kind,
+    Schedule,
+    W,
+    require,
+)
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
 NAME = "dualpipe"
@@ -62,23 +74,25 @@ class _Program:
         self._next[(stage, direction)] = count + 1
         return self.first_microbatch[stage] + count
 
+    # Actions are made as tuples (``make_action``): a long schedule makes millions
     def forward(self, stage: int) -> None:
-        self.actions.append(Action(stage, F, self._take(stage, F)))
+        self.actions.append(make_action((stage, F, self._take(stage, F), None)))
 
     def backward(self, stage: int, split: bool = False) -> None:
         microbatch = self._take(stage, B)
         if split:
-            self._pending_w.append(Action(stage, W, microbatch))
-        self.actions.append(Action(stage, I if split else B, microbatch))
+            self._pending_w.append(make_action((stage, W, microbatch, None)))
+        self.actions.append(make_action((stage, I if split else B, microbatch, None)))
 
     def weight(self) -> None:
         self.actions.append(self._pending_w.popleft())
 
     def pair(self, forward_stage: int, backward_stage: int) -> None:
-        """An overlapped forward-and-backward pair (one compound action)."""
-        fwd = Action(forward_stage, F, self._take(forward_stage, F))
-        bwd = Action(backward_stage, B, self._take(backward_stage, B))
-        self.actions.append(overlapped(fwd, bwd))
+        """An overlapped forward-and-backward pair (one compound action, as ``overlapped``
+        makes it)."""
+        fwd = make_action((forward_stage, F, self._take(forward_stage, F), None))
+        bwd = make_action((backward_stage, B, self._take(backward_stage, B), None))
+        self.actions.append(make_action((-1, OVERLAP_F_B, -1, (fwd, bwd))))
 
 
 def rank_actions(

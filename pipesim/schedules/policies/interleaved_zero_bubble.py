@@ -28,6 +28,9 @@ times, v times smaller than ZB-H1's on the same model.
 
 from __future__ import annotations
 
+import numpy as np
+
+from pipesim.schedules.columns import ATOM_CODE, rank_lists
 from pipesim.schedules.ir import (
     Action,
     F,
@@ -79,6 +82,38 @@ def rank_actions(rank: int, devices: int, microbatches: int, chunks: int) -> tup
     return tuple(actions)
 
 
+def rank_columns(
+    rank: int, devices: int, microbatches: int, chunks: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``rank_actions`` as columns ``(stage, kind, microbatch)`` (kind as ``ATOM_CODE``):
+    each steady step k is a slot of (``F`` warm-up + k, ``I`` k, ``W`` k - rank), each kept
+    where the loop would emit it."""
+    per_round = microbatches // _rounds(devices, microbatches)
+    total = microbatches * chunks
+    warmup = min((chunks - 1) * per_round + devices - 1 - rank, total)
+    k = np.arange(total)
+    steps = np.stack([warmup + k, k, k - rank], axis=1)
+    backward = np.array([False, True, True])
+    slot_kind = np.array([ATOM_CODE[F], ATOM_CODE[I], ATOM_CODE[W]])
+    keep = np.stack([warmup + k < total, np.ones(total, dtype=bool), k >= rank], axis=1)
+    flush = np.arange(max(total - rank, 0), total)
+    step = np.concatenate([np.arange(warmup), steps[keep], flush])
+    is_backward = np.concatenate(
+        [np.zeros(warmup, dtype=bool), np.broadcast_to(backward, (total, 3))[keep], flush >= 0]
+    )
+    kind = np.concatenate(
+        [
+            np.full(warmup, ATOM_CODE[F]),  # warm-up
+            np.broadcast_to(slot_kind, (total, 3))[keep],  # steady state, cool-down
+            np.full(len(flush), ATOM_CODE[W]),  # flush
+        ]
+    )
+    chunk = (step // per_round) % chunks  # as ``_step``, for every step at once
+    chunk = np.where(is_backward, chunks - 1 - chunk, chunk)
+    microbatch = (step // (per_round * chunks)) * per_round + step % per_round
+    return chunk * devices + rank, kind, microbatch
+
+
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     p, m, v = devices, microbatches, virtual_stages
     rounds = _rounds(p, m)
@@ -87,8 +122,8 @@ def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
         f"interleaved-zero-bubble runs microbatches={m} in max(1, microbatches // devices)="
         f"{rounds} rounds of equal size: use a multiple of {rounds}, e.g. {m - m % rounds}",
     )
-    device_actions = tuple(rank_actions(r, p, m, v) for r in range(p))
-    return Schedule(device_actions, loop_placement(p, v), single_chain(p * v, m), NAME)
+    lists = rank_lists([rank_columns(r, p, m, v) for r in range(p)])
+    return Schedule(lists, loop_placement(p, v), single_chain(p * v, m), NAME)
 
 
 POLICY = Policy(

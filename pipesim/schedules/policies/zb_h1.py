@@ -23,6 +23,9 @@ activations awaiting their ``I`` and ``r`` awaiting their ``W``: peak activation
 
 from __future__ import annotations
 
+import numpy as np
+
+from pipesim.schedules.columns import ATOM_CODE, rank_lists
 from pipesim.schedules.ir import Action, F, I, Schedule, W, single_chain
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
@@ -51,15 +54,42 @@ def split_backward_rank_actions(
     return tuple(actions)
 
 
+def split_backward_rank_columns(
+    stage: int, microbatches: int, warmup: int, weight_delay: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``split_backward_rank_actions`` as columns ``(stage, kind, microbatch)`` (kind as
+    ``ATOM_CODE``): the steady state is m slots of (``I`` i, ``W`` i - delay, ``F``
+    warm-up + i), each kept where the loop would emit it."""
+    m, delay = microbatches, weight_delay
+    warmup = min(warmup, m)
+    i = np.arange(m)
+    slot_kind = np.array([ATOM_CODE[I], ATOM_CODE[W], ATOM_CODE[F]])
+    slot_microbatch = np.stack([i, i - delay, warmup + i], axis=1)
+    keep = np.stack([np.ones(m, dtype=bool), i >= delay, warmup + i < m], axis=1)
+    flush = np.arange(max(m - delay, 0), m)
+    kind = np.concatenate(
+        [
+            np.full(warmup, ATOM_CODE[F]),  # warm-up
+            np.broadcast_to(slot_kind, (m, 3))[keep],  # steady state, cool-down
+            np.full(len(flush), ATOM_CODE[W]),  # flush
+        ]
+    )
+    microbatch = np.concatenate([np.arange(warmup), slot_microbatch[keep], flush])
+    return np.full(len(kind), stage), kind, microbatch
+
+
 def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ...]:
     return split_backward_rank_actions(rank, microbatches, warmup=devices - rank, weight_delay=rank)
 
 
+def rank_columns(rank: int, devices: int, microbatches: int) -> tuple[np.ndarray, ...]:
+    """``rank_actions`` as columns (``split_backward_rank_columns``)."""
+    return split_backward_rank_columns(rank, microbatches, warmup=devices - rank, weight_delay=rank)
+
+
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
-    device_actions = tuple(rank_actions(r, devices, microbatches) for r in range(devices))
-    return Schedule(
-        device_actions, tuple(range(devices)), single_chain(devices, microbatches), NAME
-    )
+    lists = rank_lists([rank_columns(r, devices, microbatches) for r in range(devices)])
+    return Schedule(lists, tuple(range(devices)), single_chain(devices, microbatches), NAME)
 
 
 POLICY = Policy(

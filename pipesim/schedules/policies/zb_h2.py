@@ -30,18 +30,25 @@ and holds less memory.
 
 from __future__ import annotations
 
+import numpy as np
+
+from pipesim.schedules.columns import rank_lists
 from pipesim.schedules.ir import Action, Schedule, single_chain
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 from pipesim.schedules.policies.zb_h1 import rank_actions as zb_h1_rank_actions
-from pipesim.schedules.policies.zb_h1 import split_backward_rank_actions
+from pipesim.schedules.policies.zb_h1 import rank_columns as zb_h1_rank_columns
+from pipesim.schedules.policies.zb_h1 import (
+    split_backward_rank_actions,
+    split_backward_rank_columns,
+)
 
 NAME = "zb-h2"
 
 
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
     p = devices
-    device_actions = tuple(rank_actions(r, p, microbatches) for r in range(p))
-    return Schedule(device_actions, tuple(range(p)), single_chain(p, microbatches), NAME)
+    lists = rank_lists([rank_columns(r, p, microbatches) for r in range(p)])
+    return Schedule(lists, tuple(range(p)), single_chain(p, microbatches), NAME)
 
 
 def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ...]:
@@ -50,6 +57,14 @@ def rank_actions(rank: int, devices: int, microbatches: int) -> tuple[Action, ..
     if microbatches < 2 * p - 1:  # too few to fill the warm-up: ZB-H1's order
         return zb_h1_rank_actions(r, p, microbatches)
     return split_backward_rank_actions(r, microbatches, warmup=2 * (p - r) - 1, weight_delay=2 * r)
+
+
+def rank_columns(rank: int, devices: int, microbatches: int) -> tuple[np.ndarray, ...]:
+    """``rank_actions`` as columns ``(stage, kind, microbatch)``."""
+    p, r = devices, rank
+    if microbatches < 2 * p - 1:
+        return zb_h1_rank_columns(r, p, microbatches)
+    return split_backward_rank_columns(r, microbatches, warmup=2 * (p - r) - 1, weight_delay=2 * r)
 
 
 POLICY = Policy(
