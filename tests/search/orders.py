@@ -39,6 +39,19 @@ def small_costs(draw, stages: int, **extra) -> tuple[Costs, list[float]]:
     return costs, kept
 
 
+def split_costs(stages, forward=1.0, input_=1.0, weight=1.0, kept=1.0, weight_grad=0.25):
+    """Uniform F, I, W costs per stage, a unit of activation memory held from F, and the
+    weight-gradient part of it held until W."""
+    return uniform_costs(
+        stages,
+        forward,
+        backward_input_ms=input_,
+        backward_weight_ms=weight,
+        activation_memory_bytes=kept,
+        weight_grad_memory_bytes=weight_grad,
+    )
+
+
 def _before(action: Action, placement, stages: int) -> list[Action]:
     """The actions of the same device that must run before ``action`` (directly or through
     other devices: the forward chain, the backward chain, F before I before W)."""

@@ -14,23 +14,13 @@ from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import memory_timelines
+from tests.search.orders import split_costs
 
 
 @pytest.fixture
 def small_budget(monkeypatch):
     """Property tests run many searches: a smaller improvement pass keeps them quick."""
     monkeypatch.setattr(auto, "IMPROVE_ACTIONS", 3_000)
-
-
-def split_costs(stages, forward=1.0, input_=1.0, weight=1.0, kept=1.0, weight_grad=0.25):
-    return uniform_costs(
-        stages,
-        forward,
-        backward_input_ms=input_,
-        backward_weight_ms=weight,
-        activation_memory_bytes=kept,
-        weight_grad_memory_bytes=weight_grad,
-    )
 
 
 def peaks_per_device(schedule, costs, topology=None):

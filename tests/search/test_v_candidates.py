@@ -15,21 +15,15 @@ from pipesim.search.v_memory import memory_orders, memory_schedules
 from pipesim.search.v_memory_phases import F0, F1, I0, I1, W0, W1, peak
 from pipesim.search.v_patterns import activation_peak, greedy_v_schedule, place_weights
 from pipesim.search.v_timed import timed_v_schedule
-from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import memory_timelines
+from tests.search.orders import split_costs
 
 
-def v_costs(devices, forward=1.0, input_=1.0, weight=1.0, kept=1.0, weight_grad=0.25):
-    return uniform_costs(
-        2 * devices,
-        forward,
-        backward_input_ms=input_,
-        backward_weight_ms=weight,
-        activation_memory_bytes=kept,
-        weight_grad_memory_bytes=weight_grad,
-    )
+def v_costs(devices, *costs, **named):
+    """Costs of a V: two chunks per device."""
+    return split_costs(2 * devices, *costs, **named)
 
 
 def engine_peak(schedule, costs, topology=None):
