@@ -25,7 +25,7 @@ from tests.docs_commands import ROOT, Recipe, recipes
 
 RECIPES = recipes()
 
-PLAN_64 = "plans every layout of 64 GPUs for a 70B model: minutes on two cores"
+PLAN_64 = "plans every layout of 64 GPUs for a 70B model: about 10 s on two cores"
 SERVE_GRID = "serves 1,000 requests at each of 64 grid points: ~25 s"
 LIMIT_GRID = "searches a schedule at each of 10 points: ~15-40 s"
 # Commands left to the full run (-m slow), each for its running time.
