@@ -89,8 +89,10 @@ def test_a_kept_pool_keeps_its_workers_and_their_work_across_calls():
     work = Counting()
     with executor.KeptPool(work, 2) as pool:
         first = run_chunks(work, list(range(6)), singles, jobs=2, pool=pool)
+        # the pool's processes, whether or not a busy machine let both take a chunk yet
+        before = {child.pid for child in executor.multiprocessing.active_children()}
         second = run_chunks(work, list(range(6)), singles, jobs=2, pool=pool)
-    before = {pid for pid, _ in first}
+    assert {pid for pid, _ in first} <= before
     after: dict[int, list[int]] = {}
     for pid, count in first + second:
         after.setdefault(pid, []).append(count)
