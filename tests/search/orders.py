@@ -13,7 +13,9 @@ import random
 
 from hypothesis import strategies as st
 
-from pipesim.schedules.ir import Action, F, I, Schedule, W, single_chain
+from pipesim.schedules import fit_virtual_stages, get_schedule
+from pipesim.schedules.ir import Action, F, I, Schedule, ScheduleError, W, single_chain
+from pipesim.search import auto
 from pipesim.sim.costs import Costs, uniform_costs
 from tests.oracle import evaluate
 
@@ -50,6 +52,19 @@ def split_costs(stages, forward=1.0, input_=1.0, weight=1.0, kept=1.0, weight_gr
         activation_memory_bytes=kept,
         weight_grad_memory_bytes=weight_grad,
     )
+
+
+def fitting_recipes(name, devices, microbatches, costs, topology, limit):
+    """``(recipe, its evaluation)`` for each fixed recipe of the family ``name`` that
+    builds at this size and fits the memory limit: the rivals a search must not lose to."""
+    for recipe in auto.FAMILIES[name]:
+        try:
+            schedule = get_schedule(recipe, devices, microbatches, fit_virtual_stages(recipe, 1))
+        except ScheduleError:
+            continue
+        fixed = auto.evaluate(schedule, costs, topology, recipe)
+        if fixed.peak_bytes <= limit:
+            yield recipe, fixed
 
 
 def _before(action: Action, placement, stages: int) -> list[Action]:

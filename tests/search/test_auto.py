@@ -5,16 +5,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipesim.schedules import fit_virtual_stages, get_schedule
-from pipesim.schedules.ir import ScheduleError
+from pipesim.schedules import get_schedule
 from pipesim.schedules.validity import validate
 from pipesim.search import AUTO_POLICIES, SearchError, auto, minimum_limit_bytes, search_schedule
-from pipesim.search.auto import FAMILIES, default_limit_bytes, evaluate
+from pipesim.search.auto import default_limit_bytes, evaluate
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
 from pipesim.sim.memory import memory_timelines
-from tests.search.orders import split_costs
+from tests.search.orders import fitting_recipes, split_costs
 
 
 @pytest.fixture
@@ -90,14 +89,8 @@ def test_peak_within_the_limit_up_to_16_devices(small_budget, case):
 def test_never_slower_than_a_fixed_recipe_of_the_family_that_fits(small_budget, case):
     name, devices, microbatches, costs, topology, limit = case
     found = search_schedule(name, devices, microbatches, costs, topology, limit)
-    for recipe in FAMILIES[name]:
-        try:
-            schedule = get_schedule(recipe, devices, microbatches, fit_virtual_stages(recipe, 1))
-        except ScheduleError:
-            continue
-        fixed = evaluate(schedule, costs, topology, recipe)
-        if fixed.peak_bytes <= limit:
-            assert found.makespan_ms <= fixed.makespan_ms * (1 + 1e-9), recipe
+    for recipe, fixed in fitting_recipes(name, devices, microbatches, costs, topology, limit):
+        assert found.makespan_ms <= fixed.makespan_ms * (1 + 1e-9), recipe
 
 
 @pytest.mark.parametrize("devices, microbatches", [(4, 7), (4, 8), (4, 12), (6, 11), (8, 16)])

@@ -8,15 +8,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipesim.schedules import fit_virtual_stages, get_schedule
-from pipesim.schedules.ir import ScheduleError, v_placement
+from pipesim.schedules.ir import v_placement
 from pipesim.search import AUTO_POLICIES, auto, minimum_limit_bytes, search_schedule
-from pipesim.search.auto import FAMILIES, evaluate
 from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import make_problem
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.links import Link, Topology
-from tests.search.orders import SMALL, makespan, optimum, random_schedule, small_costs
+from tests.search.orders import (
+    SMALL,
+    fitting_recipes,
+    makespan,
+    optimum,
+    random_schedule,
+    small_costs,
+)
 
 
 @pytest.fixture
@@ -135,14 +140,8 @@ def test_no_order_within_the_limit_beats_the_bound(small_budget, case, seed):
     assert 0 < bound <= found.makespan_ms
     assert found.gap == pytest.approx(found.makespan_ms / bound - 1)
     assert found.lower_bound_part
-    for recipe in FAMILIES[name]:
-        try:
-            schedule = get_schedule(recipe, devices, microbatches, fit_virtual_stages(recipe, 1))
-        except ScheduleError:
-            continue
-        fixed = evaluate(schedule, costs, topology, recipe)
-        if fixed.peak_bytes <= limit:
-            assert bound <= fixed.makespan_ms, recipe
+    for recipe, fixed in fitting_recipes(name, devices, microbatches, costs, topology, limit):
+        assert bound <= fixed.makespan_ms, recipe
     rng = random.Random(seed)
     placement = found.schedule.placement
     for _ in range(20):

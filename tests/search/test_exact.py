@@ -8,10 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipesim.schedules import fit_virtual_stages, get_schedule
-from pipesim.schedules.ir import Schedule, ScheduleError, single_chain
+from pipesim.schedules.ir import Schedule, single_chain
 from pipesim.search import auto, minimum_limit_bytes, search_schedule
-from pipesim.search.auto import FAMILIES, evaluate, placement_of
+from pipesim.search.auto import evaluate, placement_of
 from pipesim.search.exact import exact_schedule, solve
 from pipesim.search.exact_model import down, memory_units, ticks_per_ms
 from pipesim.search.greedy import make_problem
@@ -19,7 +18,7 @@ from pipesim.search.tail import Tail
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.links import Link, Topology
-from tests.search.orders import optimum, small_costs
+from tests.search.orders import fitting_recipes, optimum, small_costs
 
 QUICK = settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -77,14 +76,8 @@ def test_never_slower_than_a_recipe_or_the_heuristic(small_budget, case):
     assert found.makespan_ms <= found.heuristic_makespan_ms
     assert found.lower_bound_ms <= found.makespan_ms
     assert found.makespan_ms == evaluate(found.schedule, costs, topology, "").makespan_ms
-    for recipe in FAMILIES[name]:
-        try:
-            schedule = get_schedule(recipe, devices, microbatches, fit_virtual_stages(recipe, 1))
-        except ScheduleError:
-            continue
-        fixed = evaluate(schedule, costs, topology, recipe)
-        if fixed.peak_bytes <= limit:
-            assert found.makespan_ms <= fixed.makespan_ms * (1 + 1e-9), recipe
+    for recipe, fixed in fitting_recipes(name, devices, microbatches, costs, topology, limit):
+        assert found.makespan_ms <= fixed.makespan_ms * (1 + 1e-9), recipe
 
 
 def split_costs(stages, forward, input_, weight, chunks=1):
