@@ -32,7 +32,7 @@ from pipesim.sim.costs import Costs
 from pipesim.sim.fast.choose import Evaluator
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
-from pipesim.sim.trace import END_OF_STEP, Lane, RowKind, Trace
+from pipesim.sim.trace import END_OF_STEP, RowKind, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,13 +207,14 @@ def build_report(
 
 def busy_ms_per_device(trace: Trace) -> np.ndarray:
     """Sum of compute durations on each device."""
-    compute = trace.lane == Lane.COMPUTE
-    durations = trace.end[compute] - trace.start[compute]
-    return np.bincount(trace.device[compute], weights=durations, minlength=trace.devices)
+    rows = trace.compute_rows
+    return np.bincount(rows.device, weights=rows.end - rows.start, minlength=trace.devices)
 
 
 def kind_ms_per_device(trace: Trace, kind: RowKind) -> np.ndarray:
     """Sum of the durations of ``kind``'s rows on each device."""
+    if kind in END_OF_STEP:  # known before a deferred Trace lays out its rows
+        return trace.end_of_step_ms[kind]
     rows = trace.kind == kind
     durations = trace.end[rows] - trace.start[rows]
     return np.bincount(trace.device[rows], weights=durations, minlength=trace.devices)
@@ -228,8 +229,9 @@ def device_report(
 ) -> DeviceReport:
     """One device's line of the report: time, span, peak activations, static memory."""
     makespan = trace.makespan_ms
-    rows = (trace.lane == Lane.COMPUTE) & (trace.device == device)
-    span = float(trace.end[rows].max() - trace.start[rows].min()) if rows.any() else 0.0
+    compute = trace.compute_rows
+    rows = compute.device == device
+    span = float(compute.end[rows].max() - compute.start[rows].min()) if rows.any() else 0.0
     peak_bytes, peak_time, peak_inflight = _memory_peaks(timeline)
     runtime, peak = accounting.device_memory(device, peak_bytes)
     return DeviceReport(

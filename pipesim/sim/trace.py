@@ -32,14 +32,20 @@ run without data parallelism has no all-reduce row. Those rows are not compute a
 the schedule: the metrics count them in the makespan and as idle time
 (``pipesim.sim.metrics``).
 
+The metrics read a Trace through a summary of its compute rows (``compute_rows``: one
+entry per compute action, no transfers), its makespan and its end-of-step work per device
+(``end_of_step_ms``). The fast evaluator knows all three before it has laid out a single
+row, and gives a Trace whose columns are laid out when one is first read
+(``Trace.deferred``): a run that only prints its report lays out none.
+
 Exporters (Chrome trace, CSV) are in ``pipesim.sim.export``.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -159,6 +165,25 @@ def _chunks(placement: tuple[int, ...]) -> list[int]:
     return chunks
 
 
+@dataclass(frozen=True, slots=True)
+class ComputeRows:
+    """The compute rows of a step alone (no transfers, no end-of-step work), as the metrics
+    and the memory accounting read them: per entry its device, stage (-1 for a group),
+    kind (a RowKind code), start and end (ms).
+
+    On each device the entries are in program order, and ``order`` numbers them so that,
+    on one device, it sorts them as the Trace numbers their rows (a Trace's own: the row
+    numbers). ``action(entry)`` is an entry's Action (read for groups' members)."""
+
+    device: np.ndarray
+    stage: np.ndarray
+    kind: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    order: np.ndarray
+    action: Callable[[int], Action]
+
+
 @dataclass(frozen=True)
 class Trace:
     devices: int
@@ -177,9 +202,77 @@ class Trace:
     cause: np.ndarray | None = field(default=None, repr=False)  # Cause codes; None: unknown
     cause_row: np.ndarray | None = field(default=None, repr=False)
 
-    @property
+    @classmethod
+    def deferred(
+        cls,
+        devices: int,
+        lay_out: Callable[[], Trace],
+        makespan_ms: float,
+        compute_rows: ComputeRows,
+        end_of_step_ms: dict[RowKind, np.ndarray],
+    ) -> Trace:
+        """A Trace whose columns ``lay_out()`` makes when one is first read (or when it is
+        pickled); its summary (makespan, compute rows, end-of-step work) is known now."""
+        trace = object.__new__(cls)
+        trace.__dict__.update(
+            devices=devices,
+            makespan_ms=makespan_ms,
+            compute_rows=compute_rows,
+            end_of_step_ms=end_of_step_ms,
+            _lay_out=lay_out,
+        )
+        return trace
+
+    def __getattr__(self, name: str):
+        """Only reached for an attribute not set: a deferred Trace's columns, laid out now."""
+        if name not in _COLUMNS or "_lay_out" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.lay_out()
+        return self.__dict__[name]
+
+    def lay_out(self) -> None:
+        """Make a deferred Trace's columns now, after which it reads nothing of what made
+        it (its compute rows are then read from its columns); nothing for another Trace."""
+        lay_out = self.__dict__.get("_lay_out")
+        if lay_out is not None:
+            made = lay_out()
+            self.__dict__.update({name: getattr(made, name) for name in _COLUMNS})
+            self.__dict__.pop("compute_rows", None)
+            self.__dict__.pop("_lay_out", None)
+
+    def __getstate__(self) -> dict:
+        return {item.name: getattr(self, item.name) for item in fields(self)}
+
+    @cached_property
     def makespan_ms(self) -> float:
         return float(self.end.max()) if len(self.end) else 0.0
+
+    @cached_property
+    def compute_rows(self) -> ComputeRows:
+        """The compute rows (``ComputeRows``), in row order."""
+        rows = np.flatnonzero(self.lane == Lane.COMPUTE)
+        actions = self.actions
+        return ComputeRows(
+            self.device[rows],
+            self.stage[rows],
+            self.kind[rows],
+            self.start[rows],
+            self.end[rows],
+            rows,
+            lambda entry: actions[rows[entry]],
+        )
+
+    @cached_property
+    def end_of_step_ms(self) -> dict[RowKind, np.ndarray]:
+        """Per part of the end-of-step work (``END_OF_STEP``), its time on each device (ms)."""
+        per_kind = {}
+        for kind in END_OF_STEP:
+            rows = self.kind == kind
+            durations = self.end[rows] - self.start[rows]
+            per_kind[kind] = np.bincount(
+                self.device[rows], weights=durations, minlength=self.devices
+            )
+        return per_kind
 
     def name(self, row: int) -> str:
         """IR text of a row: ``2F0`` for compute, ``2F0->3`` for a transfer to device 3;
@@ -243,6 +336,9 @@ class Trace:
             "cause": np.asarray(CAUSE_NAMES, dtype=object)[self.cause],
             "cause_row": self.cause_row,
         }
+
+
+_COLUMNS = tuple(item.name for item in fields(Trace) if item.name != "devices")
 
 
 def trace_from_frame(frame: pd.DataFrame, devices: int, actions: list[Action]) -> Trace:

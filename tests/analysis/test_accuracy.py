@@ -17,11 +17,11 @@ from pipesim.analysis.accuracy import (
     given_band,
     ledger,
     parameter_count,
-    ranking_text,
     regime_key,
     scenario_bands,
     serving_bands,
 )
+from pipesim.analysis.plan.accuracy import ranking_text
 from pipesim.scenario.build import load_scenario
 from tests.cluster.accuracy_bands import LedgerRow, summary
 

@@ -15,7 +15,6 @@ import json
 
 import yaml
 
-from pipesim.analysis.accuracy import PlanAccuracy, plan_accuracy
 from pipesim.analysis.plan import (
     AXIS_ATTRIBUTES,
     DELAY_AXIS,
@@ -27,6 +26,7 @@ from pipesim.analysis.plan import (
     describe,
     distinct,
 )
+from pipesim.analysis.plan.accuracy import PlanAccuracy, plan_accuracy
 from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.plot.html.plan import plan_report
 from pipesim.plot.pareto import pareto_figure

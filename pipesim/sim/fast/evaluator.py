@@ -35,7 +35,9 @@ what is wrong, with the grid.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
@@ -133,8 +135,17 @@ def fast_simulate(
     if solved is None:
         return None
     trace = build_trace(index, solved, links, tail_ms, tail_after_flush, optimizer_ms)
-    cache.buffers.keep(index.graph, solved.state)  # the Trace keeps none of them
+    # the Trace reads the buffers until it lays out its rows: it does so before they are
+    # written again, if it is still held then (only weakly referenced here)
+    cache.buffers.keep(index.graph, solved.state, partial(_lay_out, weakref.ref(trace)))
     return trace
+
+
+def _lay_out(trace: weakref.ref) -> None:
+    """Lay out a Trace's rows, if it is still held, and let go of the sweep's buffers."""
+    held = trace()
+    if held is not None:
+        held.lay_out()
 
 
 def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:

@@ -30,6 +30,7 @@ reassociation: numba keeps IEEE semantics unless asked otherwise).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -108,27 +109,33 @@ class SweepBuffers:
 
     def __init__(self, compiled: bool | None = None) -> None:
         self.compiled = compiled
-        self._spare: list[tuple[SweepGraph, tuple]] = []
+        self._spare: list[tuple[SweepGraph, tuple, Callable[[], None] | None]] = []
         self._python_graph: tuple[SweepGraph, tuple] | None = None
 
-    def keep(self, graph: SweepGraph, state: tuple) -> None:
+    def keep(
+        self, graph: SweepGraph, state: tuple, release: Callable[[], None] | None = None
+    ) -> None:
         """Keep a finished sweep's buffers (``SweepResult.state``) for the next sweep of
-        ``graph``; call it once nothing reads the result's views (a Trace keeps none)."""
+        ``graph``. ``release``: called before the buffers are written again, by whatever
+        still reads the result's views then (a Trace that lays out its rows when first
+        read makes them now); None: nothing reads them any more."""
         if state:
-            self._spare[:] = [(graph, state)]
+            self._spare[:] = [(graph, state, release)]
 
     def holds(self, graph: SweepGraph) -> bool:
         """Whether the next sweep of ``graph`` may write into kept buffers."""
-        return any(owner is graph for owner, _ in self._spare)
+        return any(owner is graph for owner, _, _ in self._spare)
 
     def take(self, graph: SweepGraph, sizes: tuple) -> tuple | None:
         """The kept buffers, if they are ``graph``'s and of ``sizes`` (taken: one user at
-        a time), or None."""
+        a time, released by their last reader first), or None."""
         try:
-            owner, state = self._spare.pop()
+            owner, state, release = self._spare.pop()
         except IndexError:  # none kept, or another thread took the last one
             return None
         if owner is graph and tuple(len(b) for b in state) == sizes:
+            if release is not None:
+                release()
             return state
         return None
 

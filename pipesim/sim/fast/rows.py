@@ -33,7 +33,7 @@ import numpy as np
 from pipesim.schedules.lists import MadeOnRead
 from pipesim.sim.fast.index import ScheduleIndex, remember
 from pipesim.sim.fast.kernel import SweepResult
-from pipesim.sim.trace import Cause, Lane, RowKind, Trace
+from pipesim.sim.trace import END_OF_STEP, Cause, ComputeRows, Lane, RowKind, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,18 +71,46 @@ def build_trace(
     tail_after_flush: bool,
     optimizer_ms: Sequence[float] | None = None,
 ) -> Trace:
-    """The Trace of the swept step, rows in the order the module doc describes.
-
-    A cause names a *reference*: a node ``n`` (``n < nodes``) or a message ``k``
-    (``nodes + k``); rows are numbered last, and each reference then becomes a row.
-    """
-    layout = _layout(index, links)
-    node_order = _node_order(sweep)
-    nodes = len(index.node_device)
-    node_rank = np.empty(nodes, dtype=np.int64)
-    node_rank[node_order] = np.arange(nodes)
-    tails = _tails(index, tail_ms, tail_after_flush, sweep, node_rank)
+    """The Trace of the swept step, rows in the order the module doc describes, laid out
+    when a column is first read (``Trace.deferred``): its makespan, compute rows (the
+    nodes, device by device in program order) and end-of-step work are known now. It reads
+    the sweep's buffers until then (``Trace.lay_out`` ends that)."""
+    node_order = None
+    work = tail_ms is not None and any(ms > 0 for ms in tail_ms)
+    if work:  # the tails' order among devices that fall free together needs the rows'
+        node_order = _node_order(sweep)
+    tails = _tails(index, tail_ms, tail_after_flush, sweep, _ranks(node_order))
     tails = _tail_parts(tails, tail_ms, optimizer_ms)
+    compute = ComputeRows(
+        index.node_device,
+        index.node_stage,
+        index.node_kind,
+        sweep.start,
+        sweep.end,
+        _node_numbers(index),
+        lambda node: index.pool()[node],
+    )
+    arrival = sweep.arrival[links.channel >= 0]  # a transfer's row ends when it arrives
+    ends = [part.max() for part in (sweep.end, arrival, tails.end) if len(part)]
+    end_of_step = {}
+    for kind in END_OF_STEP:
+        rows = tails.kind == kind
+        durations = tails.end[rows] - tails.start[rows]
+        end_of_step[kind] = np.bincount(
+            tails.device[rows], weights=durations, minlength=index.devices
+        )
+    lay_out = partial(_lay_out, index, sweep, links, tails, node_order)
+    makespan = float(np.max(ends)) if ends else 0.0
+    return Trace.deferred(index.devices, lay_out, makespan, compute, end_of_step)
+
+
+def _lay_out(index, sweep: SweepResult, links: LinkTimes, tails: _Tails, node_order) -> Trace:
+    """Number the rows and lay out the columns (A cause names a *reference*: a node ``n``
+    (``n < nodes``) or a message ``k`` (``nodes + k``); rows are numbered last, and each
+    reference then becomes a row)."""
+    layout = _layout(index, links)
+    if node_order is None:
+        node_order = _node_order(sweep)
     numbers = _number_rows(index, layout, sweep, tails, node_order)
     ref_row = numbers.ref_row
     rows = [
@@ -103,6 +131,24 @@ def build_trace(
     ]
     places = [numbers.node_row, numbers.message_row[layout.on_channel], numbers.tail_row]
     return _assemble(index, rows, places, numbers.total)
+
+
+def _ranks(node_order: np.ndarray | None) -> np.ndarray | None:
+    """Each node's rank in row order (None where the rows were not ordered)."""
+    if node_order is None:
+        return None
+    node_rank = np.empty(len(node_order), dtype=np.int64)
+    node_rank[node_order] = np.arange(len(node_order))
+    return node_rank
+
+
+def _node_numbers(index: ScheduleIndex) -> np.ndarray:
+    """0, 1, ... per node (kept on the index)."""
+    numbers = index.memo.get("node numbers")
+    if numbers is None:
+        numbers = np.arange(len(index.node_device), dtype=np.int64)
+        remember(index, "node numbers", numbers)
+    return numbers
 
 
 @dataclass(frozen=True, slots=True)
