@@ -25,7 +25,7 @@ from, or which row the flush names).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -33,7 +33,8 @@ import numpy as np
 from pipesim.schedules.lists import MadeOnRead
 from pipesim.sim.fast.index import ScheduleIndex, remember
 from pipesim.sim.fast.kernel import SweepResult
-from pipesim.sim.trace import END_OF_STEP, Cause, ComputeRows, Lane, RowKind, Trace
+from pipesim.sim.fast.tails import Tails, device_tails, end_of_step_ms, tail_parts
+from pipesim.sim.trace import Cause, ComputeRows, Lane, RowKind, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +80,8 @@ def build_trace(
     work = tail_ms is not None and any(ms > 0 for ms in tail_ms)
     if work:  # the tails' order among devices that fall free together needs the rows'
         node_order = _node_order(sweep)
-    tails = _tails(index, tail_ms, tail_after_flush, sweep, _ranks(node_order))
-    tails = _tail_parts(tails, tail_ms, optimizer_ms)
+    tails = device_tails(index, tail_ms, tail_after_flush, sweep, _ranks(node_order))
+    tails = tail_parts(tails, tail_ms, optimizer_ms)
     compute = ComputeRows(
         index.node_device,
         index.node_stage,
@@ -92,19 +93,13 @@ def build_trace(
     )
     arrival = sweep.arrival[links.channel >= 0]  # a transfer's row ends when it arrives
     ends = [part.max() for part in (sweep.end, arrival, tails.end) if len(part)]
-    end_of_step = {}
-    for kind in END_OF_STEP:
-        rows = tails.kind == kind
-        durations = tails.end[rows] - tails.start[rows]
-        end_of_step[kind] = np.bincount(
-            tails.device[rows], weights=durations, minlength=index.devices
-        )
     lay_out = partial(_lay_out, index, sweep, links, tails, node_order)
     makespan = float(np.max(ends)) if ends else 0.0
+    end_of_step = end_of_step_ms(tails, index.devices)
     return Trace.deferred(index.devices, lay_out, makespan, compute, end_of_step)
 
 
-def _lay_out(index, sweep: SweepResult, links: LinkTimes, tails: _Tails, node_order) -> Trace:
+def _lay_out(index, sweep: SweepResult, links: LinkTimes, tails: Tails, node_order) -> Trace:
     """Number the rows and lay out the columns (A cause names a *reference*: a node ``n``
     (``n < nodes``) or a message ``k`` (``nodes + k``); rows are numbered last, and each
     reference then becomes a row)."""
@@ -162,7 +157,7 @@ class _RowNumbers:
     total: int
 
 
-def _number_rows(index, layout: _Layout, sweep: SweepResult, tails: _Tails, node_order):
+def _number_rows(index, layout: _Layout, sweep: SweepResult, tails: Tails, node_order):
     """Number the rows: units (a node and its transfers, or a tail row) sorted by end
     time, nodes in ``node_order`` among equal ends, tails after them."""
     nodes = len(index.node_device)
@@ -186,7 +181,7 @@ def _number_rows(index, layout: _Layout, sweep: SweepResult, tails: _Tails, node
     return _RowNumbers(node_row, message_row, tail_row, ref_row, int(unit_size.sum()))
 
 
-def _tail_columns(tails: _Tails, ref_row: np.ndarray, tail_row: np.ndarray) -> _Columns:
+def _tail_columns(tails: Tails, ref_row: np.ndarray, tail_row: np.ndarray) -> _Columns:
     """The rows of end-of-step work (all-reduce and optimizer rows, no stage or peer); an
     optimizer step after an all-reduce names that row as its cause."""
     count = len(tails.device)
@@ -304,95 +299,6 @@ def _transfers(layout: _Layout, sweep: SweepResult, node_row, message_row) -> _C
         cause,
         cause_row,
         action,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Tails:
-    device: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    cause: np.ndarray
-    ref: np.ndarray  # the reference the cause names (-1: none)
-    order: np.ndarray  # positions in the order their clocks were set (ties at one end)
-    kind: np.ndarray | None = None  # RowKind codes (None: not cut yet, ``_tail_parts``)
-    after: np.ndarray | None = None  # the tail row whose end releases it (-1: ``ref``)
-
-
-def _tails(index: ScheduleIndex, tail_ms, after_flush: bool, sweep: SweepResult, node_rank):
-    """End-of-step work on each device with a positive ``tail_ms``: after the flush, or
-    as soon as its own device falls free.
-
-    Devices finish in order of the time they fall free (``sweep.free``, freed by
-    ``sweep.free_ref``), then of their last row (``node_rank``: each node's rank in row
-    order). The flush names the last to finish, which also starts its work first; the
-    others follow in the order they finished, as the engine's flush event wakes them.
-    """
-    devices = index.devices
-    work = np.asarray(tail_ms if tail_ms is not None else [0.0] * devices, dtype=np.float64)
-    device = np.flatnonzero(work > 0)
-    if not len(device):
-        empty = np.zeros(0, dtype=np.int64)
-        return _Tails(empty, np.zeros(0), np.zeros(0), empty.astype(np.int8), empty, empty)
-    stops = np.asarray(index.bounds[1:], dtype=np.int64)
-    busy = stops > np.asarray(index.bounds[:-1], dtype=np.int64)  # has any node
-    free, ref = sweep.free, sweep.free_ref
-    rank = np.where(busy, node_rank[np.maximum(stops - 1, 0)] if len(node_rank) else -1, -1)
-    finished = np.lexsort((rank, free))  # devices in the order they finish
-    if after_flush:
-        trigger = int(finished[-1])  # some device has a tail, so there is one
-        finished = np.concatenate([[trigger], finished[:-1]])
-        named = int(ref[trigger]) if busy[trigger] else -1
-        start = np.full(devices, float(free.max()))
-        cause = np.full(devices, Cause.FLUSH, dtype=np.int8)
-        refs = np.full(devices, named, dtype=np.int64)
-    else:
-        start, refs = free, ref
-        nodes = len(index.node_device)
-        cause = np.where(refs >= nodes, Cause.SENDING, Cause.DEVICE).astype(np.int8)
-        cause[refs < 0] = Cause.START
-    position = np.full(devices, -1, dtype=np.int64)
-    position[device] = np.arange(len(device))
-    order = position[finished]
-    order = order[order >= 0]
-    return _Tails(
-        device, start[device], start[device] + work[device], cause[device], refs[device], order
-    )
-
-
-def _tail_parts(tails: _Tails, tail_ms, optimizer_ms: Sequence[float] | None) -> _Tails:
-    """Each device's end-of-step work cut into its parts, as the engine cuts it: the
-    gradient all-reduce (what is not the optimizer step, where any) from the work's start,
-    then the optimizer step (``optimizer_ms``, where any) to its end, caused by the
-    all-reduce row before it. Among rows that end together, all-reduce rows come first."""
-    if not len(tails.device):
-        return replace(tails, kind=tails.order, after=tails.order)
-    work = np.asarray(tail_ms, dtype=np.float64)[tails.device]
-    step = np.zeros(len(work))
-    if optimizer_ms is not None:
-        step = np.asarray(optimizer_ms, dtype=np.float64)[tails.device]
-    reduced = tails.start + (work - step)
-    reduce, optimize = reduced > tails.start, step > 0
-    count = int(reduce.sum())
-    row_of = np.cumsum(reduce) - 1, count + np.cumsum(optimize) - 1  # per device's tail
-    follows = np.where(reduce, row_of[0], -1)
-    sizes = [count, int(optimize.sum())]
-    return _Tails(
-        device=np.concatenate([tails.device[reduce], tails.device[optimize]]),
-        start=np.concatenate([tails.start[reduce], np.maximum(reduced, tails.start)[optimize]]),
-        end=np.concatenate([reduced[reduce], tails.end[optimize]]),
-        cause=np.concatenate(
-            [tails.cause[reduce], np.where(reduce, Cause.DEVICE, tails.cause)[optimize]]
-        ).astype(np.int8),
-        ref=np.concatenate([tails.ref[reduce], tails.ref[optimize]]),
-        order=np.concatenate(
-            [
-                row_of[0][tails.order[reduce[tails.order]]],
-                row_of[1][tails.order[optimize[tails.order]]],
-            ]
-        ),
-        kind=np.repeat(np.array([RowKind.ALLREDUCE, RowKind.OPTIMIZER], dtype=np.int64), sizes),
-        after=np.concatenate([np.full(count, -1, dtype=np.int64), follows[optimize]]),
     )
 
 
