@@ -49,7 +49,7 @@ class _Events:
         self.key.append(key)
         self.order.append(order)
         self.change_bytes.append(np.asarray(change_bytes, dtype=np.float64))
-        self.change_count.append(np.asarray(change_count, dtype=np.float64))
+        self.change_count.append(np.asarray(change_count, dtype=np.int8))
 
 
 def memory_timelines(trace: Trace, schedule: Schedule, costs: Costs) -> tuple[MemoryTimeline, ...]:
@@ -85,8 +85,9 @@ def _simple_events(events: _Events, rows: ComputeRows, schedule: Schedule, costs
         -(kept - weight_grad),
         -weight_grad,
     )
-    count, order = np.zeros(_GROUP), np.full(_GROUP, GIVE_BACK)  # per kind code
-    count[_F], count[_B], count[_I], order[_F] = 1.0, -1.0, -1.0, TAKE
+    count = np.zeros(_GROUP, dtype=np.int8)  # per kind code: the in-flight change
+    order = np.full(_GROUP, GIVE_BACK, dtype=np.int8)
+    count[_F], count[_B], count[_I], order[_F] = 1, -1, -1, TAKE
     simple = rows.kind < _GROUP  # F, B, I, W; a group's events are its members'
     simple = slice(None) if simple.all() else np.flatnonzero(simple)  # all: no copies
     kind, stage = rows.kind[simple], rows.stage[simple]
@@ -102,7 +103,7 @@ def _simple_events(events: _Events, rows: ComputeRows, schedule: Schedule, costs
     )
     if not schedule.is_training:
         taken = np.flatnonzero(forward)
-        gives, ends = np.full(len(taken), GIVE_BACK), np.full(len(taken), -1.0)
+        gives, ends = np.full(len(taken), GIVE_BACK), np.full(len(taken), -1)
         events.add(device[taken], end[taken], key[taken], gives, -kept[stage[taken]], ends)
 
 
@@ -173,11 +174,8 @@ def _timelines(events: _Events, devices: int) -> tuple[MemoryTimeline, ...]:
     timelines = []
     for d in range(devices):
         part = slice(bounds[d], bounds[d + 1])
-        timelines.append(
-            MemoryTimeline(
-                time[part], np.cumsum(change[part]), np.cumsum(count[part]).astype(np.int64)
-            )
-        )
+        held = np.cumsum(change[part], out=change[part])  # in place: the events are ours
+        timelines.append(MemoryTimeline(time[part], held, np.cumsum(count[part], dtype=np.int64)))
     return tuple(timelines)
 
 

@@ -149,7 +149,9 @@ class SweepBuffers:
         return buffers
 
 
-_STATE_CODES = "ddqqdddqdqdqdqqq"  # float64 "d" or int64 "q", one per buffer of ``state``
+# one per buffer of ``state``: float64 "d", int64 "q", or int8 "b" (the causes)
+_STATE_CODES = "ddbqdddqdqdqdqqq"
+_DTYPES = {"d": np.float64, "q": np.int64, "b": np.int8}
 
 
 def longest_paths(
@@ -171,13 +173,15 @@ def longest_paths(
     kernel = compiled_kernel(buffers.compiled, len(graph.input_of))
     if kernel is not None:
         state = buffers.take(graph, sizes) or tuple(
-            np.empty(n, dtype=np.float64 if c == "d" else np.int64)
-            for c, n in zip(_STATE_CODES, sizes, strict=True)
+            np.empty(n, dtype=_DTYPES[c]) for c, n in zip(_STATE_CODES, sizes, strict=True)
         )
         written = kernel(graph, times, float(overhead_ms), bool(hold), state)
         kept = state
     else:
-        state = tuple(array(c, bytes(8 * n)) for c, n in zip(_STATE_CODES, sizes, strict=True))
+        state = tuple(
+            array(c, bytes(np.dtype(_DTYPES[c]).itemsize * n))
+            for c, n in zip(_STATE_CODES, sizes, strict=True)
+        )
         times = tuple(_buffer(c, v) for c, v in zip("dqdd", times, strict=True))
         python_graph = buffers.python_graph(graph)
         written = sweep_kernel(python_graph, times, float(overhead_ms), bool(hold), state)
@@ -209,7 +213,7 @@ def _result(state: tuple, written: int, kept: tuple) -> SweepResult:
     return SweepResult(
         end,
         start,
-        cause.astype(np.int8),
+        cause,
         cause_ref,
         scheduled,
         arrival,
