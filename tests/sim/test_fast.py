@@ -8,6 +8,7 @@ may name any row ending at the flush.
 """
 
 import json
+import pickle
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,10 +112,26 @@ def assert_rows_follow_their_causes(trace):
     assert (trace.start[trace.cause == Cause.START] == 0).all()
 
 
+def assert_summary_is_the_trace(fast, schedule, costs, topology=None):
+    """A fast Trace's report and memory, read before its rows are laid out (from its
+    compute rows, makespan and end-of-step work), are its laid-out rows' to the bit."""
+    assert "_lay_out" in vars(fast)  # nothing laid out yet
+    report = build_report(fast, schedule, costs, topology=topology)
+    memory = memory_timelines(fast, schedule, costs)
+    assert "_lay_out" in vars(fast)
+    rows = pickle.loads(pickle.dumps(fast))  # laid out: a Trace of plain columns
+    assert "_lay_out" not in vars(rows) and len(rows.end) == len(fast.end)
+    assert build_report(rows, schedule, costs, topology=topology) == report
+    for mine, theirs in zip(memory, memory_timelines(rows, schedule, costs), strict=True):
+        for name in ("time", "activation_bytes", "inflight"):
+            assert np.array_equal(getattr(mine, name), getattr(theirs, name)), name
+
+
 def both(schedule, costs, topology=None, cache=None, **kwargs):
     engine = simulate(schedule, costs, topology, **kwargs)
     fast, which = simulate_with(schedule, costs, topology, evaluator="fast", cache=cache, **kwargs)
     assert which == "fast"
+    assert_summary_is_the_trace(fast, schedule, costs, topology)
     assert_same_trace(engine, fast)
     assert_rows_follow_their_causes(fast)
     assert_same_report(engine, fast, schedule, costs, topology)

@@ -167,7 +167,9 @@ def test_a_repeat_call_gives_the_trace_of_a_first_call():
     cache = EvaluatorCache()
     first = fast_simulate(schedule, costs(1.0), fast, cache=cache)
     assert cache.buffers.holds(cache.index(schedule).graph)  # the next call reuses them
+    assert "_lay_out" in vars(first)  # its rows are laid out when first read...
     fast_simulate(schedule, costs(3.0), slow, cache=cache)
+    assert "_lay_out" not in vars(first)  # ...or before a held Trace's buffers are reused
     fast_simulate(schedule, costs(0.5), Topology(4), cache=cache)
     assert_identical(fast_simulate(schedule, costs(1.0), fast, cache=cache), first)
     assert cache.index_builds == 1
