@@ -66,7 +66,8 @@ def columns(schedule: Schedule) -> Columns:
 
 def performed_kinds(schedule: Schedule) -> set[Kind]:
     """The kinds of simple action the schedule runs (a group's members counted)."""
-    return {_KIND_OF_CODE[code] for code in np.unique(columns(schedule).kind).tolist()}
+    counts = np.bincount(columns(schedule).kind, minlength=len(_KIND_OF_CODE))
+    return {_KIND_OF_CODE[code] for code in np.flatnonzero(counts).tolist()}
 
 
 def _build(schedule: Schedule) -> Columns:
