@@ -186,9 +186,10 @@ def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, bounds) 
     forward, backward = kind == _F, (kind == _B) | (kind == _I)
     # the atom that consumes each cell's activation (an F) and gradient (a B or I)
     consumer = np.full((2, stages * width), -1, dtype=np.int64)
-    everyone = np.arange(len(kind))
-    consumer[0, (stage * width + microbatch)[forward]] = everyone[forward]
-    consumer[1, (stage * width + microbatch)[backward]] = everyone[backward]
+    cell = stage * width + microbatch
+    for row, takes in enumerate((forward, backward)):
+        atom = np.flatnonzero(takes)
+        consumer[row, cell[atom]] = atom
     sends_forward = forward & (to_next[stage] >= 0)
     sends_backward = backward & (to_prev[stage] >= 0)
     sender = np.flatnonzero(sends_forward | sends_backward)  # program order
