@@ -116,7 +116,8 @@ def fast_simulate(
     cache: EvaluatorCache | None = None,
 ) -> Trace | None:
     """The Trace ``simulate`` would return, or None where the sweep stops short (a
-    deadlock or an invalid schedule: the engine then says what is wrong).
+    deadlock or an invalid schedule: the engine then says what is wrong). Its rows are
+    laid out when first read (``pipesim.sim.fast.rows``); a report reads none of them.
 
     The caller checks ``unsupported`` first; ``tail_ms``, ``tail_after_flush`` and
     ``optimizer_ms`` mean what they mean to ``simulate``. ``cache``: what earlier calls

@@ -6,9 +6,16 @@ input, the input only if strictly later, as in the engine; the first node of a d
 with no late input starts at 0 with no cause), and a message's entry into its channel
 and arrival (queued behind the message ahead of it if that one left the channel
 strictly after its producer ended: cause ``channel``). What is left here is bulk NumPy:
-numbering the rows, end-of-step work (``tail_ms``, at the flush or at its device's last
-end), and scattering the columns into a Trace. What a Trace's rows owe to the schedule
-alone is laid out once per schedule (``_Layout``) and reused under new costs.
+numbering the rows, end-of-step work (``pipesim.sim.fast.tails``), and scattering the
+columns into a Trace. What a Trace's rows owe to the schedule alone is laid out once per
+schedule (``_Layout``) and reused under new costs.
+
+**Laid out when read.** The report reads a step through its makespan, its compute rows
+(the nodes, device by device in program order, as the sweep left them) and its
+end-of-step work, all known straight after the sweep; numbering and scattering a million
+rows costs more than the sweep. So ``build_trace`` gives a Trace that lays its rows out
+when a column is first read (``Trace.deferred``): a run that prints only its report never
+lays them out.
 
 **Row order.** The engine numbers rows as its clock reaches them: a compute row when the
 action ends, its transfers right after it, a tail row when it ends; among rows ending at
@@ -100,9 +107,9 @@ def build_trace(
 
 
 def _lay_out(index, sweep: SweepResult, links: LinkTimes, tails: Tails, node_order) -> Trace:
-    """Number the rows and lay out the columns (A cause names a *reference*: a node ``n``
+    """Number the rows and lay out the columns. A cause names a *reference*: a node ``n``
     (``n < nodes``) or a message ``k`` (``nodes + k``); rows are numbered last, and each
-    reference then becomes a row)."""
+    reference then becomes a row."""
     layout = _layout(index, links)
     if node_order is None:
         node_order = _node_order(sweep)
