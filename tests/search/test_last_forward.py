@@ -1,0 +1,88 @@
+"""The states at a device's last forward (``pipesim.search.last_forward``): never above
+the optimum of every order of a tiny case nor any random order within the limit, and the
+Zero Bubble H1 makespan at 1F1B's memory, which the search reaches."""
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipesim.search import search_schedule
+from pipesim.search.bound import chains, last_forward_floor_ms
+from pipesim.search.greedy import make_problem
+from pipesim.sim.links import Link, Topology
+from tests.search.orders import makespan, optimum, random_schedule, small_costs, split_costs
+
+
+def last_forward_bound(placement, microbatches, costs, topology, limit):
+    problem = make_problem(placement, microbatches, costs, topology, limit)
+    chain = chains(problem, costs.backward_ms, costs.overhead_ms)
+    return max(last_forward_floor_ms(problem, chain, d) for d in range(problem.devices))
+
+
+# (placement, microbatches): at most a few thousand combinations of per-device orders
+TINY = [((0, 1), 3), ((0, 1), 4), ((0, 1, 2), 2), ((0, 1, 2), 3)]
+SMALL = [((0, 1, 2), 5), ((0, 1, 2, 3), 6), ((0, 1), 6)]
+
+
+@st.composite
+def tight_cases(draw, shapes):
+    """A case whose limit is a few of its largest activations (where memory paces)."""
+    placement, microbatches = draw(st.sampled_from(shapes))
+    stages = len(placement)
+    costs, kept = small_costs(draw, stages)
+    latency_us = draw(st.sampled_from([0.0, 500.0]))
+    limit = max(kept) * draw(st.sampled_from([1.0, 1.25, 2.0, 2.5, 3.0]))
+    return placement, microbatches, costs, Topology(stages, Link(latency_us=latency_us)), limit
+
+
+@settings(max_examples=12, deadline=None)
+@given(case=tight_cases(TINY))
+def test_never_above_the_optimum_of_every_order(case):
+    placement, microbatches, costs, topology, limit = case
+    best = optimum(placement, microbatches, costs, topology, limit, most=3000)
+    if best is None:
+        return  # too many orders to try them all
+    assert last_forward_bound(placement, microbatches, costs, topology, limit) <= best * (1 + 1e-9)
+
+
+@settings(max_examples=10, deadline=None)
+@given(case=tight_cases(SMALL), seed=st.integers(0, 2**16))
+def test_never_above_a_random_order_within_the_limit(case, seed):
+    placement, microbatches, costs, topology, limit = case
+    bound = last_forward_bound(placement, microbatches, costs, topology, limit)
+    rng = random.Random(seed)
+    for _ in range(5):
+        schedule = random_schedule(placement, microbatches, costs, limit, rng)
+        if schedule is not None:
+            assert bound <= makespan(schedule, costs, topology) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(
+    "input_, weight, latency_ms, expected",
+    [(1.0, 1.0, 0.1, 28.2), (1.2, 0.6, 0.0, 27.2), (1.2, 0.6, 0.1, 28.4)],
+)
+def test_zb_h1_at_1f1b_memory_with_latency_or_unequal_passes(input_, weight, latency_ms, expected):
+    """4 devices, 8 microbatches, F = 1 ms, a quarter of each activation kept until W, at
+    the memory 1F1B holds (4 activations). Device 0 first waits for its first gradient,
+    ``trip - I - 4 F = 3 (I + 2 hop)``; its last forward F(7) starts at phi with ``a`` in
+    flight and ``b`` weight passes pending, ``4a + b <= 16`` (in quarters):
+
+    * ``a = 4, b = 0``: 8 F + 4 (I + W) ran before phi, so ``phi >= 3 (I + 2 hop) + 7 F
+      + 4 (I + W)`` and the last round trip, ``4 (F + I) + 6 hop + W``, follows it: the
+      Zero Bubble H1 step ``8 (F+I+W) + 3 (F + I - W) + 12 hop``;
+    * ``a <= 3``: I(4 - (3 - a)) ended before phi; F(4) waited for I(0) and W(0) (the
+      limit is full), so ``phi >= 2 trip + W`` or more, which with the way back reaches
+      the same step once the pending W passes ``b`` are counted in the work after phi.
+
+    The exact mode proves each optimal; the search reaches it."""
+    costs = split_costs(4, 1.0, input_, weight)
+    topology = Topology(4, Link(latency_us=latency_ms * 1000)) if latency_ms else None
+    assert last_forward_bound((0, 1, 2, 3), 8, costs, topology, 4.0) == pytest.approx(expected)
+    zb_h1 = 8 * (1.0 + input_ + weight) + 3 * (1.0 + input_ - weight) + 12 * latency_ms
+    assert zb_h1 == pytest.approx(expected)
+    found = search_schedule("zb-auto", 4, 8, costs, topology, 4.0)
+    assert found.lower_bound_part == "last forward of device 0"
+    assert found.lower_bound_ms == pytest.approx(expected)
+    assert found.makespan_ms == pytest.approx(expected)
