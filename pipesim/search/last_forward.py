@@ -28,12 +28,14 @@ the limit. Then:
   m-a-b-1)``.
 
 Every order is in one of the states, so the least over them of the largest of these is a
-bound. At the limit 1F1B holds, the in-flight state (``a = p`` at the first device, no
-weight pass pending) pays the last microbatch's way back in idle, and a state with a
-pending weight pass pays a later ``I`` before ``phi`` (the limit is full, so each pending
-``W`` holds the next forward back): the step is the Zero Bubble H1 makespan, ``busy + (p
-- 1)(I + 2 hop) + (p - 1)(F - W + 2 hop)``, which the device part alone misses by its last
-term.
+bound. At the limit 1F1B holds, the full in-flight state (``a = p`` at the first device,
+no weight pass pending) pays the rest of the last microbatch's way back in idle, ``(p -
+1)(F - W + 2 hop)``, which the device part leaves out; a state with weight passes
+pending pays instead an ``I`` that had to end before ``phi`` (the limit is full, so a
+pending ``W`` holds the next forward back). With 4 devices and 8 microbatches that is the
+Zero Bubble H1 makespan ``m (F + I + W) + (p - 1)(F + I - W) + 4 (p - 1) hop``, the
+optimum; with more microbatches per device a state with many pending weight passes can
+keep the device busy as far as this device alone can tell, and the bound stays below it.
 """
 
 from __future__ import annotations
