@@ -214,13 +214,13 @@ def device_floor_ms(problem: Problem, chain: _Chains, device: int) -> float:
 
 def last_forward_floor_ms(problem: Problem, chain: _Chains, device: int) -> float:
     """The states at the device's last forward (``pipesim.search.last_forward``), for a
-    device that holds one stage (0 otherwise)."""
+    device that holds one or two stages (0 otherwise)."""
     mine = stages_on(problem, device)
-    if len(mine) != 1:
+    if len(mine) not in (1, 2):
         return 0.0
     room = room_bytes(problem) if counts_memory(problem) else float("inf")
     warm_up, busy = _warm_up_and_busy(problem, chain, mine, room)
-    return last_forward_ms(problem, chain, mine[0], warm_up, busy)
+    return last_forward_ms(problem, chain, mine, warm_up, busy)
 
 
 def own_end_ms(problem: Problem, chain: _Chains, device: int) -> float:

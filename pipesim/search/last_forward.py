@@ -41,21 +41,23 @@ keep the device busy as far as this device alone can tell, and the bound stays b
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from pipesim.search.fits import counts_memory, how_many, room_bytes
+from pipesim.search.fits import ROOM, counts_memory, how_many, room_bytes
 from pipesim.search.greedy import Problem
 from pipesim.search.round_trips import paced_ends
 
 
-def last_forward_ms(problem: Problem, chain, stage: int, warm_up: float, busy: float) -> float:
-    """The least over the states at the start of the last forward of ``stage`` (module
-    docstring) of what each forces, for a device that holds ``stage`` alone (0 for one
-    that holds more). ``chain``: the durations and chains as ``pipesim.search.bound``
-    counts them; ``warm_up`` (ms): the device's warm-up floor; ``busy`` (ms): all its work."""
-    device = problem.placement[stage]
-    if sum(1 for d in problem.placement if d == device) != 1:
+def last_forward_ms(problem: Problem, chain, mine: list[int], warm_up: float, busy: float) -> float:
+    """The least over the states at the start of the device's last forward (module
+    docstring) of what each forces, for a device that holds the stages ``mine``, one or
+    two of them (0 for more). ``chain``: the durations and chains as
+    ``pipesim.search.bound`` counts them; ``warm_up`` (ms): the device's warm-up floor;
+    ``busy`` (ms): all its work."""
+    if len(mine) not in (1, 2):
         return 0.0
-    m, paced = problem.microbatches, counts_memory(problem)
+    paced = counts_memory(problem)
+    stage = mine[-1]
     starts, levels = paced_ends(
         problem,
         stage,
@@ -63,24 +65,95 @@ def last_forward_ms(problem: Problem, chain, stage: int, warm_up: float, busy: f
         (chain.input, chain.weight),
         paced,
     )
-    inputs, weights = levels[0].inputs, levels[0].weights
+    room = room_bytes(problem) if paced else math.inf
+    floors = _Floors(starts[-1], levels, warm_up + busy)
+    if len(mine) == 1:
+        best = _one_stage(problem, chain, stage, floors, room)
+    else:
+        best = _two_stages(problem, chain, mine, floors, room)
+    return 0.0 if best == math.inf else best
+
+
+@dataclass(frozen=True, slots=True)
+class _Floors:
+    """What the states share: the floor of the last forward's start, the round trips'
+    floors per stage of the device (deepest first), and the warm-up floor plus the work."""
+
+    last_start: float
+    levels: list
+    warm_and_busy: float
+
+    def step(self, phi: float, left: float, back: float, some_input_ended: bool) -> float:
+        """What a state forces: ``phi`` its floor of the last forward's start, ``left``
+        the work after it; with an ``I`` ended before ``phi``, the warm-up floor too."""
+        found = phi + max(back, left)
+        if some_input_ended:
+            found = max(found, self.warm_and_busy - left + max(back, left))
+        return found
+
+
+def _bytes(problem: Problem, stage: int) -> tuple[float, float]:
+    taken = max(problem.taken_bytes[stage], 0.0)
+    return taken, min(max(problem.weight_grad_bytes[stage], 0.0), taken)
+
+
+def _one_stage(problem: Problem, chain, stage: int, floors: _Floors, room: float) -> float:
+    """Every state ``(a, b)`` of a device with one stage."""
+    m = problem.microbatches
+    inputs, weights = floors.levels[0].inputs, floors.levels[0].weights
     forward, input_, weight = chain.forward[stage], chain.input[stage], chain.weight[stage]
     back = chain.trip[stage] + max(weight, chain.below[stage])
-    taken = max(problem.taken_bytes[stage], 0.0)
-    grad = min(max(problem.weight_grad_bytes[stage], 0.0), taken)
-    room = room_bytes(problem) if paced else math.inf
+    taken, grad = _bytes(problem, stage)
     best = math.inf
     for a in range(1, how_many(taken, room, m) + 1):
-        floor = starts[-1] if a == m else max(starts[-1], inputs[m - 1 - a])
-        most_b = how_many(grad, room - a * taken, m - a)
-        for b in range(most_b + 1):
+        floor = floors.last_start if a == m else max(floors.last_start, inputs[m - 1 - a])
+        for b in range(how_many(grad, room - a * taken, m - a) + 1):
             left = forward + a * (input_ + weight) + b * weight
             phi = floor if a + b == m else max(floor, weights[m - a - b - 1])
-            found = phi + max(back, left)
-            if a < m:
-                found = max(found, warm_up + busy - left + max(back, left))
-            best = min(best, found)
-    return 0.0 if best == math.inf else best
+            best = min(best, floors.step(phi, left, back, a < m))
+    return best
+
+
+def _two_stages(problem: Problem, chain, mine: list[int], floors: _Floors, room: float) -> float:
+    """The states of a device with two stages ``u < v`` (a V's), ``x`` microbatches
+    whose ``I(v)`` has not ended and ``y >= x`` whose ``I(u)`` has not; the weight passes
+    pending beside them are not enumerated: they add at most what fits in the room left
+    (the fractional count), and of the work after ``phi`` in that range the one nearest
+    the way back is the least any of them forces (the step only grows away from it)."""
+    m, (u, v) = problem.microbatches, mine
+    deep, shallow = floors.levels
+    back = chain.trip[v] + max(chain.weight[v], chain.below[v])
+    (taken_v, grad_v), (taken_u, grad_u) = _bytes(problem, v), _bytes(problem, u)
+    pending = [(chain.weight[v], grad_v), (chain.weight[u], grad_u)]
+    best = math.inf
+    for x in range(1, how_many(taken_v + taken_u, room, m) + 1):
+        for y in range(x, m + 1):
+            spare = room - x * taken_v - y * taken_u
+            if spare < -ROOM * max(room, 1.0):
+                break
+            least = chain.forward[v] + x * (chain.input[v] + chain.weight[v])
+            least += y * (chain.input[u] + chain.weight[u])
+            most = least + _fractional_ms(pending, max(spare, 0.0), m - x)
+            phi = floors.last_start
+            if x < m:
+                phi = max(phi, deep.inputs[m - 1 - x])
+            if y < m:
+                phi = max(phi, shallow.inputs[m - 1 - y])
+            left = min(max(back, least), most)
+            best = min(best, floors.step(phi, left, back, x < m))
+    return best
+
+
+def _fractional_ms(kinds: list[tuple[float, float]], room: float, each: int) -> float:
+    """The most time actions of ``kinds`` (``(ms, bytes)``) can take with their bytes in
+    ``room``, each count at most ``each``, counts taken as fractions (never below the
+    whole answer)."""
+    total = 0.0
+    for duration, size in sorted(kinds, key=lambda k: -math.inf if k[1] <= 0 else -k[0] / k[1]):
+        count = each if size <= 0 else min(each, room / size)
+        total += count * duration
+        room = max(room - count * max(size, 0.0), 0.0) if room != math.inf else room
+    return total
 
 
 __all__ = ["last_forward_ms"]

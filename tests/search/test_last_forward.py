@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipesim.schedules.ir import v_placement
 from pipesim.search import search_schedule
 from pipesim.search.bound import chains, last_forward_floor_ms
 from pipesim.search.greedy import make_problem
@@ -22,19 +23,20 @@ def last_forward_bound(placement, microbatches, costs, topology, limit):
 
 
 # (placement, microbatches): at most a few thousand combinations of per-device orders
-TINY = [((0, 1), 2), ((0, 1), 3), ((0, 1), 4), ((0, 1, 2), 2)]
-SMALL = [((0, 1, 2), 5), ((0, 1, 2, 3), 6), ((0, 1), 6)]
+TINY = [((0, 1), 2), ((0, 1), 3), ((0, 1), 4), ((0, 1, 2), 2), (v_placement(2), 1)]
+TINY += [(v_placement(2), 2)]
+SMALL = [((0, 1, 2), 5), ((0, 1, 2, 3), 6), ((0, 1), 6), (v_placement(2), 4), (v_placement(3), 3)]
 
 
 @st.composite
 def tight_cases(draw, shapes, times=(1.0, 1.25, 2.0, 2.5, 3.0)):
     """A case whose limit is a few of its largest activations (where memory paces)."""
     placement, microbatches = draw(st.sampled_from(shapes))
-    stages = len(placement)
-    costs, kept = small_costs(draw, stages)
+    costs, kept = small_costs(draw, len(placement))
     latency_us = draw(st.sampled_from([0.0, 500.0]))
     limit = max(kept) * draw(st.sampled_from(times))
-    return placement, microbatches, costs, Topology(stages, Link(latency_us=latency_us)), limit
+    topology = Topology(max(placement) + 1, Link(latency_us=latency_us))
+    return placement, microbatches, costs, topology, limit
 
 
 @settings(max_examples=12, deadline=None)
@@ -86,3 +88,20 @@ def test_zb_h1_at_1f1b_memory_with_latency_or_unequal_passes(input_, weight, lat
     assert found.lower_bound_part == "last forward of device 0"
     assert found.lower_bound_ms == pytest.approx(expected)
     assert found.makespan_ms == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("latency_ms, expected", [(0.0, 18.0), (0.1, 19.8)])
+def test_a_v_with_room_for_two_microbatches(latency_ms, expected):
+    """v-auto on 4 devices, 4 microbatches, a chunk's F, I, W = 0.5, 0.6, 0.3 ms, room for
+    4 chunk activations per device (two microbatches of both chunks, Zero Bubble V-Min's
+    memory). The device part counts 17.55 and 19.35 ms; going through the states at the
+    last chunk-1 forward of device 3 (the V's turn) gives the optimum the exact mode
+    proves, which the search reaches with the hop."""
+    costs = split_costs(8, 0.5, 0.6, 0.3)
+    topology = Topology(4, Link(latency_us=latency_ms * 1000)) if latency_ms else None
+    assert last_forward_bound(v_placement(4), 4, costs, topology, 4.0) == pytest.approx(expected)
+    found = search_schedule("v-auto", 4, 4, costs, topology, 4.0)
+    assert found.lower_bound_ms == pytest.approx(expected)
+    assert found.lower_bound_part == "last forward of device 3"
+    if latency_ms:
+        assert found.makespan_ms == pytest.approx(expected)
