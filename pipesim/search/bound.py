@@ -65,13 +65,14 @@ some earlier stage ``t`` and ``W(t,i)`` after them. The parts of the bound:
   one at a time on the device, between its forwards (a one-machine bound on what must
   have ended before each forward).
 
-* **the last forward** (per device with one stage, ``pipesim.search.last_forward``): the
+* **the last forward** (per device with one or two stages, ``pipesim.search.last_forward``): the
   device part above takes the most work the memory can leave after the last forward,
   whatever that state costs before it. Going through every state instead (``a`` in
   flight, ``b`` waiting for their ``W``), each floors that forward's start (the warm-up
   floor plus the work done before it; the round-trip floor of the ``I`` and ``W`` it
   implies ended) and leaves ``F + a (I + W) + b W`` against the last way back; the least
-  over the states is a bound. At 1F1B's memory it is the Zero Bubble H1 makespan.
+  over the states is a bound. It meets the Zero Bubble H1 makespan at 1F1B's memory on
+  few microbatches, and on a V under a tight limit it counts the long round trip.
 
 * **the end-of-step tail** (``with_tail``, where the scenario has data parallelism): after
   the flush every device reduces its gradients, so the longest tail adds to every part;

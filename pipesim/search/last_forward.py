@@ -7,7 +7,7 @@ leave after that forward, and so the most favourable state of the device then, w
 that state costs earlier. This part goes through every state instead, and takes the
 least of what each one forces.
 
-A device with one stage ``s`` (``zb-auto``'s placement). Each stage runs its forwards,
+A device with one stage ``s`` (``zb-auto``'s placement) first. Each stage runs its forwards,
 input backwards and weight passes in microbatch order without loss
 (``pipesim.search.exact_model`` shows the relabelling), so the last forward is ``F(s,
 m-1)``; let ``phi`` be its start. At ``phi`` every other action of the device has ended
@@ -36,6 +36,19 @@ pending ``W`` holds the next forward back). With 4 devices and 8 microbatches th
 Zero Bubble H1 makespan ``m (F + I + W) + (p - 1)(F + I - W) + 4 (p - 1) hop``, the
 optimum; with more microbatches per device a state with many pending weight passes can
 keep the device busy as far as this device alone can tell, and the bound stays below it.
+
+A V's device holds two stages ``u < v`` (chunk 0 and chunk 1). Its last forward is ``F(v,
+m-1)``: every ``F(u, k)`` comes before ``F(v, k)``. A state is then ``x`` microbatches
+whose ``I(v)`` has not ended (each holds both activations), ``y >= x`` whose ``I(u)`` has
+not (the gradient reaches ``u`` after ``v``), and the weight passes pending beside them;
+``left = F(v) + x (I + W)(v) + y (I + W)(u) +`` the pending ``W`` passes, ``phi`` floored
+by the ends of ``I(v, m-1-x)`` and ``I(u, m-1-y)``, and ``back`` the round trip from
+``v``. The pending weight passes enter only as a range of ``left``, from none to the most
+that fit in the room left (counted as fractions): over it ``phi + max(back, left)`` only
+grows and ``warm_up + busy - left + max(back, left)`` only shrinks, each from ``left =
+back`` on, so the value nearest ``back`` gives the least either can force. Under a tight
+limit (Zero Bubble V-Min's memory) this pays the V's long round trip per two microbatches
+at the turn's device, which its work alone hides.
 """
 
 from __future__ import annotations
