@@ -60,6 +60,8 @@ from pipesim.search.fits import ROOM, counts_memory, how_many, room_bytes
 from pipesim.search.greedy import Problem
 from pipesim.search.round_trips import paced_ends
 
+STATES = 1024  # states a device's walk looks at one by one; more are taken in ranges
+
 
 def last_forward_ms(problem: Problem, chain, mine: list[int], warm_up: float, busy: float) -> float:
     """The least over the states at the start of the device's last forward (module
@@ -96,12 +98,16 @@ class _Floors:
     levels: list
     warm_and_busy: float
 
-    def step(self, phi: float, left: float, back: float, some_input_ended: bool) -> float:
-        """What a state forces: ``phi`` its floor of the last forward's start, ``left``
-        the work after it; with an ``I`` ended before ``phi``, the warm-up floor too."""
-        found = phi + max(back, left)
-        if some_input_ended:
-            found = max(found, self.warm_and_busy - left + max(back, left))
+    def least(self, phi: float, left: tuple[float, float], back: float, ended: bool) -> float:
+        """The least the states with ``phi`` (their floor of the last forward's start) or
+        later and work after it in ``left = (least, most)`` force: ``phi + max(back,
+        left)``, and with an ``I`` ended before ``phi`` (``ended``) the warm-up floor
+        plus the work before ``phi``. The first only grows with the work after ``phi``,
+        the second only shrinks, both from ``back`` on: the work nearest ``back``."""
+        work = min(max(back, left[0]), left[1])
+        found = phi + max(back, work)
+        if ended:
+            found = max(found, self.warm_and_busy - work + max(back, work))
         return found
 
 
@@ -110,20 +116,30 @@ def _bytes(problem: Problem, stage: int) -> tuple[float, float]:
     return taken, min(max(problem.weight_grad_bytes[stage], 0.0), taken)
 
 
+def _blocks(first: int, last: int, outer: int):
+    """``first .. last`` in consecutive ranges ``(lo, hi)``, one each where ``outer``
+    times the count stays within ``STATES``, wider where it would not."""
+    size = max(1, math.ceil(outer * (last - first + 1) / STATES))
+    for lo in range(first, last + 1, size):
+        yield lo, min(lo + size - 1, last)
+
+
 def _one_stage(problem: Problem, chain, stage: int, floors: _Floors, room: float) -> float:
-    """Every state ``(a, b)`` of a device with one stage."""
+    """The states ``(a, b)`` of a device with one stage; a range of ``b`` at once takes
+    the floor of its largest (the earliest ``W`` known ended) and the range of its work."""
     m = problem.microbatches
     inputs, weights = floors.levels[0].inputs, floors.levels[0].weights
     forward, input_, weight = chain.forward[stage], chain.input[stage], chain.weight[stage]
     back = chain.trip[stage] + max(weight, chain.below[stage])
     taken, grad = _bytes(problem, stage)
-    best = math.inf
-    for a in range(1, how_many(taken, room, m) + 1):
+    best, most_a = math.inf, how_many(taken, room, m)
+    for a in range(1, most_a + 1):
         floor = floors.last_start if a == m else max(floors.last_start, inputs[m - 1 - a])
-        for b in range(how_many(grad, room - a * taken, m - a) + 1):
-            left = forward + a * (input_ + weight) + b * weight
-            phi = floor if a + b == m else max(floor, weights[m - a - b - 1])
-            best = min(best, floors.step(phi, left, back, a < m))
+        held = forward + a * (input_ + weight)
+        for low, high in _blocks(0, how_many(grad, room - a * taken, m - a), most_a):
+            phi = floor if a + high == m else max(floor, weights[m - a - high - 1])
+            left = (held + low * weight, held + high * weight)
+            best = min(best, floors.least(phi, left, back, a < m))
     return best
 
 
@@ -131,29 +147,26 @@ def _two_stages(problem: Problem, chain, mine: list[int], floors: _Floors, room:
     """The states of a device with two stages ``u < v`` (a V's), ``x`` microbatches
     whose ``I(v)`` has not ended and ``y >= x`` whose ``I(u)`` has not; the weight passes
     pending beside them are not enumerated: they add at most what fits in the room left
-    (the fractional count), and of the work after ``phi`` in that range the one nearest
-    the way back is the least any of them forces (the step only grows away from it)."""
+    (the fractional count) to the work after ``phi``. A range of ``y`` at once takes the
+    floor of its largest and the work from its least to its most."""
     m, (u, v) = problem.microbatches, mine
     deep, shallow = floors.levels
     back = chain.trip[v] + max(chain.weight[v], chain.below[v])
     (taken_v, grad_v), (taken_u, grad_u) = _bytes(problem, v), _bytes(problem, u)
     pending = [(chain.weight[v], grad_v), (chain.weight[u], grad_u)]
-    best = math.inf
-    for x in range(1, how_many(taken_v + taken_u, room, m) + 1):
-        for y in range(x, m + 1):
-            spare = room - x * taken_v - y * taken_u
+    best, most_x = math.inf, how_many(taken_v + taken_u, room, m)
+    for x in range(1, most_x + 1):
+        floor = floors.last_start if x == m else max(floors.last_start, deep.inputs[m - 1 - x])
+        held = chain.forward[v] + x * (chain.input[v] + chain.weight[v])
+        for low, high in _blocks(x, m, most_x):
+            spare = room - x * taken_v - low * taken_u
             if spare < -ROOM * max(room, 1.0):
                 break
-            least = chain.forward[v] + x * (chain.input[v] + chain.weight[v])
-            least += y * (chain.input[u] + chain.weight[u])
-            most = least + _fractional_ms(pending, max(spare, 0.0), m - x)
-            phi = floors.last_start
-            if x < m:
-                phi = max(phi, deep.inputs[m - 1 - x])
-            if y < m:
-                phi = max(phi, shallow.inputs[m - 1 - y])
-            left = min(max(back, least), most)
-            best = min(best, floors.step(phi, left, back, x < m))
+            phi = floor if high == m else max(floor, shallow.inputs[m - 1 - high])
+            least = held + low * (chain.input[u] + chain.weight[u])
+            most = least + (high - low) * (chain.input[u] + chain.weight[u])
+            most += _fractional_ms(pending, max(spare, 0.0), m - x)
+            best = min(best, floors.least(phi, (least, most), back, x < m))
     return best
 
 

@@ -5,11 +5,11 @@ Zero Bubble H1 makespan at 1F1B's memory, which the search reaches."""
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipesim.schedules.ir import v_placement
-from pipesim.search import search_schedule
+from pipesim.search import last_forward, search_schedule
 from pipesim.search.bound import chains, last_forward_floor_ms
 from pipesim.search.greedy import make_problem
 from pipesim.sim.links import Link, Topology
@@ -105,3 +105,15 @@ def test_a_v_with_room_for_two_microbatches(latency_ms, expected):
     assert found.lower_bound_part == "last forward of device 3"
     if latency_ms:
         assert found.makespan_ms == pytest.approx(expected)
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(case=tight_cases(SMALL, times=(1.0, 2.0, 4.0, 100.0)))
+def test_states_taken_in_ranges_only_lower_it(monkeypatch, case):
+    """Past ``STATES`` states a device's walk takes them in ranges: each range floors
+    ``phi`` by its earliest floor and spans its work, so the part can only drop."""
+    one_by_one = last_forward_bound(*case)
+    monkeypatch.setattr(last_forward, "STATES", 1)
+    assert last_forward_bound(*case) <= one_by_one * (1 + 1e-12)
