@@ -65,6 +65,15 @@ some earlier stage ``t`` and ``W(t,i)`` after them. The parts of the bound:
   one at a time on the device, between its forwards (a one-machine bound on what must
   have ended before each forward).
 
+* **the last forward** (per device with one or two stages, ``pipesim.search.last_forward``): the
+  device part above takes the most work the memory can leave after the last forward,
+  whatever that state costs before it. Going through every state instead (``a`` in
+  flight, ``b`` waiting for their ``W``), each floors that forward's start (the warm-up
+  floor plus the work done before it; the round-trip floor of the ``I`` and ``W`` it
+  implies ended) and leaves ``F + a (I + W) + b W`` against the last way back; the least
+  over the states is a bound. It meets the Zero Bubble H1 makespan at 1F1B's memory on
+  few microbatches, and on a V under a tight limit it counts the long round trip.
+
 * **the end-of-step tail** (``with_tail``, where the scenario has data parallelism): after
   the flush every device reduces its gradients, so the longest tail adds to every part;
   overlapped (``dp_overlap``), device d's tail starts when its own last action ends, no
@@ -81,6 +90,7 @@ from dataclasses import dataclass
 
 from pipesim.search.fits import counts_memory, held_by_one, in_flight, most_ms, room_bytes
 from pipesim.search.greedy import Problem
+from pipesim.search.last_forward import last_forward_ms
 from pipesim.search.round_trips import paced_ends
 from pipesim.search.serial import serial_ms
 from pipesim.search.tail import Tail
@@ -150,6 +160,8 @@ def lower_bound(
         parts.append((round_trips_ms(problem, chain, s), name))
     for d, ms in enumerate(serial_ms(problem, chain)):
         parts.append((ms, f"serial round trips of device {d}"))
+    for d in range(problem.devices):
+        parts.append((last_forward_floor_ms(problem, chain, d), f"last forward of device {d}"))
     ms, part = max(parts, key=lambda found: found[0])
     if tail is not None:
         ms, part = with_tail(problem, chain, tail, (ms, part))
@@ -199,6 +211,17 @@ def device_floor_ms(problem: Problem, chain: _Chains, device: int) -> float:
     back = chain.trip[deepest] + max(chain.weight[deepest], chain.below[deepest])
     ends.append(start + max(0.0, back - left_after_last_forward(problem, chain, mine, room)))
     return max(ends) + busy
+
+
+def last_forward_floor_ms(problem: Problem, chain: _Chains, device: int) -> float:
+    """The states at the device's last forward (``pipesim.search.last_forward``), for a
+    device that holds one or two stages (0 otherwise)."""
+    mine = stages_on(problem, device)
+    if len(mine) not in (1, 2):
+        return 0.0
+    room = room_bytes(problem) if counts_memory(problem) else float("inf")
+    warm_up, busy = _warm_up_and_busy(problem, chain, mine, room)
+    return last_forward_ms(problem, chain, mine, warm_up, busy)
 
 
 def own_end_ms(problem: Problem, chain: _Chains, device: int) -> float:
