@@ -30,7 +30,9 @@ Search, then verify:
    (``pipesim.search.blocks``);
 4. a local improvement pass (``pipesim.search.improve``): a strict hill climb, then one
    that also crosses plateaus, each from the best so far, and both again from the best
-   building block where that is another.
+   building block where that is another; on small cases (at most
+   ``INSERTION_MOST_ACTIONS`` actions) a third climb from the best by insertion moves, each
+   pass moved up to a few places along its device's list (``pipesim.search.insertion``).
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -50,6 +52,7 @@ from pipesim.search.blocks import block_schedules
 from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import Problem, Stalled, construct, make_problem
 from pipesim.search.improve import improve
+from pipesim.search.insertion import insertion_climb
 from pipesim.search.rules import RULES, v_only
 from pipesim.search.tail import Tail, engine_options
 from pipesim.search.v_candidates import v_candidates
@@ -76,6 +79,12 @@ IMPROVE_ACTIONS = 600_000
 # the best one is climbed from too when within this fraction of the best candidate.
 BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
+# Small cases (at most this many actions) then climb by insertion moves (``pipesim.search.
+# insertion``) on about this many actions' worth of simulations, each pass at most
+# INSERTION_REACH places along its device's list.
+INSERTION_MOST_ACTIONS = 300
+INSERTION_ACTIONS = 300_000
+INSERTION_REACH = 8
 TOLERANCE = 1e-9
 
 
@@ -326,7 +335,8 @@ class _Search:
     def improved(self, actions: int) -> None:
         """Climb from the best candidate, then from the best building block where that is
         another within ``NEAR_BLOCK`` of it (the blocks' steady states are a basin the
-        other candidates rarely reach), on half the budget. ``actions``: per candidate."""
+        other candidates rarely reach), on half the budget; on a small case, then climb
+        from the best by insertion moves. ``actions``: per candidate."""
         budget = max(8, min(400, IMPROVE_ACTIONS // actions))
         starts = [(self.best, budget)]
         block = self.best_block
@@ -334,15 +344,23 @@ class _Search:
             if block.makespan_ms <= self.best.makespan_ms * (1 + NEAR_BLOCK):
                 starts.append((block, max(8, min(400, IMPROVE_ACTIONS // 2 // actions))))
         for start, budget in starts:
-            source = f"improved from {start.source}"
-
-            def run(schedule: Schedule, source=source) -> tuple[float | None, Trace | None]:
-                found, trace = self.offer(schedule, source)
-                fits = found is not None and self.fits(found.peak_bytes)
-                return (found.makespan_ms if fits else None), trace
-
+            run = self.runner(f"improved from {start.source}")
             improve(start.schedule, budget, run)
             improve(start.schedule, budget, run, settling=True)  # another way up
+        if actions <= INSERTION_MOST_ACTIONS:
+            start = self.best
+            run = self.runner(f"insertion climb from {start.source}")
+            insertion_climb(start.schedule, INSERTION_ACTIONS // actions, run, INSERTION_REACH)
+
+    def runner(self, source: str) -> Callable[[Schedule], tuple[float | None, Trace | None]]:
+        """A climb's ``run``: offer the schedule; its makespan where it fits, and its trace."""
+
+        def run(schedule: Schedule) -> tuple[float | None, Trace | None]:
+            found, trace = self.offer(schedule, source)
+            fits = found is not None and self.fits(found.peak_bytes)
+            return (found.makespan_ms if fits else None), trace
+
+        return run
 
 
 def _schedule(orders: tuple[tuple[Action, ...], ...], problem: Problem, name: str) -> Schedule:
