@@ -31,8 +31,9 @@ Search, then verify:
 4. a local improvement pass (``pipesim.search.improve``): a strict hill climb, then one
    that also crosses plateaus, each from the best so far, and both again from the best
    building block where that is another; on small cases (at most
-   ``INSERTION_MOST_ACTIONS`` actions) a third climb from the best by insertion moves, each
-   pass moved up to a few places along its device's list (``pipesim.search.insertion``).
+   ``INSERTION_MOST_ACTIONS`` actions) under a tight limit (at most ``INSERTION_TIGHT`` of
+   1F1B's), a third climb from the best by insertion moves, each pass moved up to a few
+   places along its device's list (``pipesim.search.insertion``).
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -79,10 +80,12 @@ IMPROVE_ACTIONS = 600_000
 # the best one is climbed from too when within this fraction of the best candidate.
 BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
-# Small cases (at most this many actions) then climb by insertion moves (``pipesim.search.
-# insertion``) on about this many actions' worth of simulations, each pass at most
-# INSERTION_REACH places along its device's list.
+# Small cases (at most this many actions) under a tight limit (at most this fraction of
+# what 1F1B holds) then climb by insertion moves (``pipesim.search.insertion``) on about
+# this many actions' worth of simulations, each pass at most INSERTION_REACH places along
+# its device's list.
 INSERTION_MOST_ACTIONS = 300
+INSERTION_TIGHT = 0.75
 INSERTION_ACTIONS = 300_000
 INSERTION_REACH = 8
 TOLERANCE = 1e-9
@@ -229,10 +232,9 @@ def search_schedule(
         raise SearchError(f"devices and microbatches must be >= 1, got {devices=}, {microbatches=}")
     placement = placement_of(name, devices)
     floor = minimum_limit_bytes(name, devices, microbatches, costs)
+    usual = default_limit_bytes(name, devices, microbatches, costs, topology)
     if memory_limit_bytes is None:
-        memory_limit_bytes = max(
-            default_limit_bytes(name, devices, microbatches, costs, topology), floor
-        )
+        memory_limit_bytes = max(usual, floor)
     if memory_limit_bytes < floor * (1 - 1e-12):
         raise SearchError(
             f"memory limit {memory_limit_bytes:.12g} bytes is below the minimum {floor:.12g} "
@@ -251,7 +253,8 @@ def search_schedule(
         raise SearchError(f"no {name} order found within {memory_limit_bytes:.12g} bytes")
     bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
     if best.makespan_ms > bound.makespan_ms * (1 + 1e-8):  # else no order is faster
-        search.improved(max(best.schedule.num_actions, 1))
+        tight = memory_limit_bytes <= INSERTION_TIGHT * usual * (1 + TOLERANCE)
+        search.improved(max(best.schedule.num_actions, 1), insertion=tight)
     best = search.best
     schedule = replace(best.schedule, name=name)
     validate(schedule)
@@ -332,11 +335,12 @@ class _Search:
             if self.best_block is None or found.makespan_ms < self.best_block.makespan_ms:
                 self.best_block = found
 
-    def improved(self, actions: int) -> None:
+    def improved(self, actions: int, insertion: bool = False) -> None:
         """Climb from the best candidate, then from the best building block where that is
         another within ``NEAR_BLOCK`` of it (the blocks' steady states are a basin the
-        other candidates rarely reach), on half the budget; on a small case, then climb
-        from the best by insertion moves. ``actions``: per candidate."""
+        other candidates rarely reach), on half the budget; with ``insertion`` (a tight
+        limit) on a small case, then from the best by insertion moves. ``actions``: per
+        candidate."""
         budget = max(8, min(400, IMPROVE_ACTIONS // actions))
         starts = [(self.best, budget)]
         block = self.best_block
@@ -347,7 +351,7 @@ class _Search:
             run = self.runner(f"improved from {start.source}")
             improve(start.schedule, budget, run)
             improve(start.schedule, budget, run, settling=True)  # another way up
-        if actions <= INSERTION_MOST_ACTIONS:
+        if insertion and actions <= INSERTION_MOST_ACTIONS:
             start = self.best
             run = self.runner(f"insertion climb from {start.source}")
             insertion_climb(start.schedule, INSERTION_ACTIONS // actions, run, INSERTION_REACH)
