@@ -82,9 +82,10 @@ BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
 # Small cases (at most this many actions) under a tight limit (at most this fraction of
 # what 1F1B holds) then climb by insertion moves (``pipesim.search.insertion``) on about
-# this many actions' worth of simulations, each pass at most INSERTION_REACH places along
-# its device's list.
+# this many actions' worth of simulations (at most INSERTION_MOST_CANDIDATES of them), each
+# pass at most INSERTION_REACH places along its device's list.
 INSERTION_MOST_ACTIONS = 300
+INSERTION_MOST_CANDIDATES = 2_000
 INSERTION_TIGHT = 0.75
 INSERTION_ACTIONS = 300_000
 INSERTION_REACH = 8
@@ -354,7 +355,8 @@ class _Search:
         if insertion and actions <= INSERTION_MOST_ACTIONS:
             start = self.best
             run = self.runner(f"insertion climb from {start.source}")
-            insertion_climb(start.schedule, INSERTION_ACTIONS // actions, run, INSERTION_REACH)
+            budget = min(INSERTION_MOST_CANDIDATES, INSERTION_ACTIONS // actions)
+            insertion_climb(start.schedule, budget, run, INSERTION_REACH)
 
     def runner(self, source: str) -> Callable[[Schedule], tuple[float | None, Trace | None]]:
         """A climb's ``run``: offer the schedule; its makespan where it fits, and its trace."""
