@@ -32,8 +32,9 @@ Search, then verify:
    that also crosses plateaus, each from the best so far, and both again from the best
    building block where that is another; on small cases (at most
    ``INSERTION_MOST_ACTIONS`` actions) under a tight limit (at most ``INSERTION_TIGHT`` of
-   1F1B's), a third climb from the best by insertion moves, each pass moved up to a few
-   places along its device's list (``pipesim.search.insertion``).
+   1F1B's), climbs by insertion moves, each pass moved up to a few places along its
+   device's list (``pipesim.search.insertion``), from the best and from the fastest
+   candidate of another construction.
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -53,7 +54,7 @@ from pipesim.search.blocks import block_schedules
 from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import Problem, Stalled, construct, make_problem
 from pipesim.search.improve import improve
-from pipesim.search.insertion import insertion_climb
+from pipesim.search.insertion import climb_each
 from pipesim.search.rules import RULES, v_only
 from pipesim.search.tail import Tail, engine_options
 from pipesim.search.v_candidates import v_candidates
@@ -80,14 +81,15 @@ IMPROVE_ACTIONS = 600_000
 # the best one is climbed from too when within this fraction of the best candidate.
 BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
+CLIMBED = ("improved from ", "insertion climb from ")  # the sources of climbed candidates
 # Small cases (at most this many actions) under a tight limit (at most this fraction of
 # what 1F1B holds) then climb by insertion moves (``pipesim.search.insertion``) on about
-# this many actions' worth of simulations (at most INSERTION_MOST_CANDIDATES of them), each
-# pass at most INSERTION_REACH places along its device's list.
+# this many actions' worth of simulations in all (at most INSERTION_MOST_CANDIDATES of
+# them), each pass at most INSERTION_REACH places along its device's list.
 INSERTION_MOST_ACTIONS = 300
-INSERTION_MOST_CANDIDATES = 2_000
+INSERTION_MOST_CANDIDATES = 3_000
 INSERTION_TIGHT = 0.75
-INSERTION_ACTIONS = 300_000
+INSERTION_ACTIONS = 450_000
 INSERTION_REACH = 8
 TOLERANCE = 1e-9
 
@@ -282,6 +284,7 @@ class _Search:
         self.count = 0
         self.best: Evaluated | None = None
         self.best_block: Evaluated | None = None  # the fastest building block that fits
+        self.by_source: dict[str, Evaluated] = {}  # the fastest that fits, per construction
 
     def fits(self, peak_bytes: float) -> bool:
         return peak_bytes <= self.limit * (1 + TOLERANCE) + TOLERANCE
@@ -297,6 +300,11 @@ class _Search:
             self.progress(1)  # one more candidate, as sweeps and Monte Carlo count
         if found is None or not self.fits(found.peak_bytes):
             return found, trace
+        kept = self.by_source.get(source)
+        if not source.startswith(CLIMBED) and (
+            kept is None or found.makespan_ms < kept.makespan_ms * (1 - TOLERANCE)
+        ):
+            self.by_source[source] = found
         if self.best is None or found.makespan_ms < self.best.makespan_ms * (1 - TOLERANCE):
             self.best = found
         return found, trace
@@ -340,8 +348,8 @@ class _Search:
         """Climb from the best candidate, then from the best building block where that is
         another within ``NEAR_BLOCK`` of it (the blocks' steady states are a basin the
         other candidates rarely reach), on half the budget; with ``insertion`` (a tight
-        limit) on a small case, then from the best by insertion moves. ``actions``: per
-        candidate."""
+        limit) on a small case, then by insertion moves from the best and from the best of
+        another construction. ``actions``: per candidate."""
         budget = max(8, min(400, IMPROVE_ACTIONS // actions))
         starts = [(self.best, budget)]
         block = self.best_block
@@ -353,10 +361,23 @@ class _Search:
             improve(start.schedule, budget, run)
             improve(start.schedule, budget, run, settling=True)  # another way up
         if insertion and actions <= INSERTION_MOST_ACTIONS:
-            start = self.best
-            run = self.runner(f"insertion climb from {start.source}")
+            starts = [
+                (start.schedule, self.runner(f"insertion climb from {start.source}"))
+                for start in self.insertion_starts()
+            ]
             budget = min(INSERTION_MOST_CANDIDATES, INSERTION_ACTIONS // actions)
-            insertion_climb(start.schedule, budget, run, INSERTION_REACH)
+            climb_each(starts, budget, INSERTION_REACH)
+
+    def insertion_starts(self) -> list[Evaluated]:
+        """The best so far, and the fastest candidate another construction built (the
+        insertion climb from there often ends in another basin)."""
+        root = self.best.source
+        while root.startswith(CLIMBED):
+            root = root.split(" from ", 1)[1]
+        others = [found for source, found in self.by_source.items() if source != root]
+        if not others:
+            return [self.best]
+        return [self.best, min(others, key=lambda found: found.makespan_ms)]
 
     def runner(self, source: str) -> Callable[[Schedule], tuple[float | None, Trace | None]]:
         """A climb's ``run``: offer the schedule; its makespan where it fits, and its trace."""

@@ -6,12 +6,15 @@ runs a forward two or three places earlier (before an input backward it used to 
 for), or a W several places later, and every step in between is slower or no faster.
 This climb widens the neighbourhood: each pass (F, I or W) may move up to ``reach``
 places earlier or later on its device, as long as it passes no pass of its own stage
-and kind (each stage keeps its microbatch order) and none of its own microbatch on its
-stage (an F stays before its I, an I before its W).
+and kind (each stage keeps its microbatch order), none of its own microbatch on its
+stage (an F stays before its I, an I before its W) and, where the device holds the next
+stage too (the V's turn), not its own microbatch's F or I there.
 
 It is a first-improvement climb that also crosses plateaus, as the improvement pass's
-second climb does (``improve.settle``: the makespan first, then the devices' finish
-times in sum, then the input backwards' ends in sum). After a move is taken, the scan
+second climb does: a move that keeps the makespan is taken when it lowers a second
+measure, by default ``improve.settle``'s (the devices' finish times in sum, then the input
+backwards' ends in sum); ``end_sum`` (every pass's end in sum) leads elsewhere on the
+plateau, and a search may climb with both. After a move is taken, the scan
 goes on from that move rather than from the first device's first pass, so a long list
 of moves that no longer help is not tried again before the new ones. It stops when no
 move helps or after ``budget`` candidates; nothing is random.
@@ -22,16 +25,29 @@ search's order from 18.2 to 18.0 ms, the optimum the exact mode proves.
 
 from __future__ import annotations
 
-from pipesim.schedules.ir import Action, Schedule
+from collections.abc import Callable
+
+from pipesim.schedules.ir import Action, Kind, Schedule
 from pipesim.search.improve import Move, Run, better, moved, settle
+from pipesim.sim.trace import Lane, Trace
+
+Score = Callable[[float, Trace], tuple[float, ...]]  # the makespan first, then the plateau's
+
+
+def end_sum(makespan_ms: float, trace: Trace) -> tuple[float, float]:
+    """``(makespan, sum of every compute pass's end)``: a plateau measure that rewards
+    any pass run earlier, not only the last on each device."""
+    return makespan_ms, float(trace.end[trace.lane == Lane.COMPUTE].sum())
 
 
 def blocks(action: Action, other: Action) -> bool:
     """Whether ``action`` may not pass ``other`` on their device: same stage and kind
-    (microbatch order), or the same stage and microbatch (F before I before W)."""
-    if action.stage != other.stage:
-        return False
-    return action.kind == other.kind or action.microbatch == other.microbatch
+    (microbatch order), the same stage and microbatch (F before I before W), or the same
+    microbatch's F or I on the next stage held by the same device (the V's turn)."""
+    if action.stage == other.stage:
+        return action.kind == other.kind or action.microbatch == other.microbatch
+    adjacent = abs(action.stage - other.stage) == 1 and action.microbatch == other.microbatch
+    return adjacent and action.kind == other.kind != Kind.W
 
 
 def insertion_moves(schedule: Schedule, reach: int) -> list[Move]:
@@ -51,15 +67,17 @@ def insertion_moves(schedule: Schedule, reach: int) -> list[Move]:
     return moves
 
 
-def insertion_climb(schedule: Schedule, budget: int, run: Run, reach: int) -> Schedule:
+def insertion_climb(
+    schedule: Schedule, budget: int, run: Run, reach: int, score: Score = settle
+) -> Schedule:
     """Climb from ``schedule`` by insertion moves with at most ``budget`` calls of
     ``run`` (a candidate's makespan if it fits the memory limit, else None, and its
-    trace). Returns the best schedule found."""
+    trace), each step lowering ``score``. Returns the best schedule found."""
     makespan_ms, trace = run(schedule)
     budget -= 1
     if makespan_ms is None or trace is None:
         return schedule
-    current, score, cursor = schedule, settle(makespan_ms, trace), 0
+    current, best, cursor = schedule, score(makespan_ms, trace), 0
     while budget > 0:
         moves = insertion_moves(current, reach)
         taken = None
@@ -72,9 +90,9 @@ def insertion_climb(schedule: Schedule, budget: int, run: Run, reach: int) -> Sc
             found_ms, found_trace = run(candidate)
             if found_ms is None or found_trace is None:
                 continue
-            found = settle(found_ms, found_trace)
-            if better(found, score):
-                current, score, taken = candidate, found, at
+            found = score(found_ms, found_trace)
+            if better(found, best):
+                current, best, taken = candidate, found, at
                 break
         if taken is None:
             break
@@ -82,4 +100,13 @@ def insertion_climb(schedule: Schedule, budget: int, run: Run, reach: int) -> Sc
     return current
 
 
-__all__ = ["blocks", "insertion_climb", "insertion_moves"]
+def climb_each(starts: list[tuple[Schedule, Run]], budget: int, reach: int) -> None:
+    """Climb from each ``(schedule, run)`` with both plateau measures (``settle``, then
+    ``end_sum``), on ``budget`` candidates in all, shared evenly."""
+    each = budget // (2 * max(len(starts), 1))
+    for schedule, run in starts:
+        for score in (settle, end_sum):
+            insertion_climb(schedule, each, run, reach, score)
+
+
+__all__ = ["blocks", "climb_each", "end_sum", "insertion_climb", "insertion_moves"]

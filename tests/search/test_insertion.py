@@ -9,8 +9,10 @@ from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, F, I, Schedule, W, single_chain
 from pipesim.schedules.validity import validate
 from pipesim.search import auto, minimum_limit_bytes, search_schedule
+from pipesim.search.auto import evaluate, run_candidate
 from pipesim.search.improve import moved
-from pipesim.search.insertion import insertion_moves
+from pipesim.search.insertion import insertion_climb, insertion_moves
+from pipesim.sim.engine import DeadlockError
 from pipesim.sim.links import Link, Topology
 from tests.search.orders import small_costs, split_costs
 
@@ -43,16 +45,26 @@ def test_every_move_leaves_a_valid_order(recipe, devices, microbatches):
                     assert order == sorted(order), (move, stage, kind)
 
 
-def test_v_min_memory_reaches_the_proven_optimum():
+def test_v_min_memory_reaches_the_proven_optimum(monkeypatch):
     """v-auto on 4 devices, 4 microbatches, per chunk F 0.5, I 0.6, W 0.3 ms, 2 bytes held
     from F (0.5 until W) and a limit of 4 chunks (V-Min's memory): the exact mode proves
-    18.0 ms optimal (30 s of CP-SAT); the search's candidates and first two climbs stop at
-    18.2 ms, and the insertion climb reaches 18.0."""
+    18.0 ms optimal (30 s of CP-SAT); the search's candidates and its first two climbs stop
+    at 18.2 ms, and the insertion climb from there reaches 18.0."""
     costs = split_costs(8, 0.5, 0.6, 0.3, kept=2.0, weight_grad=0.5)
-    found = search_schedule("v-auto", 4, 4, costs, None, 8.0)
-    assert found.makespan_ms == pytest.approx(18.0, abs=1e-9)
-    assert found.source.startswith("insertion climb")
-    assert found.peak_activation_bytes <= 8.0
+    monkeypatch.setattr(auto, "INSERTION_MOST_ACTIONS", 0)  # no insertion climb
+    before = search_schedule("v-auto", 4, 4, costs, None, 8.0)
+    assert before.makespan_ms == pytest.approx(18.2, abs=1e-9)
+
+    def run(schedule):
+        try:
+            found, trace = run_candidate(schedule, costs, None, "")
+        except DeadlockError:  # two devices wait for each other
+            return None, None
+        return (found.makespan_ms if found.peak_bytes <= 8.0 * (1 + 1e-12) else None), trace
+
+    climbed = insertion_climb(before.schedule, 400, run, auto.INSERTION_REACH)
+    assert run(climbed)[0] == pytest.approx(18.0, abs=1e-9)
+    assert evaluate(climbed, costs, None, "").peak_bytes <= 8.0
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
