@@ -31,10 +31,10 @@ Search, then verify:
 4. a local improvement pass (``pipesim.search.improve``): a strict hill climb, then one
    that also crosses plateaus, each from the best so far, and both again from the best
    building block where that is another; on small cases (at most
-   ``INSERTION_MOST_ACTIONS`` actions) under a tight limit (at most ``INSERTION_TIGHT`` of
-   1F1B's), climbs by insertion moves, each pass moved up to a few places along its
-   device's list (``pipesim.search.insertion``), from the best and from the fastest
-   candidate of another construction.
+   ``INSERTION_MOST_ACTIONS`` actions) a climb by insertion moves, each pass moved up to a
+   few places along its device's list (``pipesim.search.insertion``), from the best, and
+   under a tight limit (at most ``INSERTION_TIGHT`` of 1F1B's) from the fastest candidate
+   of another construction too.
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -82,10 +82,10 @@ IMPROVE_ACTIONS = 600_000
 BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
 CLIMBED = ("improved from ", "insertion climb from ")  # the sources of climbed candidates
-# Small cases (at most this many actions) under a tight limit (at most this fraction of
-# what 1F1B holds) then climb by insertion moves (``pipesim.search.insertion``) on about
-# this many actions' worth of simulations in all (at most INSERTION_MOST_CANDIDATES of
-# them), each pass at most INSERTION_REACH places along its device's list.
+# Small cases (at most this many actions) then climb by insertion moves (``pipesim.search.
+# insertion``, each pass at most INSERTION_REACH places) on about this many actions' worth
+# of simulations (at most INSERTION_MOST_CANDIDATES); a third of it, one climb, unless the
+# limit is tight (at most INSERTION_TIGHT of what 1F1B holds).
 INSERTION_MOST_ACTIONS = 300
 INSERTION_MOST_CANDIDATES = 3_000
 INSERTION_TIGHT = 0.75
@@ -257,7 +257,7 @@ def search_schedule(
     bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
     if best.makespan_ms > bound.makespan_ms * (1 + 1e-8):  # else no order is faster
         tight = memory_limit_bytes <= INSERTION_TIGHT * usual * (1 + TOLERANCE)
-        search.improved(max(best.schedule.num_actions, 1), insertion=tight)
+        search.improved(max(best.schedule.num_actions, 1), tight=tight)
     best = search.best
     schedule = replace(best.schedule, name=name)
     validate(schedule)
@@ -344,12 +344,12 @@ class _Search:
             if self.best_block is None or found.makespan_ms < self.best_block.makespan_ms:
                 self.best_block = found
 
-    def improved(self, actions: int, insertion: bool = False) -> None:
+    def improved(self, actions: int, tight: bool = False) -> None:
         """Climb from the best candidate, then from the best building block where that is
         another within ``NEAR_BLOCK`` of it (the blocks' steady states are a basin the
-        other candidates rarely reach), on half the budget; with ``insertion`` (a tight
-        limit) on a small case, then by insertion moves from the best and from the best of
-        another construction. ``actions``: per candidate."""
+        other candidates rarely reach), on half the budget; on a small case, then by
+        insertion moves from the best, and under a ``tight`` limit from the best of another
+        construction too, each two ways. ``actions``: per candidate."""
         budget = max(8, min(400, IMPROVE_ACTIONS // actions))
         starts = [(self.best, budget)]
         block = self.best_block
@@ -360,13 +360,13 @@ class _Search:
             run = self.runner(f"improved from {start.source}")
             improve(start.schedule, budget, run)
             improve(start.schedule, budget, run, settling=True)  # another way up
-        if insertion and actions <= INSERTION_MOST_ACTIONS:
+        if actions <= INSERTION_MOST_ACTIONS:
             starts = [
                 (start.schedule, self.runner(f"insertion climb from {start.source}"))
-                for start in self.insertion_starts()
+                for start in (self.insertion_starts() if tight else [self.best])
             ]
             budget = min(INSERTION_MOST_CANDIDATES, INSERTION_ACTIONS // actions)
-            climb_each(starts, budget, INSERTION_REACH)
+            climb_each(starts, budget if tight else budget // 3, INSERTION_REACH, both=tight)
 
     def insertion_starts(self) -> list[Evaluated]:
         """The best so far, and the fastest candidate another construction built (the

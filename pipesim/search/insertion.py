@@ -100,12 +100,15 @@ def insertion_climb(
     return current
 
 
-def climb_each(starts: list[tuple[Schedule, Run]], budget: int, reach: int) -> None:
-    """Climb from each ``(schedule, run)`` with both plateau measures (``settle``, then
-    ``end_sum``), on ``budget`` candidates in all, shared evenly."""
-    each = budget // (2 * max(len(starts), 1))
+def climb_each(
+    starts: list[tuple[Schedule, Run]], budget: int, reach: int, both: bool = True
+) -> None:
+    """Climb from each ``(schedule, run)`` with ``settle``, and with ``both`` with
+    ``end_sum`` too, on ``budget`` candidates in all, shared evenly."""
+    scores = (settle, end_sum) if both else (settle,)
+    each = budget // (len(scores) * max(len(starts), 1))
     for schedule, run in starts:
-        for score in (settle, end_sum):
+        for score in scores:
             insertion_climb(schedule, each, run, reach, score)
 
 

@@ -67,7 +67,7 @@ def test_v_min_memory_reaches_the_proven_optimum(monkeypatch):
     assert evaluate(climbed, costs, None, "").peak_bytes <= 8.0
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_never_slower_nor_over_the_limit(monkeypatch, data):
     name = data.draw(st.sampled_from(["zb-auto", "v-auto"]))
