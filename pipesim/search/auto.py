@@ -84,8 +84,8 @@ NEAR_BLOCK = 0.02
 CLIMBED = ("improved from ", "insertion climb from ")  # the sources of climbed candidates
 # Small cases (at most this many actions) then climb by insertion moves (``pipesim.search.
 # insertion``, each pass at most INSERTION_REACH places) on about this many actions' worth
-# of simulations (at most INSERTION_MOST_CANDIDATES); a third of it, one climb, unless the
-# limit is tight (at most INSERTION_TIGHT of what 1F1B holds).
+# of simulations (at most INSERTION_MOST_CANDIDATES); a quarter of it, one climb, unless
+# the limit is tight (at most INSERTION_TIGHT of what 1F1B holds).
 INSERTION_MOST_ACTIONS = 300
 INSERTION_MOST_CANDIDATES = 3_000
 INSERTION_TIGHT = 0.75
@@ -255,9 +255,10 @@ def search_schedule(
     if best is None:  # nothing fitted: should not happen above the minimum
         raise SearchError(f"no {name} order found within {memory_limit_bytes:.12g} bytes")
     bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
-    if best.makespan_ms > bound.makespan_ms * (1 + 1e-8):  # else no order is faster
+    floor_ms = bound.makespan_ms * (1 + 1e-8)
+    if best.makespan_ms > floor_ms:  # else no order is faster
         tight = memory_limit_bytes <= INSERTION_TIGHT * usual * (1 + TOLERANCE)
-        search.improved(max(best.schedule.num_actions, 1), tight=tight)
+        search.improved(max(best.schedule.num_actions, 1), tight, floor_ms)
     best = search.best
     schedule = replace(best.schedule, name=name)
     validate(schedule)
@@ -344,12 +345,13 @@ class _Search:
             if self.best_block is None or found.makespan_ms < self.best_block.makespan_ms:
                 self.best_block = found
 
-    def improved(self, actions: int, tight: bool = False) -> None:
+    def improved(self, actions: int, tight: bool = False, floor_ms: float = 0.0) -> None:
         """Climb from the best candidate, then from the best building block where that is
         another within ``NEAR_BLOCK`` of it (the blocks' steady states are a basin the
         other candidates rarely reach), on half the budget; on a small case, then by
         insertion moves from the best, and under a ``tight`` limit from the best of another
-        construction too, each two ways. ``actions``: per candidate."""
+        construction too, each two ways, until the bound ``floor_ms``. ``actions``: per
+        candidate."""
         budget = max(8, min(400, IMPROVE_ACTIONS // actions))
         starts = [(self.best, budget)]
         block = self.best_block
@@ -366,7 +368,8 @@ class _Search:
                 for start in (self.insertion_starts() if tight else [self.best])
             ]
             budget = min(INSERTION_MOST_CANDIDATES, INSERTION_ACTIONS // actions)
-            climb_each(starts, budget if tight else budget // 3, INSERTION_REACH, both=tight)
+            budget = budget if tight else budget // 4
+            climb_each(starts, budget, INSERTION_REACH, tight, floor_ms)
 
     def insertion_starts(self) -> list[Evaluated]:
         """The best so far, and the fastest candidate another construction built (the

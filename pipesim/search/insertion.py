@@ -68,17 +68,23 @@ def insertion_moves(schedule: Schedule, reach: int) -> list[Move]:
 
 
 def insertion_climb(
-    schedule: Schedule, budget: int, run: Run, reach: int, score: Score = settle
+    schedule: Schedule,
+    budget: int,
+    run: Run,
+    reach: int,
+    score: Score = settle,
+    floor_ms: float = 0.0,
 ) -> Schedule:
     """Climb from ``schedule`` by insertion moves with at most ``budget`` calls of
     ``run`` (a candidate's makespan if it fits the memory limit, else None, and its
-    trace), each step lowering ``score``. Returns the best schedule found."""
+    trace), each step lowering ``score``, until the makespan reaches ``floor_ms`` (a
+    lower bound: nothing is faster). Returns the best schedule found."""
     makespan_ms, trace = run(schedule)
     budget -= 1
     if makespan_ms is None or trace is None:
         return schedule
     current, best, cursor = schedule, score(makespan_ms, trace), 0
-    while budget > 0:
+    while budget > 0 and best[0] > floor_ms:
         moves = insertion_moves(current, reach)
         taken = None
         for k in range(len(moves)):
@@ -101,15 +107,16 @@ def insertion_climb(
 
 
 def climb_each(
-    starts: list[tuple[Schedule, Run]], budget: int, reach: int, both: bool = True
+    starts: list[tuple[Schedule, Run]], budget: int, reach: int, both: bool, floor_ms: float
 ) -> None:
     """Climb from each ``(schedule, run)`` with ``settle``, and with ``both`` with
-    ``end_sum`` too, on ``budget`` candidates in all, shared evenly."""
+    ``end_sum`` too, on ``budget`` candidates in all, shared evenly, each climb until
+    the makespan reaches ``floor_ms``."""
     scores = (settle, end_sum) if both else (settle,)
     each = budget // (len(scores) * max(len(starts), 1))
     for schedule, run in starts:
         for score in scores:
-            insertion_climb(schedule, each, run, reach, score)
+            insertion_climb(schedule, each, run, reach, score, floor_ms)
 
 
 __all__ = ["blocks", "climb_each", "end_sum", "insertion_climb", "insertion_moves"]
