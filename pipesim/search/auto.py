@@ -255,8 +255,7 @@ def search_schedule(
     if best is None:  # nothing fitted: should not happen above the minimum
         raise SearchError(f"no {name} order found within {memory_limit_bytes:.12g} bytes")
     bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
-    floor_ms = bound.makespan_ms * (1 + 1e-8)
-    if best.makespan_ms > floor_ms:  # else no order is faster
+    if best.makespan_ms > (floor_ms := bound.makespan_ms * (1 + 1e-8)):  # else none is faster
         tight = memory_limit_bytes <= INSERTION_TIGHT * usual * (1 + TOLERANCE)
         search.improved(max(best.schedule.num_actions, 1), tight, floor_ms)
     best = search.best
