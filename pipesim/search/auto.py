@@ -83,13 +83,13 @@ BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
 CLIMBED = ("improved from ", "insertion climb from ")  # the sources of climbed candidates
 # Small cases (at most this many actions) then climb by insertion moves (``pipesim.search.
-# insertion``, each pass at most INSERTION_REACH places) on about this many actions' worth
-# of simulations (at most INSERTION_MOST_CANDIDATES); a quarter of it, one climb, unless
+# insertion``, each pass at most INSERTION_REACH places) on this share of the improvement
+# pass's budget (at most INSERTION_MOST_CANDIDATES); a quarter of it, one climb, unless
 # the limit is tight (at most INSERTION_TIGHT of what 1F1B holds).
 INSERTION_MOST_ACTIONS = 300
 INSERTION_MOST_CANDIDATES = 3_000
 INSERTION_TIGHT = 0.75
-INSERTION_ACTIONS = 450_000
+INSERTION_SHARE = 0.75
 INSERTION_REACH = 8
 TOLERANCE = 1e-9
 
@@ -366,8 +366,8 @@ class _Search:
                 (start.schedule, self.runner(f"insertion climb from {start.source}"))
                 for start in (self.insertion_starts() if tight else [self.best])
             ]
-            budget = min(INSERTION_MOST_CANDIDATES, INSERTION_ACTIONS // actions)
-            budget = budget if tight else budget // 4
+            most = int(INSERTION_SHARE * IMPROVE_ACTIONS) // actions
+            budget = min(INSERTION_MOST_CANDIDATES, most) // (1 if tight else 4)
             climb_each(starts, budget, INSERTION_REACH, tight, floor_ms)
 
     def insertion_starts(self) -> list[Evaluated]:

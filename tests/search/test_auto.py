@@ -20,7 +20,6 @@ from tests.search.orders import fitting_recipes, split_costs
 def small_budget(monkeypatch):
     """Property tests run many searches: a smaller improvement pass keeps them quick."""
     monkeypatch.setattr(auto, "IMPROVE_ACTIONS", 3_000)
-    monkeypatch.setattr(auto, "INSERTION_ACTIONS", 6_000)
 
 
 def peaks_per_device(schedule, costs, topology=None):

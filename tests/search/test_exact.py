@@ -29,7 +29,6 @@ QUICK = settings(
 def small_budget(monkeypatch):
     """A smaller improvement pass keeps the heuristic before the solver quick."""
     monkeypatch.setattr(auto, "IMPROVE_ACTIONS", 3_000)
-    monkeypatch.setattr(auto, "INSERTION_ACTIONS", 6_000)
 
 
 @st.composite

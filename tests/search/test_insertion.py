@@ -79,7 +79,6 @@ def test_never_slower_nor_over_the_limit(monkeypatch, data):
     limit = floor * data.draw(st.sampled_from([1.0, 1.25, 1.5]))
     args = (name, devices, microbatches, costs, topology, limit)
     monkeypatch.setattr(auto, "IMPROVE_ACTIONS", 3_000)
-    monkeypatch.setattr(auto, "INSERTION_ACTIONS", 6_000)
     monkeypatch.setattr(auto, "INSERTION_TIGHT", 1e9)  # every limit counts as tight
     found = search_schedule(*args)
     monkeypatch.setattr(auto, "INSERTION_MOST_ACTIONS", 0)  # no insertion climb
