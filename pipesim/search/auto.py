@@ -81,15 +81,14 @@ IMPROVE_ACTIONS = 600_000
 # the best one is climbed from too when within this fraction of the best candidate.
 BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
-CLIMBED = ("improved from ", "insertion climb from ")  # the sources of climbed candidates
 # Small cases (at most this many actions) then climb by insertion moves (``pipesim.search.
 # insertion``, each pass at most INSERTION_REACH places) on this share of the improvement
 # pass's budget (at most INSERTION_MOST_CANDIDATES); a quarter of it, one climb, unless
 # the limit is tight (at most INSERTION_TIGHT of what 1F1B holds).
 INSERTION_MOST_ACTIONS = 300
-INSERTION_MOST_CANDIDATES = 3_000
+INSERTION_MOST_CANDIDATES = 4_000
 INSERTION_TIGHT = 0.75
-INSERTION_SHARE = 0.75
+INSERTION_SHARE = 1.0
 INSERTION_REACH = 8
 TOLERANCE = 1e-9
 
@@ -301,7 +300,7 @@ class _Search:
         if found is None or not self.fits(found.peak_bytes):
             return found, trace
         kept = self.by_source.get(source)
-        if not source.startswith(CLIMBED) and (
+        if " from " not in source and (  # a construction's, not a climb's
             kept is None or found.makespan_ms < kept.makespan_ms * (1 - TOLERANCE)
         ):
             self.by_source[source] = found
@@ -368,14 +367,17 @@ class _Search:
             ]
             most = int(INSERTION_SHARE * IMPROVE_ACTIONS) // actions
             budget = min(INSERTION_MOST_CANDIDATES, most) // (1 if tight else 4)
-            climb_each(starts, budget, INSERTION_REACH, tight, floor_ms)
+            best = self.best_now if tight else None
+            climb_each(starts, budget, INSERTION_REACH, floor_ms, best)
+
+    def best_now(self) -> tuple[Schedule, Callable]:
+        """The best so far, and a ``run`` for the repeated-move climb from it."""
+        return self.best.schedule, self.runner(f"repeated moves from {self.best.source}")
 
     def insertion_starts(self) -> list[Evaluated]:
         """The best so far, and the fastest candidate another construction built (the
         insertion climb from there often ends in another basin)."""
-        root = self.best.source
-        while root.startswith(CLIMBED):
-            root = root.split(" from ", 1)[1]
+        root = self.best.source.rsplit(" from ", 1)[-1]  # the construction it came from
         others = [found for source, found in self.by_source.items() if source != root]
         if not others:
             return [self.best]

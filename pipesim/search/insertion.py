@@ -26,6 +26,7 @@ search's order from 18.2 to 18.0 ms, the optimum the exact mode proves.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from pipesim.schedules.ir import Action, Kind, Schedule
 from pipesim.search.improve import Move, Run, better, moved, settle
@@ -67,6 +68,48 @@ def insertion_moves(schedule: Schedule, reach: int) -> list[Move]:
     return moves
 
 
+def repeated(schedule: Schedule, move: Move) -> Schedule | None:
+    """``move``, and the same move for every later microbatch: the pass of microbatch
+    ``j + r`` goes next to the same neighbour of microbatch ``j + r`` as the move puts
+    microbatch ``j``'s, so every round of the steady state changes at once. None where
+    that breaks the device's own order."""
+    device, at, to = move
+    actions = list(schedule.device_actions[device])
+    action, beside = actions[at], actions[to]
+    present = set(actions)
+    for r in range(len(actions)):
+        mover = Action(action.stage, action.kind, action.microbatch + r)
+        anchor = Action(beside.stage, beside.kind, beside.microbatch + r)
+        if mover not in present or anchor not in present:
+            break
+        actions.remove(mover)
+        actions.insert(actions.index(anchor) + (to > at), mover)
+    if not in_order(actions):
+        return None
+    lists = list(schedule.device_actions)
+    lists[device] = tuple(actions)
+    return replace(schedule, device_actions=tuple(lists))
+
+
+def in_order(actions: list[Action]) -> bool:
+    """Whether each pass follows, on its device, its stage's previous microbatch and the
+    passes it needs that the device holds (its F before its I before its W; an F after
+    the previous stage's, an I after the next stage's)."""
+    position = {action: at for at, action in enumerate(actions)}
+    for at, action in enumerate(actions):
+        stage, kind, mb = action.stage, action.kind, action.microbatch
+        needs = [Action(stage, kind, mb - 1)]
+        if kind == Kind.F:
+            needs.append(Action(stage - 1, Kind.F, mb))
+        elif kind == Kind.I:
+            needs += [Action(stage, Kind.F, mb), Action(stage + 1, Kind.I, mb)]
+        else:
+            needs.append(Action(stage, Kind.I, mb))
+        if any(position.get(need, -1) > at for need in needs):
+            return False
+    return True
+
+
 def insertion_climb(
     schedule: Schedule,
     budget: int,
@@ -74,11 +117,12 @@ def insertion_climb(
     reach: int,
     score: Score = settle,
     floor_ms: float = 0.0,
+    repeat: bool = False,
 ) -> Schedule:
-    """Climb from ``schedule`` by insertion moves with at most ``budget`` calls of
-    ``run`` (a candidate's makespan if it fits the memory limit, else None, and its
-    trace), each step lowering ``score``, until the makespan reaches ``floor_ms`` (a
-    lower bound: nothing is faster). Returns the best schedule found."""
+    """Climb from ``schedule`` by insertion moves (``repeat``: each ``repeated``) with at
+    most ``budget`` calls of ``run`` (a candidate's makespan if it fits the memory
+    limit, else None, and its trace), each step lowering ``score``, until the makespan
+    reaches ``floor_ms`` (a lower bound: nothing is faster). Returns the best found."""
     makespan_ms, trace = run(schedule)
     budget -= 1
     if makespan_ms is None or trace is None:
@@ -91,7 +135,9 @@ def insertion_climb(
             if budget <= 0:
                 break
             at = (cursor + k) % len(moves)
-            candidate = moved(current, moves[at])
+            candidate = repeated(current, moves[at]) if repeat else moved(current, moves[at])
+            if candidate is None or candidate.device_actions == current.device_actions:
+                continue
             budget -= 1
             found_ms, found_trace = run(candidate)
             if found_ms is None or found_trace is None:
@@ -107,16 +153,33 @@ def insertion_climb(
 
 
 def climb_each(
-    starts: list[tuple[Schedule, Run]], budget: int, reach: int, both: bool, floor_ms: float
+    starts: list[tuple[Schedule, Run]],
+    budget: int,
+    reach: int,
+    floor_ms: float,
+    best: Callable[[], tuple[Schedule, Run]] | None = None,
 ) -> None:
-    """Climb from each ``(schedule, run)`` with ``settle``, and with ``both`` with
-    ``end_sum`` too, on ``budget`` candidates in all, shared evenly, each climb until
-    the makespan reaches ``floor_ms``."""
-    scores = (settle, end_sum) if both else (settle,)
-    each = budget // (len(scores) * max(len(starts), 1))
+    """Climb from each ``(schedule, run)`` with ``settle``, until the makespan reaches
+    ``floor_ms``, on ``budget`` candidates in all. Given ``best`` (the best so far, when
+    called): from each start with ``end_sum`` too, on half the budget shared evenly, then
+    from ``best()`` by repeated moves on the other half."""
+    scores = (settle, end_sum) if best is not None else (settle,)
+    share = budget // 2 if best is not None else budget
+    each = share // (len(scores) * max(len(starts), 1))
     for schedule, run in starts:
         for score in scores:
             insertion_climb(schedule, each, run, reach, score, floor_ms)
+    if best is not None:
+        schedule, run = best()
+        insertion_climb(schedule, budget - share, run, reach, settle, floor_ms, repeat=True)
 
 
-__all__ = ["blocks", "climb_each", "end_sum", "insertion_climb", "insertion_moves"]
+__all__ = [
+    "blocks",
+    "climb_each",
+    "end_sum",
+    "in_order",
+    "insertion_climb",
+    "insertion_moves",
+    "repeated",
+]
