@@ -6,12 +6,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipesim.schedules import fit_virtual_stages, get_schedule
-from pipesim.schedules.ir import Action, F, I, Schedule, W, single_chain
+from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, single_chain
 from pipesim.schedules.validity import validate
 from pipesim.search import auto, minimum_limit_bytes, search_schedule
 from pipesim.search.auto import evaluate, run_candidate
 from pipesim.search.improve import moved
-from pipesim.search.insertion import insertion_climb, insertion_moves
+from pipesim.search.insertion import insertion_climb, insertion_moves, repeated
 from pipesim.sim.engine import DeadlockError
 from pipesim.sim.links import Link, Topology
 from tests.search.orders import small_costs, split_costs
@@ -28,6 +28,21 @@ def test_the_moves_of_one_stage_keep_microbatch_and_pass_order():
     assert insertion_moves(schedule, 8) == [(0, 1, 2), (0, 1, 3), (0, 2, 1), (0, 3, 4), (0, 4, 3)]
     assert insertion_moves(schedule, 1) == [(0, 1, 2), (0, 2, 1), (0, 3, 4), (0, 4, 3)]
     assert moved(schedule, (0, 1, 3)).device_actions[0] == (f0, i0, w0, f1, i1, w1)
+
+
+def test_a_repeated_move_changes_every_later_round_alike():
+    """F0 F1 I0 W0 F2 I1 W1 I2 W2 with I0 moved before F1: I1 goes before F2 as well (I2
+    has no F3 to go before), giving 1F1B's alternation; a move that would put W0 before
+    I0 is refused."""
+    one = lambda kind, mb: Action(0, kind, mb)  # noqa: E731
+    names = "F0 F1 I0 W0 F2 I1 W1 I2 W2".split()
+    actions = tuple(one(Kind(name[0]), int(name[1])) for name in names)
+    schedule = Schedule((actions,), (0,), single_chain(1, 3), "one stage")
+    after = repeated(schedule, (0, 2, 1))
+    assert [f"{a.kind}{a.microbatch}" for a in after.device_actions[0]] == (
+        "F0 I0 F1 W0 I1 F2 W1 I2 W2".split()
+    )
+    assert repeated(schedule, (0, 3, 2)) is None
 
 
 @pytest.mark.parametrize(("recipe", "devices", "microbatches"), [("zb-h1", 3, 4), ("zbv", 2, 4)])
@@ -78,7 +93,7 @@ def test_never_slower_nor_over_the_limit(monkeypatch, data):
     floor = minimum_limit_bytes(name, devices, microbatches, costs)
     limit = floor * data.draw(st.sampled_from([1.0, 1.25, 1.5]))
     args = (name, devices, microbatches, costs, topology, limit)
-    monkeypatch.setattr(auto, "IMPROVE_ACTIONS", 3_000)
+    monkeypatch.setattr(auto, "IMPROVE_ACTIONS", 10_000)
     monkeypatch.setattr(auto, "INSERTION_TIGHT", 1e9)  # every limit counts as tight
     found = search_schedule(*args)
     monkeypatch.setattr(auto, "INSERTION_MOST_ACTIONS", 0)  # no insertion climb
