@@ -30,11 +30,11 @@ Search, then verify:
    (``pipesim.search.blocks``);
 4. a local improvement pass (``pipesim.search.improve``): a strict hill climb, then one
    that also crosses plateaus, each from the best so far, and both again from the best
-   building block where that is another; on small cases (at most
+   building block where that is another; for ``v-auto`` on small cases (at most
    ``INSERTION_MOST_ACTIONS`` actions) a climb by insertion moves, each pass moved up to a
    few places along its device's list (``pipesim.search.insertion``), from the best, and
-   under a tight limit (at most ``INSERTION_TIGHT`` of 1F1B's) from the fastest candidate
-   of another construction too.
+   under a tight limit (at most ``INSERTION_TIGHT`` of 1F1B's) more: from the fastest
+   candidate of another construction too, and by moves repeated for every microbatch.
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -54,7 +54,7 @@ from pipesim.search.blocks import block_schedules
 from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import Problem, Stalled, construct, make_problem
 from pipesim.search.improve import improve
-from pipesim.search.insertion import climb_each
+from pipesim.search.insertion import insertion_phase
 from pipesim.search.rules import RULES, v_only
 from pipesim.search.tail import Tail, engine_options
 from pipesim.search.v_candidates import v_candidates
@@ -81,10 +81,10 @@ IMPROVE_ACTIONS = 600_000
 # the best one is climbed from too when within this fraction of the best candidate.
 BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
-# Small cases (at most this many actions) then climb by insertion moves (``pipesim.search.
-# insertion``, each pass at most INSERTION_REACH places) on this share of the improvement
-# pass's budget (at most INSERTION_MOST_CANDIDATES); a quarter of it, one climb, unless
-# the limit is tight (at most INSERTION_TIGHT of what 1F1B holds).
+# Small V cases (at most this many actions) then climb by insertion moves (``pipesim.
+# search.insertion``, each pass at most INSERTION_REACH places) on this share of the
+# improvement pass's budget (at most INSERTION_MOST_CANDIDATES); a quarter of it, one
+# climb, unless the limit is tight (at most INSERTION_TIGHT of what 1F1B holds).
 INSERTION_MOST_ACTIONS = 300
 INSERTION_MOST_CANDIDATES = 4_000
 INSERTION_TIGHT = 0.75
@@ -256,7 +256,7 @@ def search_schedule(
     bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
     if best.makespan_ms > (floor_ms := bound.makespan_ms * (1 + 1e-8)):  # else none is faster
         tight = memory_limit_bytes <= INSERTION_TIGHT * usual * (1 + TOLERANCE)
-        search.improved(max(best.schedule.num_actions, 1), tight, floor_ms)
+        search.improved(max(best.schedule.num_actions, 1), tight, floor_ms, name == "v-auto")
     best = search.best
     schedule = replace(best.schedule, name=name)
     validate(schedule)
@@ -343,13 +343,12 @@ class _Search:
             if self.best_block is None or found.makespan_ms < self.best_block.makespan_ms:
                 self.best_block = found
 
-    def improved(self, actions: int, tight: bool = False, floor_ms: float = 0.0) -> None:
+    def improved(self, actions: int, tight=False, floor_ms=0.0, v_shape=False) -> None:
         """Climb from the best candidate, then from the best building block where that is
         another within ``NEAR_BLOCK`` of it (the blocks' steady states are a basin the
-        other candidates rarely reach), on half the budget; on a small case, then by
-        insertion moves from the best, and under a ``tight`` limit from the best of another
-        construction too, each two ways, until the bound ``floor_ms``. ``actions``: per
-        candidate."""
+        other candidates rarely reach), on half the budget; for a small ``v_shape`` case,
+        then by insertion moves (``insertion.insertion_phase``: more where the limit is
+        ``tight``) until the bound ``floor_ms``. ``actions``: per candidate."""
         budget = max(8, min(400, IMPROVE_ACTIONS // actions))
         starts = [(self.best, budget)]
         block = self.best_block
@@ -360,28 +359,10 @@ class _Search:
             run = self.runner(f"improved from {start.source}")
             improve(start.schedule, budget, run)
             improve(start.schedule, budget, run, settling=True)  # another way up
-        if actions <= INSERTION_MOST_ACTIONS:
-            starts = [
-                (start.schedule, self.runner(f"insertion climb from {start.source}"))
-                for start in (self.insertion_starts() if tight else [self.best])
-            ]
+        if v_shape and actions <= INSERTION_MOST_ACTIONS:
             most = int(INSERTION_SHARE * IMPROVE_ACTIONS) // actions
             budget = min(INSERTION_MOST_CANDIDATES, most) // (1 if tight else 4)
-            best = self.best_now if tight else None
-            climb_each(starts, budget, INSERTION_REACH, floor_ms, best)
-
-    def best_now(self) -> tuple[Schedule, Callable]:
-        """The best so far, and a ``run`` for the repeated-move climb from it."""
-        return self.best.schedule, self.runner(f"repeated moves from {self.best.source}")
-
-    def insertion_starts(self) -> list[Evaluated]:
-        """The best so far, and the fastest candidate another construction built (the
-        insertion climb from there often ends in another basin)."""
-        root = self.best.source.rsplit(" from ", 1)[-1]  # the construction it came from
-        others = [found for source, found in self.by_source.items() if source != root]
-        if not others:
-            return [self.best]
-        return [self.best, min(others, key=lambda found: found.makespan_ms)]
+            insertion_phase(self, budget, INSERTION_REACH, tight, floor_ms)
 
     def runner(self, source: str) -> Callable[[Schedule], tuple[float | None, Trace | None]]:
         """A climb's ``run``: offer the schedule; its makespan where it fits, and its trace."""
