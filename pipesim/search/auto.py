@@ -33,8 +33,9 @@ Search, then verify:
    building block where that is another; for ``v-auto`` on small cases (at most
    ``INSERTION_MOST_ACTIONS`` actions) a climb by insertion moves, each pass moved up to a
    few places along its device's list (``pipesim.search.insertion``), from the best, and
-   under a tight limit (at most ``INSERTION_TIGHT`` of 1F1B's) more: from the fastest
-   candidate of another construction too, and by moves repeated for every microbatch.
+   on the smaller of them (``INSERTION_TIGHT_MOST_ACTIONS``) under a tight limit (at most
+   ``INSERTION_TIGHT`` of 1F1B's) more: from the fastest candidate of another
+   construction too, and by moves repeated for every microbatch.
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -84,8 +85,10 @@ NEAR_BLOCK = 0.02
 # Small V cases (at most this many actions) then climb by insertion moves (``pipesim.
 # search.insertion``, each pass at most INSERTION_REACH places) on this share of the
 # improvement pass's budget (at most INSERTION_MOST_CANDIDATES); a quarter of it, one
-# climb, unless the limit is tight (at most INSERTION_TIGHT of what 1F1B holds).
+# climb, unless the limit is tight (at most INSERTION_TIGHT of what 1F1B holds) and the
+# case smaller still (at most INSERTION_TIGHT_MOST_ACTIONS actions).
 INSERTION_MOST_ACTIONS = 300
+INSERTION_TIGHT_MOST_ACTIONS = 250
 INSERTION_MOST_CANDIDATES = 4_000
 INSERTION_TIGHT = 0.75
 INSERTION_SHARE = 1.0
@@ -360,6 +363,7 @@ class _Search:
             improve(start.schedule, budget, run)
             improve(start.schedule, budget, run, settling=True)  # another way up
         if v_shape and actions <= INSERTION_MOST_ACTIONS:
+            tight = tight and actions <= INSERTION_TIGHT_MOST_ACTIONS
             most = int(INSERTION_SHARE * IMPROVE_ACTIONS) // actions
             budget = min(INSERTION_MOST_CANDIDATES, most) // (1 if tight else 4)
             insertion_phase(self, budget, INSERTION_REACH, tight, floor_ms)
