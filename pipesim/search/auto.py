@@ -237,8 +237,8 @@ def search_schedule(
         raise SearchError(f"devices and microbatches must be >= 1, got {devices=}, {microbatches=}")
     placement = placement_of(name, devices)
     floor = minimum_limit_bytes(name, devices, microbatches, costs)
-    usual = default_limit_bytes(name, devices, microbatches, costs, topology)
     if memory_limit_bytes is None:
+        usual = default_limit_bytes(name, devices, microbatches, costs, topology)
         memory_limit_bytes = max(usual, floor)
     if memory_limit_bytes < floor * (1 - 1e-12):
         raise SearchError(
@@ -258,7 +258,7 @@ def search_schedule(
         raise SearchError(f"no {name} order found within {memory_limit_bytes:.12g} bytes")
     bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
     if best.makespan_ms > (floor_ms := bound.makespan_ms * (1 + 1e-8)):  # else none is faster
-        tight = memory_limit_bytes <= INSERTION_TIGHT * usual * (1 + TOLERANCE)
+        tight = name == "v-auto" and _tight(problem, costs, topology, memory_limit_bytes)
         search.improved(max(best.schedule.num_actions, 1), tight, floor_ms, name == "v-auto")
     best = search.best
     schedule = replace(best.schedule, name=name)
@@ -377,6 +377,14 @@ class _Search:
             return (found.makespan_ms if fits else None), trace
 
         return run
+
+
+def _tight(problem: Problem, costs: Costs, topology: Topology | None, limit: float) -> bool:
+    """Whether a small V case's limit is at most ``INSERTION_TIGHT`` of what 1F1B holds."""
+    if 3 * problem.stages * problem.microbatches > INSERTION_TIGHT_MOST_ACTIONS:
+        return False  # the insertion phase's full budget is for small cases only
+    usual = default_limit_bytes("v-auto", problem.devices, problem.microbatches, costs, topology)
+    return limit <= INSERTION_TIGHT * usual * (1 + TOLERANCE)
 
 
 def _schedule(orders: tuple[tuple[Action, ...], ...], problem: Problem, name: str) -> Schedule:
