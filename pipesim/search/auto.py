@@ -30,7 +30,12 @@ Search, then verify:
    (``pipesim.search.blocks``);
 4. a local improvement pass (``pipesim.search.improve``): a strict hill climb, then one
    that also crosses plateaus, each from the best so far, and both again from the best
-   building block where that is another.
+   building block where that is another; for ``v-auto`` on small cases (at most
+   ``INSERTION_MOST_ACTIONS`` actions) a climb by insertion moves, each pass moved up to a
+   few places along its device's list (``pipesim.search.insertion``), from the best, and
+   on the smaller of them (``INSERTION_TIGHT_MOST_ACTIONS``) under a tight limit (at most
+   ``INSERTION_TIGHT`` of 1F1B's) more: from the fastest candidate of another
+   construction too, and by moves repeated for every microbatch.
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -50,6 +55,7 @@ from pipesim.search.blocks import block_schedules
 from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import Problem, Stalled, construct, make_problem
 from pipesim.search.improve import improve
+from pipesim.search.insertion import insertion_phase
 from pipesim.search.rules import RULES, v_only
 from pipesim.search.tail import Tail, engine_options
 from pipesim.search.v_candidates import v_candidates
@@ -76,6 +82,17 @@ IMPROVE_ACTIONS = 600_000
 # the best one is climbed from too when within this fraction of the best candidate.
 BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
+# Small V cases (at most this many actions) then climb by insertion moves (``pipesim.
+# search.insertion``, each pass at most INSERTION_REACH places) on this share of the
+# improvement pass's budget (at most INSERTION_MOST_CANDIDATES); a quarter of it, one
+# climb, unless the limit is tight (at most INSERTION_TIGHT of what 1F1B holds) and the
+# case smaller still (at most INSERTION_TIGHT_MOST_ACTIONS actions).
+INSERTION_MOST_ACTIONS = 300
+INSERTION_TIGHT_MOST_ACTIONS = 250
+INSERTION_MOST_CANDIDATES = 4_000
+INSERTION_TIGHT = 0.75
+INSERTION_SHARE = 1.0
+INSERTION_REACH = 8
 TOLERANCE = 1e-9
 
 
@@ -221,9 +238,8 @@ def search_schedule(
     placement = placement_of(name, devices)
     floor = minimum_limit_bytes(name, devices, microbatches, costs)
     if memory_limit_bytes is None:
-        memory_limit_bytes = max(
-            default_limit_bytes(name, devices, microbatches, costs, topology), floor
-        )
+        usual = default_limit_bytes(name, devices, microbatches, costs, topology)
+        memory_limit_bytes = max(usual, floor)
     if memory_limit_bytes < floor * (1 - 1e-12):
         raise SearchError(
             f"memory limit {memory_limit_bytes:.12g} bytes is below the minimum {floor:.12g} "
@@ -241,8 +257,9 @@ def search_schedule(
     if best is None:  # nothing fitted: should not happen above the minimum
         raise SearchError(f"no {name} order found within {memory_limit_bytes:.12g} bytes")
     bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
-    if best.makespan_ms > bound.makespan_ms * (1 + 1e-8):  # else no order is faster
-        search.improved(max(best.schedule.num_actions, 1))
+    if best.makespan_ms > (floor_ms := bound.makespan_ms * (1 + 1e-8)):  # else none is faster
+        tight = name == "v-auto" and _tight(problem, costs, topology, memory_limit_bytes)
+        search.improved(max(best.schedule.num_actions, 1), tight, floor_ms, name == "v-auto")
     best = search.best
     schedule = replace(best.schedule, name=name)
     validate(schedule)
@@ -269,6 +286,7 @@ class _Search:
         self.count = 0
         self.best: Evaluated | None = None
         self.best_block: Evaluated | None = None  # the fastest building block that fits
+        self.by_source: dict[str, Evaluated] = {}  # the fastest that fits, per construction
 
     def fits(self, peak_bytes: float) -> bool:
         return peak_bytes <= self.limit * (1 + TOLERANCE) + TOLERANCE
@@ -284,6 +302,11 @@ class _Search:
             self.progress(1)  # one more candidate, as sweeps and Monte Carlo count
         if found is None or not self.fits(found.peak_bytes):
             return found, trace
+        kept = self.by_source.get(source)
+        if " from " not in source and (  # a construction's, not a climb's
+            kept is None or found.makespan_ms < kept.makespan_ms * (1 - TOLERANCE)
+        ):
+            self.by_source[source] = found
         if self.best is None or found.makespan_ms < self.best.makespan_ms * (1 - TOLERANCE):
             self.best = found
         return found, trace
@@ -323,10 +346,12 @@ class _Search:
             if self.best_block is None or found.makespan_ms < self.best_block.makespan_ms:
                 self.best_block = found
 
-    def improved(self, actions: int) -> None:
+    def improved(self, actions: int, tight=False, floor_ms=0.0, v_shape=False) -> None:
         """Climb from the best candidate, then from the best building block where that is
         another within ``NEAR_BLOCK`` of it (the blocks' steady states are a basin the
-        other candidates rarely reach), on half the budget. ``actions``: per candidate."""
+        other candidates rarely reach), on half the budget; for a small ``v_shape`` case,
+        then by insertion moves (``insertion.insertion_phase``: more where the limit is
+        ``tight``) until the bound ``floor_ms``. ``actions``: per candidate."""
         budget = max(8, min(400, IMPROVE_ACTIONS // actions))
         starts = [(self.best, budget)]
         block = self.best_block
@@ -334,15 +359,32 @@ class _Search:
             if block.makespan_ms <= self.best.makespan_ms * (1 + NEAR_BLOCK):
                 starts.append((block, max(8, min(400, IMPROVE_ACTIONS // 2 // actions))))
         for start, budget in starts:
-            source = f"improved from {start.source}"
-
-            def run(schedule: Schedule, source=source) -> tuple[float | None, Trace | None]:
-                found, trace = self.offer(schedule, source)
-                fits = found is not None and self.fits(found.peak_bytes)
-                return (found.makespan_ms if fits else None), trace
-
+            run = self.runner(f"improved from {start.source}")
             improve(start.schedule, budget, run)
             improve(start.schedule, budget, run, settling=True)  # another way up
+        if v_shape and actions <= INSERTION_MOST_ACTIONS:
+            tight = tight and actions <= INSERTION_TIGHT_MOST_ACTIONS
+            most = int(INSERTION_SHARE * IMPROVE_ACTIONS) // actions
+            budget = min(INSERTION_MOST_CANDIDATES, most) // (1 if tight else 4)
+            insertion_phase(self, budget, INSERTION_REACH, tight, floor_ms)
+
+    def runner(self, source: str) -> Callable[[Schedule], tuple[float | None, Trace | None]]:
+        """A climb's ``run``: offer the schedule; its makespan where it fits, and its trace."""
+
+        def run(schedule: Schedule) -> tuple[float | None, Trace | None]:
+            found, trace = self.offer(schedule, source)
+            fits = found is not None and self.fits(found.peak_bytes)
+            return (found.makespan_ms if fits else None), trace
+
+        return run
+
+
+def _tight(problem: Problem, costs: Costs, topology: Topology | None, limit: float) -> bool:
+    """Whether a small V case's limit is at most ``INSERTION_TIGHT`` of what 1F1B holds."""
+    if 3 * problem.stages * problem.microbatches > INSERTION_TIGHT_MOST_ACTIONS:
+        return False  # the insertion phase's full budget is for small cases only
+    usual = default_limit_bytes("v-auto", problem.devices, problem.microbatches, costs, topology)
+    return limit <= INSERTION_TIGHT * usual * (1 + TOLERANCE)
 
 
 def _schedule(orders: tuple[tuple[Action, ...], ...], problem: Problem, name: str) -> Schedule:
