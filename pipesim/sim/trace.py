@@ -339,6 +339,11 @@ class Trace:
 
 
 _COLUMNS = tuple(item.name for item in fields(Trace) if item.name != "devices")
+# A dataclass keeps each field's default as a class attribute, which would answer for a
+# deferred Trace's unset ``cause`` (None: "not recorded") before ``__getattr__`` could lay
+# the columns out; the generated ``__init__`` keeps its own copy of the defaults.
+for _name in ("cause", "cause_row"):
+    delattr(Trace, _name)
 
 
 def trace_from_frame(frame: pd.DataFrame, devices: int, actions: list[Action]) -> Trace:

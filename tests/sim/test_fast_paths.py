@@ -175,6 +175,23 @@ def test_a_repeat_call_gives_the_trace_of_a_first_call():
     assert cache.index_builds == 1
 
 
+@pytest.mark.parametrize("first_read", COLUMNS)
+def test_any_column_read_first_lays_out_the_rows(first_read):
+    # A deferred Trace lays out its rows on the first read of any column, those with a
+    # default in the dataclass (the causes) included: a class-level default must not
+    # answer in its place.
+    schedule = get_schedule("1f1b", 3, 4)
+    costs = uniform_costs(3, 1.0, activation_bytes=1e6)
+    topology = Topology(3, default=Link(latency_us=50, bandwidth_gbps=10.0))
+    laid_out = fast_simulate(schedule, costs, topology, cache=EvaluatorCache())
+    laid_out.lay_out()
+    deferred = fast_simulate(schedule, costs, topology, cache=EvaluatorCache())
+    assert "_lay_out" in vars(deferred)
+    value = getattr(deferred, first_read)
+    assert value is not None and np.array_equal(value, getattr(laid_out, first_read))
+    assert_identical(deferred, laid_out)
+
+
 def test_the_default_runner_is_python_until_compiling_pays(monkeypatch):
     """None (the default) sweeps small graphs with the Python loop until the process has
     swept COMPILE_AFTER_NODES nodes; a graph that large is compiled for at once."""
