@@ -370,7 +370,7 @@ class _Search:
             most = int(INSERTION_SHARE * IMPROVE_ACTIONS) // actions
             budget = min(INSERTION_MOST_CANDIDATES, most) // (1 if full else 4)
             insertion_phase(self, budget, INSERTION_REACH, full, floor_ms)
-        if v_shape and tight and actions > INSERTION_TIGHT_MOST_ACTIONS:
+        if v_shape and tight and actions > INSERTION_MOST_ACTIONS:
             chase_phase(self, actions, floor_ms)  # larger and tight: moves chased
 
     def runner(self, source: str) -> Callable[[Schedule], tuple[float | None, Trace | None]]:
