@@ -44,7 +44,7 @@ Score = Callable[[float, Trace], tuple[float, ...]]  # the makespan first, then 
 # actions): one chasing climb (``chase_phase``) from the best, each pass at most CHASE_REACH
 # places, on about CHASE_ACTIONS actions' worth of simulations (at most
 # CHASE_MOST_CANDIDATES candidates).
-CHASE_MOST_ACTIONS = 1_200
+CHASE_MOST_ACTIONS = 1_000
 CHASE_ACTIONS = 1_000_000
 CHASE_MOST_CANDIDATES = 1_500
 CHASE_REACH = 2
