@@ -29,8 +29,9 @@ are more moves). Their climb chases instead (``chased``): once a move is taken, 
 move for the next microbatch is tried at once, then the one after, while each helps. On a
 plateau the plain scan takes such a run of moves too, but one at a time, each after
 trying every other move of its pass's device again; chased, a run costs one candidate a
-step. With moves of at most two places, on V-Min's memory (6 devices, 12 microbatches,
-0.1 ms links) 1,500 candidates take the search's order from 55.3 to 53.7 ms.
+step. With moves of one place (adjacent swaps: more candidates go to the chases than to
+longer moves), on V-Min's memory (6 devices, 12 microbatches, I = 1.2 F, W = 0.6 F,
+0.1 ms links) 1,500 candidates take the search's order from 55.3 to 53.3 ms.
 
 On V-Min's memory (4 devices, 4 microbatches, I = 1.2 F, W = 0.6 F) the climb takes the
 search's order from 18.2 to 18.0 ms, the optimum the exact mode proves; at 8 microbatches
@@ -55,7 +56,7 @@ Score = Callable[[float, Trace], tuple[float, ...]]  # the makespan first, then 
 CHASE_MOST_ACTIONS = 1_000
 CHASE_ACTIONS = 1_000_000
 CHASE_MOST_CANDIDATES = 1_500
-CHASE_REACH = 2
+CHASE_REACH = 1
 
 
 def end_sum(makespan_ms: float, trace: Trace) -> tuple[float, float]:

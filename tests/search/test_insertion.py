@@ -118,10 +118,10 @@ def _v_min_case(monkeypatch):
 
 def test_the_chase_speeds_up_a_larger_v_min_case(monkeypatch):
     """Above the insertion phase's size the tight V case climbs by chased moves: 56.6 ms
-    without them, 56.3 ms with (the bound is 45.7)."""
+    without them, 55.5 ms with (the bound is 45.7)."""
     args = _v_min_case(monkeypatch)
     found = search_schedule(*args)
-    assert found.makespan_ms == pytest.approx(56.3, abs=1e-9)
+    assert found.makespan_ms == pytest.approx(55.5, abs=1e-9)
     assert found.source.startswith("chased moves from")
     assert found.peak_activation_bytes <= 8.0 * (1 + 1e-9)
     validate(found.schedule)
