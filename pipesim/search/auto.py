@@ -35,7 +35,9 @@ Search, then verify:
    few places along its device's list (``pipesim.search.insertion``), from the best, and
    on the smaller of them (``INSERTION_TIGHT_MOST_ACTIONS``) under a tight limit (at most
    ``INSERTION_TIGHT`` of 1F1B's) more: from the fastest candidate of another
-   construction too, and by moves repeated for every microbatch.
+   construction too, and by moves repeated for every microbatch; on larger ones under
+   a tight limit (up to ``insertion.CHASE_MOST_ACTIONS``) one climb of short moves, each
+   taken chased for the next microbatches (``insertion.chase_phase``).
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
 formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
@@ -55,7 +57,7 @@ from pipesim.search.blocks import block_schedules
 from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import Problem, Stalled, construct, make_problem
 from pipesim.search.improve import improve
-from pipesim.search.insertion import insertion_phase
+from pipesim.search.insertion import CHASE_MOST_ACTIONS, chase_phase, insertion_phase
 from pipesim.search.rules import RULES, v_only
 from pipesim.search.tail import Tail, engine_options
 from pipesim.search.v_candidates import v_candidates
@@ -351,7 +353,8 @@ class _Search:
         another within ``NEAR_BLOCK`` of it (the blocks' steady states are a basin the
         other candidates rarely reach), on half the budget; for a small ``v_shape`` case,
         then by insertion moves (``insertion.insertion_phase``: more where the limit is
-        ``tight``) until the bound ``floor_ms``. ``actions``: per candidate."""
+        ``tight``), on larger tight ones ``insertion.chase_phase``, until the bound
+        ``floor_ms``. ``actions``: per candidate."""
         budget = max(8, min(400, IMPROVE_ACTIONS // actions))
         starts = [(self.best, budget)]
         block = self.best_block
@@ -363,10 +366,12 @@ class _Search:
             improve(start.schedule, budget, run)
             improve(start.schedule, budget, run, settling=True)  # another way up
         if v_shape and actions <= INSERTION_MOST_ACTIONS:
-            tight = tight and actions <= INSERTION_TIGHT_MOST_ACTIONS
+            full = tight and actions <= INSERTION_TIGHT_MOST_ACTIONS
             most = int(INSERTION_SHARE * IMPROVE_ACTIONS) // actions
-            budget = min(INSERTION_MOST_CANDIDATES, most) // (1 if tight else 4)
-            insertion_phase(self, budget, INSERTION_REACH, tight, floor_ms)
+            budget = min(INSERTION_MOST_CANDIDATES, most) // (1 if full else 4)
+            insertion_phase(self, budget, INSERTION_REACH, full, floor_ms)
+        if v_shape and tight and actions > INSERTION_MOST_ACTIONS:
+            chase_phase(self, actions, floor_ms)  # larger and tight: moves chased
 
     def runner(self, source: str) -> Callable[[Schedule], tuple[float | None, Trace | None]]:
         """A climb's ``run``: offer the schedule; its makespan where it fits, and its trace."""
@@ -380,9 +385,9 @@ class _Search:
 
 
 def _tight(problem: Problem, costs: Costs, topology: Topology | None, limit: float) -> bool:
-    """Whether a small V case's limit is at most ``INSERTION_TIGHT`` of what 1F1B holds."""
-    if 3 * problem.stages * problem.microbatches > INSERTION_TIGHT_MOST_ACTIONS:
-        return False  # the insertion phase's full budget is for small cases only
+    """Whether a V case's limit is at most ``INSERTION_TIGHT`` of what 1F1B holds."""
+    if 3 * problem.stages * problem.microbatches > CHASE_MOST_ACTIONS:
+        return False  # only the insertion phase and the chase use it
     usual = default_limit_bytes("v-auto", problem.devices, problem.microbatches, costs, topology)
     return limit <= INSERTION_TIGHT * usual * (1 + TOLERANCE)
 
