@@ -85,15 +85,14 @@ IMPROVE_ACTIONS = 600_000
 BLOCK_ACTIONS = 150_000
 NEAR_BLOCK = 0.02
 # Small V cases (at most this many actions) then climb by insertion moves (``pipesim.
-# search.insertion``, each pass at most INSERTION_REACH places) on this share of the
-# improvement pass's budget (at most INSERTION_MOST_CANDIDATES); a quarter of it, one
+# search.insertion``, each pass at most INSERTION_REACH places) on the improvement
+# pass's budget (at most INSERTION_MOST_CANDIDATES); a quarter of it, one
 # climb, unless the limit is tight (at most INSERTION_TIGHT of what 1F1B holds) and the
 # case smaller still (at most INSERTION_TIGHT_MOST_ACTIONS actions).
 INSERTION_MOST_ACTIONS = 300
 INSERTION_TIGHT_MOST_ACTIONS = 250
 INSERTION_MOST_CANDIDATES = 4_000
 INSERTION_TIGHT = 0.75
-INSERTION_SHARE = 1.0
 INSERTION_REACH = 8
 TOLERANCE = 1e-9
 
@@ -239,7 +238,7 @@ def search_schedule(
         raise SearchError(f"devices and microbatches must be >= 1, got {devices=}, {microbatches=}")
     placement = placement_of(name, devices)
     floor = minimum_limit_bytes(name, devices, microbatches, costs)
-    if memory_limit_bytes is None:
+    if (given := memory_limit_bytes) is None:  # what 1F1B holds: never a tight limit
         usual = default_limit_bytes(name, devices, microbatches, costs, topology)
         memory_limit_bytes = max(usual, floor)
     if memory_limit_bytes < floor * (1 - 1e-12):
@@ -260,7 +259,7 @@ def search_schedule(
         raise SearchError(f"no {name} order found within {memory_limit_bytes:.12g} bytes")
     bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
     if best.makespan_ms > (floor_ms := bound.makespan_ms * (1 + 1e-8)):  # else none is faster
-        tight = name == "v-auto" and _tight(problem, costs, topology, memory_limit_bytes)
+        tight = given is not None and name == "v-auto" and _tight(problem, costs, topology, given)
         search.improved(max(best.schedule.num_actions, 1), tight, floor_ms, name == "v-auto")
     best = search.best
     schedule = replace(best.schedule, name=name)
@@ -367,8 +366,8 @@ class _Search:
             improve(start.schedule, budget, run, settling=True)  # another way up
         if v_shape and actions <= INSERTION_MOST_ACTIONS:
             full = tight and actions <= INSERTION_TIGHT_MOST_ACTIONS
-            most = int(INSERTION_SHARE * IMPROVE_ACTIONS) // actions
-            budget = min(INSERTION_MOST_CANDIDATES, most) // (1 if full else 4)
+            most = min(INSERTION_MOST_CANDIDATES, IMPROVE_ACTIONS // actions)
+            budget = most // (1 if full else 4)
             insertion_phase(self, budget, INSERTION_REACH, full, floor_ms)
         if v_shape and tight and actions > INSERTION_MOST_ACTIONS:
             chase_phase(self, actions, floor_ms)  # larger and tight: moves chased
@@ -388,8 +387,8 @@ def _tight(problem: Problem, costs: Costs, topology: Topology | None, limit: flo
     """Whether a V case's limit is at most ``INSERTION_TIGHT`` of what 1F1B holds."""
     if 3 * problem.stages * problem.microbatches > CHASE_MOST_ACTIONS:
         return False  # only the insertion phase and the chase use it
-    usual = default_limit_bytes("v-auto", problem.devices, problem.microbatches, costs, topology)
-    return limit <= INSERTION_TIGHT * usual * (1 + TOLERANCE)
+    holds = default_limit_bytes("v-auto", problem.devices, problem.microbatches, costs, topology)
+    return limit <= INSERTION_TIGHT * holds * (1 + TOLERANCE)
 
 
 def _schedule(orders: tuple[tuple[Action, ...], ...], problem: Problem, name: str) -> Schedule:
