@@ -6,12 +6,8 @@ makes large runs super-linear (about a third of the time at 10^6 actions). The o
 reference counting still frees everything.
 
 The collector is process-wide state, so only the owner of the process may switch it off:
-``pipesim.cli`` does, once around each command. On the process's own command line (the
-``pipesim`` script, ``python -m pipesim``) it is off from the start and stays off: the
-process ends with the command (``pipesim.cli.options.PipesimGroup``), and switching it
-back on would buy one full pass over everything the command built, just before exit.
-The library never touches it; a script or notebook that runs large simulations may take
-the same pause around its own work.
+``pipesim.cli`` does, once around each command. The library never touches it; a script or
+notebook that runs large simulations may take the same pause around its own work.
 """
 
 from __future__ import annotations

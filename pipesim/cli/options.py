@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,7 +9,7 @@ from contextlib import contextmanager
 import click
 
 from pipesim.cli.output import error, exits_on_signals, leave_now
-from pipesim.cli.signals import interrupts_pass_click, signals_raise
+from pipesim.cli.signals import StoppedExit, interrupts_pass_click, signals_raise
 from pipesim.sim.fast import Evaluator
 
 # Click >= 8.2 shows a bare ``pipesim`` (no command) as a usage error that prints the help;
@@ -133,26 +132,17 @@ class PipesimGroup(click.Group):
 
     A signal that stops a command (Ctrl-C, SIGTERM, SIGHUP, ...) lets it clean up, then is
     one line and exit code 128 + its number (``pipesim.cli.signals``), not click's
-    ``Aborted!`` and exit code 1.
-
-    Run on the process's own command line (no ``args``: the ``pipesim`` script, ``python
-    -m pipesim``), the process is the command's alone: the cyclic garbage collector stays
-    off from the start (``pipesim.cli.gc_pause``), and once the command has ended, stopped
-    or not, its output flushed, the process ends at once with the command's exit code
-    (``leave_now``), without the interpreter's teardown, which frees every object a large
-    run built, one by one."""
+    ``Aborted!`` and exit code 1; run on the process's own command line (no ``args``), it
+    then ends the process at once (``leave_now``)."""
 
     def main(self, args=None, *rest, **kwargs):
-        own = args is None  # called with arguments (a test, a script): not our process
-        if own:
-            gc.disable()  # for good: the process ends with the command
         try:
             with signals_raise(), exits_on_signals():
                 return super().main(args, *rest, **kwargs)
-        except SystemExit as done:  # click ends a command with it, as a signal's stop does
-            if not own or not (done.code is None or isinstance(done.code, int)):
+        except StoppedExit as stopped:
+            if args is not None:  # called with arguments (a test, a script): not our process
                 raise
-            leave_now(done.code or 0)  # the command line itself: no slow teardown
+            leave_now(stopped.code)  # the command line itself: no slow teardown
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         with interrupts_pass_click(), _one_line_usage_errors():

@@ -127,8 +127,7 @@ def _exit_stopped(signum: int) -> None:
 
 def leave_now(code: int) -> None:
     """Flush, then end the process with ``code`` without the interpreter's teardown (a
-    command that has ended, or a stopped one whose clean-up is done; only the command
-    line's entry calls it)."""
+    stopped command whose clean-up is done; only the command line's entry calls it)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe or terminal
             stream.flush()

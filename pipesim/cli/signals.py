@@ -11,9 +11,9 @@ command then says so in one line on stderr and exits with 128 + the signal's num
     pipesim: terminated by SIGTERM        (exit code 143)
 
 Called as the program itself (``pipesim ...``, ``python -m pipesim``), a stopped command
-leaves at once once it has cleaned up and said so (``pipesim.cli.output.leave_now``), as a
-finished one does: the interpreter's own teardown, which frees every object a large plan
-or sweep built one by one, took longer than the work the signal cut short.
+leaves at once once it has cleaned up and said so (``pipesim.cli.output.leave_now``): the interpreter's own
+teardown, which frees every object a large plan or sweep built one by one, took longer
+than the work the signal cut short.
 
 A second signal while cleaning up is ignored, so cleaning up is not cut short; a signal
 the process started with ignored (``nohup``, a background job) stays ignored. ``held()``
