@@ -3,6 +3,7 @@
     python benchmarks/bench_evaluator.py              # 10^4, 10^5, 10^6 actions
     python benchmarks/bench_evaluator.py --max 1e5    # stop earlier
     python benchmarks/bench_evaluator.py --no-numba   # the sweep in plain Python
+    python benchmarks/bench_evaluator.py --numba      # numba's loop, even where C is built
     python benchmarks/bench_evaluator.py --small      # per-call time at 10^3 and 10^4
     python benchmarks/bench_evaluator.py --keep-memory  # glibc keeps freed memory (see below)
     python benchmarks/bench_evaluator.py --end-to-end   # `pipesim run` as a process, 10^6
@@ -23,17 +24,20 @@ process also pays the operating system for every new page of memory it touches (
 a millisecond per MB on small cloud machines). So does a repeat call, to a lesser
 degree: glibc hands large freed blocks back to the system, and the next call faults them
 in again. ``--keep-memory`` runs both evaluators with glibc told to keep them
-(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), as a long-running planner may. numba's one-time costs are printed apart and
-left out of the rates: compiling the sweep on first use after an install, and loading
-the compiled code in each new process (each size runs warm, after a call on a small
-schedule). Every fast trace is checked against the engine's (same makespan to 1e-9)
+(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), as a long-running planner may.
+The fast evaluator sweeps with the C loop where the install built it
+(``pipesim.sim.fast.native``), else with numba's; ``--numba`` asks for numba's. The
+compiled loop's one-time costs are printed apart and left out of the rates: numba's
+compile on first use after an install, and loading the compiled code in each new process
+(``warm s``; each size runs warm, after a call on a small schedule). Every fast trace is checked against the engine's (same makespan to 1e-9)
 before a number is printed.
 
 ``--end-to-end`` times what a user waits for: ``pipesim run SCENARIO --format json`` as a
 process, from start to exit (imports, building and validating the schedule, the step,
-the report), with ``--evaluator fast`` and ``--evaluator simpy``, on a scenario of the
-same schedule, costs and links at about 10^6 actions (``--max``); the two reports'
-makespans are checked equal first.
+the report), with ``--evaluator fast`` (the C loop where built, then numba's, with
+``PIPESIM_NO_NATIVE=1``) and ``--evaluator simpy``, on a scenario of the same schedule,
+costs and links at about 10^6 actions (``--max``); the reports' makespans are checked
+equal first.
 """
 
 from __future__ import annotations
@@ -72,8 +76,10 @@ def _schedule_and_costs(name: str, actions: int):
     return schedule, costs
 
 
-def _warm_up(numba: bool) -> float:
-    """Seconds to get the compiled sweep ready in this process (0 without numba)."""
+def _warm_up(numba: bool | str) -> float:
+    """Seconds to get the compiled sweep ready in this process (0 without one). ``numba``:
+    as ``EvaluatorCache`` takes ``compiled`` (True: the C loop where built, else numba's;
+    "numba": numba's; False: Python's)."""
     from pipesim import EvaluatorCache, Link, Topology, simulate_with
     from pipesim.sim.fast.kernel import compiled_kernel
 
@@ -87,7 +93,7 @@ def _warm_up(numba: bool) -> float:
     return time.perf_counter() - begin
 
 
-def one_run(name: str, actions: int, numba: bool, engine: bool = True) -> dict:
+def one_run(name: str, actions: int, numba: bool | str, engine: bool = True) -> dict:
     from pipesim import EvaluatorCache, Link, Topology, simulate, simulate_with
     from pipesim.cli.gc_pause import no_cyclic_gc
 
@@ -144,7 +150,8 @@ def compile_seconds() -> float:
     """numba's compile time for the sweep, measured with an empty cache (a new install)."""
     with tempfile.TemporaryDirectory() as cache:
         env = {"NUMBA_CACHE_DIR": cache}
-        return _in_fresh_process("--one", "zbv", "100", "--no-engine", env=env)["warm_s"]
+        run = ("--one", "zbv", "100", "--no-engine", "--numba")
+        return _in_fresh_process(*run, env=env)["warm_s"]
 
 
 def scenario_text(name: str, actions: int) -> str:
@@ -163,9 +170,9 @@ def scenario_text(name: str, actions: int) -> str:
     )
 
 
-def _pipesim_run(path: str, evaluator: str) -> tuple[float, dict]:
+def _pipesim_run(path: str, evaluator: str, env: dict | None = None) -> tuple[float, dict]:
     """Wall seconds of ``pipesim run PATH --format json --evaluator E``, and its report."""
-    env = {**os.environ, **_ENV}
+    env = {**os.environ, **_ENV, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join(
         p
         for p in (
@@ -182,16 +189,24 @@ def _pipesim_run(path: str, evaluator: str) -> tuple[float, dict]:
     return time.perf_counter() - begin, json.loads(done.stdout)
 
 
+NO_C = {"PIPESIM_NO_NATIVE": "1"}  # the fast evaluator on numba's loop, not the C one
+
+
 def end_to_end(size: int) -> None:
-    """``pipesim run`` as a process on each schedule, fast against the engine."""
-    print(f"{'schedule':<18}{'actions':>9}{'engine s':>10}{'fast s':>9}{'x':>7}{'fast act/s':>13}")
+    """``pipesim run`` as a process on each schedule, fast against the engine: with the C
+    loop where the install built it (``fast``), and on numba's (``numba``)."""
+    print(
+        f"{'schedule':<18}{'actions':>9}{'engine s':>10}{'fast s':>9}{'x':>7}{'fast act/s':>13}"
+        f"{'numba s':>9}{'x':>7}"
+    )
     with tempfile.TemporaryDirectory() as folder:
         for name in SCHEDULES:
             path = os.path.join(folder, f"{name}.yaml")
             with open(path, "w") as file:
                 file.write(scenario_text(name, size))
-            _pipesim_run(path, "fast")  # numba's cache and the files warm
+            _pipesim_run(path, "fast", NO_C)  # numba's cache and the files warm
             fast_s, fast = _pipesim_run(path, "fast")
+            numba_s, _ = _pipesim_run(path, "fast", NO_C)
             engine_s, engine = _pipesim_run(path, "simpy")
             assert fast["evaluator"] == "fast" and engine["evaluator"] == "simpy"
             assert abs(fast["makespan_ms"] - engine["makespan_ms"]) <= 1e-9 * engine["makespan_ms"]
@@ -199,7 +214,7 @@ def end_to_end(size: int) -> None:
             n = n.num_actions
             print(
                 f"{name:<18}{n:>9}{engine_s:>10.2f}{fast_s:>9.2f}{engine_s / fast_s:>7.1f}"
-                f"{n / fast_s:>13,.0f}"
+                f"{n / fast_s:>13,.0f}{numba_s:>9.2f}{engine_s / numba_s:>7.1f}"
             )
 
 
@@ -207,17 +222,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--max", type=float, default=1e6)
     parser.add_argument("--no-numba", action="store_true", help="the sweep in plain Python")
+    parser.add_argument("--numba", action="store_true", help="numba's loop, even where C is")
     parser.add_argument("--small", action="store_true", help="per-call time at 10^3, 10^4")
     parser.add_argument("--keep-memory", action="store_true", help="glibc keeps freed memory")
     parser.add_argument("--no-engine", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=2, metavar=("SCHEDULE", "ACTIONS"))
     parser.add_argument("--end-to-end", action="store_true", help="pipesim run as a process")
     args = parser.parse_args()
-    flags = ["--no-numba"] if args.no_numba else []
+    flags = ["--no-numba"] if args.no_numba else ["--numba"] if args.numba else []
+    compiled = False if args.no_numba else "numba" if args.numba else True
     if args.keep_memory:
         _ENV.update(KEEP_MEMORY)
     if args.one:
-        row = one_run(args.one[0], int(args.one[1]), not args.no_numba, not args.no_engine)
+        row = one_run(args.one[0], int(args.one[1]), compiled, not args.no_engine)
         print(json.dumps(row))
         return
     if args.small:

@@ -1,8 +1,9 @@
-"""One line on stderr where the fast evaluator has to run without its compiled loop.
+"""One line on stderr where the fast evaluator has to run without a compiled loop.
 
-numba is a dependency of pipesim, but where it cannot be installed (a platform without
-its wheels, a Python it does not support yet) the fast evaluator falls back to the same
-sweep in plain Python: the same timelines to the bit, only slower. ``plan``, ``sweep``
+The fast evaluator sweeps with the C loop the install built where a compiler was found
+(``pipesim.sim.fast.native``), else with numba's. numba is a dependency of pipesim, but
+where it cannot be installed (a platform without its wheels, a Python it does not support
+yet) and no C loop was built, the fast evaluator falls back to the same sweep in plain Python: the same timelines to the bit, only slower. ``plan``, ``sweep``
 and ``run --evaluator fast`` say so once, after their outputs (an error line is never
 preceded by a note), with what it costs.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from pipesim.cli.output import note
 from pipesim.sim.fast.jit import numba_installed
+from pipesim.sim.fast.native import load as load_native
 
 # The plain-Python sweep's time over the compiled one's at 10^5 actions on 8 devices
 # (benchmarks/bench_evaluator.py --max 1e5, with and without --no-numba, 2 cores): a
@@ -21,8 +23,8 @@ _said: list[bool] = []
 
 
 def say_if_uncompiled() -> None:
-    """The note, once per process, where numba cannot be imported."""
-    if _said or numba_installed():
+    """The note, once per process, where neither the C loop nor numba is there."""
+    if _said or native_built() or numba_installed():
         return
     _said.append(True)
     note(
@@ -31,4 +33,9 @@ def say_if_uncompiled() -> None:
     )
 
 
-__all__ = ["SLOWDOWN", "say_if_uncompiled"]
+def native_built() -> bool:
+    """Whether the install built the C loop (and it is current)."""
+    return load_native() is not None
+
+
+__all__ = ["SLOWDOWN", "native_built", "say_if_uncompiled"]

@@ -1,6 +1,6 @@
-"""Where numba cannot be imported, ``run --evaluator fast``, ``sweep`` and ``plan`` say
-once on stderr that the fast evaluator sweeps in plain Python and how much slower that
-is; with numba, or on the engine, nothing is said."""
+"""Where numba cannot be imported and no C loop was built, ``run --evaluator fast``,
+``sweep`` and ``plan`` say once on stderr that the fast evaluator sweeps in plain Python
+and how much slower that is; with either, or on the engine, nothing is said."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ SCENARIO = "scenarios/seed-pipelined.yaml"
 @pytest.fixture
 def without_numba(monkeypatch):
     monkeypatch.setattr(fallback, "numba_installed", lambda: False)
+    monkeypatch.setattr(fallback, "native_built", lambda: False)
     monkeypatch.setattr(fallback, "_said", [])
 
 
@@ -48,9 +49,11 @@ def test_sweep_says_it_after_its_output(without_numba, tmp_path):
     assert out.exists() and len(said(done.stderr)) == 1
 
 
-def test_nothing_is_said_where_numba_is_installed(monkeypatch):
+@pytest.mark.parametrize("numba, c", [(True, False), (False, True)])
+def test_nothing_is_said_where_a_compiled_loop_is_there(monkeypatch, numba, c):
     monkeypatch.setattr(fallback, "_said", [])
-    monkeypatch.setattr(fallback, "numba_installed", lambda: True)
+    monkeypatch.setattr(fallback, "numba_installed", lambda: numba)
+    monkeypatch.setattr(fallback, "native_built", lambda: c)
     done = invoke("run", SCENARIO, "--evaluator", "fast")
     assert done.exit_code == 0 and said(done.stderr) == []
 

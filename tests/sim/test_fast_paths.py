@@ -1,11 +1,17 @@
-"""The sweep's two runners, compiled (numba) and plain Python, give the same Trace.
+"""The sweep's three runners, C, numba and plain Python, give the same Trace.
 
-Both run one source (``pipesim.sim.fast.kernel.sweep_kernel``); these tests pin that the
-compiled one keeps the Python one's floating-point operations and order: every array of
-the Trace equal, times to the bit, on every policy with random costs and links (groups,
-held sends, gaps and overheads included), on random schedules, and a deadlock found by
-both.
+All run one loop (``pipesim.sim.fast.kernel.sweep_kernel``, and ``sweep.c`` statement for
+statement); these tests pin that the compiled ones keep the Python one's floating-point
+operations and order: every array of the Trace equal, times to the bit, on every policy
+with random costs and links (groups, held sends, gaps and overheads included), on random
+schedules, and a deadlock found by all. The C runner is the library built here from the
+source as it is now (``hatch_build.build_library``), whatever the install built.
 """
+
+import importlib.util
+import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Action, F, I, W, schedule_from_lists
 from pipesim.sim.costs import uniform_costs
-from pipesim.sim.fast import EvaluatorCache
+from pipesim.sim.fast import EvaluatorCache, native
 from pipesim.sim.fast.evaluator import fast_simulate, link_times, node_durations, sweep
 from pipesim.sim.fast.kernel import SweepBuffers, compiled_kernel
 from pipesim.sim.links import Link, Topology
@@ -38,13 +44,50 @@ COLUMNS = (
 )
 
 
-def both_runners(schedule, costs, topology, **kwargs):
-    """The fast Trace with the compiled sweep, then with the Python one."""
+ROOT = Path(__file__).resolve().parents[2]
+RUNNERS = {"c": True, "numba": "numba", "python": False}  # name -> SweepBuffers' compiled
+
+
+def _hatch_build():
+    """The build hook's module (``hatch_build.py``), loaded by path."""
+    spec = importlib.util.spec_from_file_location("hatch_build", ROOT / "hatch_build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("hatch_build", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def c_sweep(tmp_path_factory):
+    """The C sweep built from ``sweep.c`` as it is now, or a skip where it cannot be."""
+    target = tmp_path_factory.mktemp("native") / "_sweep.so"
+    failed = _hatch_build().build_library(native.SOURCE, target)
+    if failed is not None:
+        pytest.skip(f"the C sweep cannot be built here: {failed}")
+    return native.load(target)
+
+
+@contextmanager
+def runner(name, c_sweep):
+    """``SweepBuffers``' ``compiled`` for runner ``name``, the C one being ``c_sweep``."""
+    kept = list(native._loaded)
+    native._loaded[:] = [c_sweep if name == "c" else None]
+    try:
+        yield RUNNERS[name]
+    finally:
+        native._loaded[:] = kept
+
+
+def every_runner(c_sweep, schedule, costs, topology, **kwargs):
+    """The fast Trace with each runner: C, numba, Python."""
     traces = []
-    for compiled in (True, False):
-        assert (compiled_kernel(compiled) is not None) == compiled
-        cache = EvaluatorCache(compiled=compiled)
-        traces.append(fast_simulate(schedule, costs, topology, cache=cache, **kwargs))
+    for name in RUNNERS:
+        with runner(name, c_sweep) as compiled:
+            kernel = compiled_kernel(compiled)
+            assert kernel is not None if compiled else kernel is None
+            assert (kernel is c_sweep) == (name == "c")
+            cache = EvaluatorCache(compiled=compiled)
+            traces.append(fast_simulate(schedule, costs, topology, cache=cache, **kwargs))
     return traces
 
 
@@ -59,24 +102,27 @@ def assert_identical(mine, theirs):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy_scenarios())
-def test_every_policy_gives_one_trace_on_both_runners(case):
+def test_every_policy_gives_one_trace_on_every_runner(c_sweep, case):
     schedule, costs, topology = case
     if topology.devices > 1:
         topology = dedicated(topology)
-    compiled, python = both_runners(schedule, costs, topology, tail_ms=[0.5] * schedule.devices)
+    tails = [0.5] * schedule.devices
+    c, compiled, python = every_runner(c_sweep, schedule, costs, topology, tail_ms=tails)
     assert compiled is not None
     assert_identical(compiled, python)
+    assert_identical(c, python)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_schedules())
-def test_random_schedules_give_one_trace_on_both_runners(case):
+def test_random_schedules_give_one_trace_on_every_runner(c_sweep, case):
     schedule, costs, topology = case
-    compiled, python = both_runners(schedule, costs, dedicated(topology))
+    c, compiled, python = every_runner(c_sweep, schedule, costs, dedicated(topology))
     assert_identical(compiled, python)
+    assert_identical(c, python)
 
 
-def test_dualpipe_groups_and_held_sends_on_both_runners():
+def test_dualpipe_groups_and_held_sends_on_every_runner(c_sweep):
     # DualPipeV runs overlapped F&B pairs as groups; sends that hold their device.
     schedule = get_schedule("dualpipev", 4, 16, 2)
     assert EvaluatorCache().index(schedule).groups
@@ -93,10 +139,12 @@ def test_dualpipe_groups_and_held_sends_on_both_runners():
         topology = Topology(
             4, default=Link(latency_us=17, bandwidth_gbps=9.0, gap_us=2.0), comm_overlap=overlap
         )
-        assert_identical(*both_runners(schedule, costs, topology))
+        c, compiled, python = every_runner(c_sweep, schedule, costs, topology)
+        assert_identical(compiled, python)
+        assert_identical(c, python)
 
 
-def test_a_deadlock_stops_both_runners():
+def test_a_deadlock_stops_every_runner(c_sweep):
     # 1 runs F1 first, which waits for 0's F1, which waits behind 0's B0, which waits
     # for 1's B0: a cycle.
     cycle = [
@@ -122,12 +170,13 @@ def test_a_deadlock_stops_both_runners():
     costs = uniform_costs(2, 1.0, backward_input_ms=1.0, backward_weight_ms=1.0)
     topology = Topology(2, default=Link(latency_us=5, bandwidth_gbps=10.0))
     links = link_times(index, costs, topology)
-    for compiled in (True, False):
-        buffers = SweepBuffers(compiled)
-        assert sweep(index, node_durations(index, costs), links, 0.0, False, buffers) is None
+    for name in RUNNERS:
+        with runner(name, c_sweep) as compiled:
+            buffers = SweepBuffers(compiled)
+            assert sweep(index, node_durations(index, costs), links, 0.0, False, buffers) is None
 
 
-def test_the_sweep_records_a_topological_order_of_runs():
+def test_the_sweep_records_a_topological_order_of_runs(c_sweep):
     # 1F1B on 2 devices, 2 microbatches, F 1 ms, B 2 ms, ideal links. Device 0
     # (0F0 0F1 0B0 0B1) runs its forwards, ends 1 and 2, and stops at 0B0 (no gradient
     # yet); device 1 (1F0 1B0 1F1 1B1) then runs through: 1F0 from 1 to 2, 1B0 to 4,
@@ -137,9 +186,10 @@ def test_the_sweep_records_a_topological_order_of_runs():
     costs = uniform_costs(2, 1.0, 2.0)
     links = link_times(index, costs, Topology(2))
     expected = [[0, 2], [4, 8], [2, 4]]
-    for compiled in (True, False):
-        buffers = SweepBuffers(compiled)
-        solved = sweep(index, node_durations(index, costs), links, 0.0, False, buffers)
+    for name in RUNNERS:
+        with runner(name, c_sweep) as compiled:
+            buffers = SweepBuffers(compiled)
+            solved = sweep(index, node_durations(index, costs), links, 0.0, False, buffers)
         assert solved.runs.tolist() == expected
         assert solved.end.tolist() == [1.0, 2.0, 6.0, 9.0, 2.0, 4.0, 5.0, 7.0]
 
@@ -193,10 +243,12 @@ def test_any_column_read_first_lays_out_the_rows(first_read):
 
 
 def test_the_default_runner_is_python_until_compiling_pays(monkeypatch):
-    """None (the default) sweeps small graphs with the Python loop until the process has
-    swept COMPILE_AFTER_NODES nodes; a graph that large is compiled for at once."""
+    """Without the C loop, None (the default) sweeps small graphs with the Python loop until
+    the process has swept COMPILE_AFTER_NODES nodes; a graph that large is compiled for at
+    once."""
     from pipesim.sim.fast import jit, kernel
 
+    monkeypatch.setattr(native, "_loaded", [None])
     monkeypatch.setattr(jit, "_compiled", {})
     monkeypatch.setattr(jit, "_python_nodes", [0])
     small = jit.COMPILE_AFTER_NODES // 3
@@ -209,3 +261,44 @@ def test_the_default_runner_is_python_until_compiling_pays(monkeypatch):
     monkeypatch.setattr(jit, "_python_nodes", [0])
     assert kernel.compiled_kernel(None, jit.COMPILE_AFTER_NODES) is not None
     assert kernel.compiled_kernel(False, 10**9) is None
+
+
+def test_the_c_loop_runs_whatever_the_size_where_it_is_built(c_sweep, monkeypatch):
+    # Loading it costs a millisecond: no threshold, and numba is never asked for.
+    from pipesim.sim.fast import jit, kernel
+
+    monkeypatch.setattr(native, "_loaded", [c_sweep])
+    monkeypatch.setattr(jit, "_compiled", {})
+    assert kernel.compiled_kernel(None, 1) is c_sweep
+    assert kernel.compiled_kernel(True, 1) is c_sweep
+    assert kernel.compiled_kernel(False, 10**9) is None
+    assert kernel.compiled_kernel("numba", 1) is not c_sweep
+    assert list(jit._compiled) == ["sweep_kernel"]  # only the last call compiled numba's
+
+
+def test_a_library_built_from_another_source_is_never_loaded(tmp_path, monkeypatch):
+    # An edited sweep.c not rebuilt: the library records its source's CRC-32, the loader
+    # compares it with the source beside it.
+    edited = tmp_path / "sweep.c"
+    edited.write_text(native.SOURCE.read_text() + "/* edited */\n")
+    library = tmp_path / "_sweep.so"
+    failed = _hatch_build().build_library(edited, library)
+    if failed is not None:
+        pytest.skip(f"the C sweep cannot be built here: {failed}")
+    assert native.library_path(library, edited) == library
+    assert native.library_path(library, native.SOURCE) is None  # stale against the real one
+    assert native.library_path(tmp_path / "missing.so", edited) is None
+    monkeypatch.setenv("PIPESIM_NO_NATIVE", "1")
+    assert native.library_path(library, edited) is None
+
+
+def test_a_failed_build_leaves_no_library(tmp_path, monkeypatch):
+    # No compiler (or one that fails): a reason in one line, and no file, partial or not.
+    monkeypatch.setenv("CC", "false")
+    target = tmp_path / "_sweep.so"
+    failed = _hatch_build().build_library(native.SOURCE, target)
+    assert failed is not None and failed.startswith("false") and "\n" not in failed
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert _hatch_build().build_library(native.SOURCE, target) is not None
+    assert list(tmp_path.iterdir()) == []

@@ -20,7 +20,8 @@ LOAD_AFTER = 2_000  # candidates to assess on worker processes
 
 
 def load_compiled_loops() -> None:
-    """Load numba's squeeze and sweep into this process (nothing where numba is missing)."""
+    """Load numba's squeeze and the compiled sweep (the C one where the install built
+    it, else numba's) into this process (nothing where numba is missing)."""
     if not load_compiled():
         return
     schedule = get_schedule("1f1b", 2, 2, 1)  # the smallest sweep, on numba's loop

@@ -11,6 +11,7 @@ repeated calls reuse. Inside, one idea a module:
   (``pipesim.schedules.columns``), where the validator's verdict says the engine would
   run it;
 * ``kernel``: the longest-path sweep over that graph, compiled by numba where installed;
+* ``native``: the same sweep compiled from C (``sweep.c``) at install, where it could be;
 * ``rows``: the Trace from the sweep's times;
 * ``cache``: what repeated calls reuse, on an object the caller holds.
 """

@@ -28,13 +28,15 @@ class EvaluatorCache:
     """The indexes of the last few schedules (``schedules`` of them, by content), the
     sweep's buffers, and ideal topologies by size.
 
-    ``compiled``: as ``SweepBuffers`` takes it (None: numba's loop where it is installed
-    and pays for itself; True: wherever installed; False: the plain Python one). ``index_builds`` counts the schedules laid out, for tests and benchmarks.
+    ``compiled``: as ``SweepBuffers`` takes it (None: the C loop where the install built
+    it, else numba's where it is installed and pays for itself; True: the C or numba loop
+    wherever there is one; ``"numba"``: numba's; False: the plain Python one).
+    ``index_builds`` counts the schedules laid out, for tests and benchmarks.
     """
 
     __slots__ = ("buffers", "index_builds", "_indexes", "_last", "_ideal", "_schedules")
 
-    def __init__(self, *, schedules: int = 8, compiled: bool | None = None) -> None:
+    def __init__(self, *, schedules: int = 8, compiled: bool | str | None = None) -> None:
         self.buffers = SweepBuffers(compiled)
         self.index_builds = 0
         self._indexes: OrderedDict[int, tuple[Schedule, ScheduleIndex]] = OrderedDict()

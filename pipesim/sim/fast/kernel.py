@@ -2,26 +2,23 @@
 
 The sweep (see ``pipesim.sim.fast``) visits every compute node once, in an order where
 each comes after what it waits for: devices in turn, each running on while its next
-node's input is known. On the way it records what the Trace needs of each node and
-message: start, end, cause, when it was due, when a message entered its channel. That
-is a loop over a million small integers, which Python runs at a few million steps a
-second and machine code at a few hundred million.
+node's input is known, recording start, end, cause and when it was due of each node, and
+when each message entered its channel: a loop over a million small integers, which
+Python runs at a few million steps a second and machine code at a few hundred million.
+So the loop is written once (``sweep_kernel``) and run in one of three ways:
 
-So the loop is written once, as a plain function over indexable buffers
-(``sweep_kernel``), and run in one of two ways:
+* as C (``sweep.c``, the same statements), built when pipesim is installed where a C
+  compiler is found and loaded through ctypes in about a millisecond
+  (``pipesim.sim.fast.native``); first wherever it is there, whatever the graph's size;
+* compiled by numba (a dependency, which may fail to install) over NumPy arrays, on
+  first use, then cached on disk: about a second once per installation, and 0.3 s to
+  load in each new process;
+* as it is, over ``array.array`` buffers (quick to index one at a time from Python),
+  where neither is there, and, without the C loop, for small graphs: until a process has
+  swept ``COMPILE_AFTER_NODES`` nodes, the Python loop is cheaper than loading numba.
 
-* compiled by numba (a dependency of pipesim, which falls back to the Python loop
-  where numba cannot be installed) over NumPy arrays; it is compiled on first use and
-  cached on disk, so the compile cost (about a second) is paid once per installation,
-  and loading it from that cache costs about 0.3 s in each new process;
-* as it is, over ``array.array`` buffers and lists (quick to index one at a time from
-  Python), where numba is missing, and for small graphs: until a process has swept
-  ``COMPILE_AFTER_NODES`` nodes with it, the Python loop is cheaper than loading the
-  machine code (a table-only ``pipesim run`` of a small scenario never imports numba).
-
-Both run the same source, hence the same floating-point operations in the same order:
-their timelines agree to the bit, and both are the engine's (no fast-math, no
-reassociation: numba keeps IEEE semantics unless asked otherwise).
+All three run the same operations on doubles in the same order, so their timelines agree
+to the bit and are the engine's (no fast-math, no reassociation, no fused multiply-adds).
 
 ``longest_paths`` is the entry: one sweep of a graph, into the buffers a caller's
 ``SweepBuffers`` kept from the last sweep of it, where there are any.
@@ -36,6 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pipesim.sim.fast.jit import compiled, worth_compiling
+from pipesim.sim.fast.native import load as load_native
 from pipesim.sim.trace import Cause
 
 _START, _DEVICE, _SENDING, _INPUT = map(
@@ -83,11 +81,17 @@ class SweepResult(NamedTuple):
     state: tuple  # the buffers behind these views, to hand back for the next sweep (or ())
 
 
-def compiled_kernel(enabled: bool | None = True, nodes: int = 0):
-    """The compiled ``sweep_kernel``, or None where numba is missing or ``enabled`` is
-    False (the Python loop is asked for). ``enabled`` None: compiled once it pays, for a
-    sweep of ``nodes`` nodes (see ``COMPILE_AFTER_NODES``), else None."""
-    if enabled is False or (enabled is None and not worth_compiling(sweep_kernel, nodes)):
+def compiled_kernel(enabled: bool | str | None = True, nodes: int = 0):
+    """The compiled ``sweep_kernel``: the C one where the install built it
+    (``pipesim.sim.fast.native``, a millisecond to load), else numba's; None where neither
+    is there or ``enabled`` is False (the Python loop is asked for). ``enabled`` None:
+    numba's only once it pays, for a sweep of ``nodes`` nodes (see
+    ``COMPILE_AFTER_NODES``); ``"numba"``: numba's, C or not (tests, benchmarks)."""
+    if enabled is False:
+        return None
+    if enabled != "numba" and (native := load_native()) is not None:
+        return native
+    if enabled is None and not worth_compiling(sweep_kernel, nodes):
         return None
     return compiled(
         sweep_kernel, (_first_active, _run_device, _all_sent, _group_input, _ship_group, _send)
@@ -101,13 +105,14 @@ class SweepBuffers:
     much as the sweep itself at a million nodes, so a repeat sweep writes into the last
     one's (every value is rewritten). For the Python loop, the graph as ``array.array``
     buffers. Only the last graph's are kept, so at most one set is held. ``compiled``:
-    None (the default) runs numba's loop where it is installed and pays for itself (see
-    ``compiled_kernel``); True, numba's loop where it is installed, whatever the size;
-    False, the Python one (for the tests and benchmarks that compare the two)."""
+    None (the default) runs the C loop where the install built it, else numba's where it
+    is installed and pays for itself (see ``compiled_kernel``); True, the C or numba loop
+    wherever there is one, whatever the size; ``"numba"``, numba's; False, the Python
+    one (for the tests and benchmarks that compare them)."""
 
     __slots__ = ("compiled", "_spare", "_python_graph")
 
-    def __init__(self, compiled: bool | None = None) -> None:
+    def __init__(self, compiled: bool | str | None = None) -> None:
         self.compiled = compiled
         self._spare: list[tuple[SweepGraph, tuple, Callable[[], None] | None]] = []
         self._python_graph: tuple[SweepGraph, tuple] | None = None
