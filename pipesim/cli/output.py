@@ -127,7 +127,8 @@ def _exit_stopped(signum: int) -> None:
 
 def leave_now(code: int) -> None:
     """Flush, then end the process with ``code`` without the interpreter's teardown (a
-    stopped command whose clean-up is done; only the command line's entry calls it)."""
+    stopped command whose clean-up is done, or a ``run`` that ended; only the command
+    line's entry calls it)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe or terminal
             stream.flush()
