@@ -69,7 +69,8 @@ class MonteCarlo:
 
 RunStep = Callable[[DurationHook | None, LinkHook | None], tuple[float, float]]
 Progress = Callable[[int], None]
-DrawHook = Callable[[np.random.Generator], DurationHook]
+# a string, so that numpy.random loads with the first study, not with this module
+DrawHook = Callable[["np.random.Generator"], DurationHook]
 ROUTING_STREAM = 1  # run k's routing draws come from default_rng([seed, k, ROUTING_STREAM])
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from tqdm import tqdm
+if TYPE_CHECKING:  # tqdm is imported where a bar is drawn: a piped run draws none
+    from tqdm import tqdm
 
 Progress = Callable[[int], None]
 
@@ -23,6 +25,8 @@ def progress_bar(
     if disabled or total <= 0 or not sys.stderr.isatty():
         yield None
         return
+    from tqdm import tqdm
+
     with tqdm(total=total, unit=unit, desc=desc, file=sys.stderr) as bar:
         yield bar.update
 
@@ -38,6 +42,8 @@ def open_ended_bar(unit: str, desc: str, disabled: bool = False) -> Iterator[Pro
 
     def update(count: int) -> None:
         if not bars:
+            from tqdm import tqdm
+
             bars.append(tqdm(unit=unit, desc=desc, file=sys.stderr, leave=False))
         bars[0].update(count)
 

@@ -1,6 +1,7 @@
 """Matplotlib figures: Gantt charts, memory panels, sweeps, plans, serving runs and
 cross-checks. Each builder returns a figure (matplotlib is imported when one is drawn);
-``save_figure`` writes one whole or not at all. And the self-contained interactive HTML
+``save_figure`` writes one whole or not at all; ``runtime_for`` is what a scenario's
+accounting adds to the memory panel. And the self-contained interactive HTML
 report (``pipesim.plot.html``): ``training_report``, ``compare_report``, ``serving_report``
 and ``plan_report`` each return a page as text (plotly is imported when one is drawn)."""
 
@@ -12,6 +13,7 @@ _PUBLIC = {
     "gantt_figure": "pipesim.plot.figures",
     "pareto_figure": "pipesim.plot.pareto",
     "plan_report": "pipesim.plot.html.plan",
+    "runtime_for": "pipesim.plot.memory",
     "save_figure": "pipesim.plot.save",
     "serving_figure": "pipesim.plot.serving",
     "serving_report": "pipesim.plot.html.serving",
@@ -40,6 +42,7 @@ __all__ = [
     "gantt_figure",
     "pareto_figure",
     "plan_report",
+    "runtime_for",
     "save_figure",
     "serving_figure",
     "serving_report",

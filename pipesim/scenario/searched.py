@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pipesim.search as searching  # the search itself loads when a scenario searches
 from pipesim.scenario.schema import Mode, PipelineSpec, ScenarioError
 from pipesim.schedules.ir import Schedule
-from pipesim.search import AUTO_POLICIES, SearchError, SearchResult, search_schedule
-from pipesim.search.auto import FAMILIES
-from pipesim.search.exact import ExactUnavailable, exact_schedule
+from pipesim.search import AUTO_POLICIES, FAMILIES, ExactUnavailable, SearchError, SearchResult
 from pipesim.search.tail import Tail
 from pipesim.sim.costs import Costs
 from pipesim.sim.links import Topology
@@ -86,14 +85,14 @@ def search(
     args = (pipe.schedule, schedule.devices, schedule.microbatches, costs, topology)
     try:
         if pipe.search == "exact":
-            return exact_schedule(
+            return searching.exact_schedule(
                 *args,
                 pipe.memory_limit_bytes,
                 progress,
                 tail,
                 time_limit_s=pipe.search_time_limit_s,
             )
-        return search_schedule(*args, pipe.memory_limit_bytes, progress, tail)
+        return searching.search_schedule(*args, pipe.memory_limit_bytes, progress, tail)
     except ExactUnavailable as exc:
         raise ScenarioError(f"{source}: pipeline.search: {exc}") from None
     except SearchError as exc:

@@ -31,18 +31,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from pipesim.schedules.ir import Action, I, Kind, Schedule, ScheduleError, W, single_chain
-from pipesim.search.auto import (
-    TOLERANCE,
-    Evaluated,
-    SearchError,
-    SearchResult,
-    evaluate,
-    placement_of,
-    search_schedule,
-)
+from pipesim.search.auto import TOLERANCE, Evaluated, evaluate, placement_of, search_schedule
 from pipesim.search.bound import MARGIN, chains
 from pipesim.search.exact_model import ExactModel, Solved
 from pipesim.search.greedy import Problem, make_problem
+from pipesim.search.result import ExactUnavailable, SearchResult
 from pipesim.search.tail import Tail, engine_options
 from pipesim.sim.costs import Costs
 from pipesim.sim.engine import DeadlockError, simulate
@@ -52,10 +45,6 @@ from pipesim.sim.trace import Lane
 DEFAULT_TIME_LIMIT_S = 10.0
 OPTIMAL_WITHIN = 1e-8  # relative: the cheap bound meets the makespan (up to its margin)
 INSTALL = "pip install 'pipesim[exact]'"
-
-
-class ExactUnavailable(SearchError):
-    """The exact mode was asked for but OR-Tools is not installed."""
 
 
 def require_solver() -> None:

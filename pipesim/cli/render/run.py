@@ -12,6 +12,7 @@ import io
 import json
 from dataclasses import asdict
 
+from pipesim import plot
 from pipesim.analysis.accuracy import AccuracyBand, scenario_bands
 from pipesim.analysis.experts import moe_fields
 from pipesim.analysis.monte_carlo import MonteCarloSummary
@@ -20,9 +21,6 @@ from pipesim.cli.output import Files, figure_bytes, suffix_of
 from pipesim.cli.render.explain import path_lines
 from pipesim.cli.render.units import format_bytes, format_count
 from pipesim.cluster.transformer import ParameterCount
-from pipesim.plot.gantt import gantt_figure
-from pipesim.plot.html.training import training_report
-from pipesim.plot.memory import runtime_for
 from pipesim.schedules.torch_csv import to_torch_csv
 from pipesim.search import SearchResult
 from pipesim.sim.decode import DecodeMetrics, row_names
@@ -303,13 +301,13 @@ def run_files(
         accounting = result.scenario.accounting
         capacity = accounting.memory_capacity_bytes if accounting is not None else 0.0
         scenario = result.scenario
-        figure = gantt_figure(
+        figure = plot.gantt_figure(
             result.trace,
             result.report,
             result.memory,
             path,
             capacity_bytes=capacity,
-            runtime=runtime_for(accounting),
+            runtime=plot.runtime_for(accounting),
             sublayers=sublayer_rows(result.trace, scenario.schedule, scenario.costs),  # MoE
         )
         files.append((gantt, figure_bytes(figure, suffix_of(gantt))))
@@ -328,5 +326,5 @@ def run_files(
         # torch's own row ends, so the file is byte for byte what torch writes
         files.append((schedule_csv, to_torch_csv(result.scenario.schedule).encode()))
     if html:
-        files.append((html, training_report(result)))
+        files.append((html, plot.training_report(result)))
     return files

@@ -28,12 +28,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
-
-import simpy
+from typing import TYPE_CHECKING
 
 from pipesim.schedules.ir import Action, B, F, I
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import Cause, RowKind, TraceBuilder
+
+if TYPE_CHECKING:  # simpy is imported where an environment is made (``run.Run``)
+    import simpy
 
 SEND_CODE = {F: int(RowKind.SEND_F), B: int(RowKind.SEND_B), I: int(RowKind.SEND_B)}
 _PRODUCER, _CHANNEL = int(Cause.PRODUCER), int(Cause.CHANNEL)

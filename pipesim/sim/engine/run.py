@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-
-import simpy
+from typing import TYPE_CHECKING
 
 from pipesim.schedules.dependencies import dependencies
 from pipesim.schedules.ir import Action, Schedule
@@ -24,6 +23,9 @@ from pipesim.sim.engine.order import OrderCheck
 from pipesim.sim.engine.rules import hop_link, plain_rules, stage_rules
 from pipesim.sim.links import Topology
 from pipesim.sim.trace import KIND_CODE, ROWS_PER_BLOCK, Cause, RowKind, Trace, TraceBuilder
+
+if TYPE_CHECKING:
+    import simpy
 
 _DEVICE, _SENDING, _FLUSH = int(Cause.DEVICE), int(Cause.SENDING), int(Cause.FLUSH)
 
@@ -47,6 +49,9 @@ class Run:
         self.tail_ms = None if tail_ms is None else tuple(tail_ms)
         self.tail_after_flush = tail_after_flush
         self.optimizer_ms = None if optimizer_ms is None else tuple(optimizer_ms)
+        # simpy here, not at the top: a run on the fast evaluator never loads it
+        import simpy
+
         self.env = simpy.Environment()
         self.order = OrderCheck(schedule)
         self.width = self.order.width
