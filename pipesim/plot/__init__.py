@@ -5,7 +5,7 @@ accounting adds to the memory panel. And the self-contained interactive HTML
 report (``pipesim.plot.html``): ``training_report``, ``compare_report``, ``serving_report``
 and ``plan_report`` each return a page as text (plotly is imported when one is drawn)."""
 
-import importlib
+from pipesim.schedules.lazy import lazy_front
 
 _PUBLIC = {
     "compare_report": "pipesim.plot.html.compare",
@@ -24,17 +24,7 @@ _PUBLIC = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """A public name, imported from its module on first use and kept here (PEP 562)."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = getattr(importlib.import_module(_PUBLIC[name]), name)
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
-
+__getattr__, __dir__ = lazy_front(globals(), _PUBLIC)
 
 __all__ = [
     "compare_report",

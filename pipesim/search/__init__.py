@@ -10,7 +10,7 @@ The front: the searched policies' names and what a search gives back or raises
 so a scenario with a fixed policy checks its name without loading the search itself.
 """
 
-import importlib
+from pipesim.schedules.lazy import lazy_front
 
 _PUBLIC = {
     "AUTO_POLICIES": "pipesim.search.result",
@@ -25,17 +25,7 @@ _PUBLIC = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """A public name, imported from its module on first use and kept here (PEP 562)."""
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = getattr(importlib.import_module(_PUBLIC[name]), name)
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
-
+__getattr__, __dir__ = lazy_front(globals(), _PUBLIC)
 
 __all__ = [
     "AUTO_POLICIES",
