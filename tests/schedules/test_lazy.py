@@ -18,7 +18,7 @@ def test_a_name_is_imported_on_first_read_and_kept():
         getattr_("other")
 
 
-def test_the_plot_front_loads_no_figure_module_until_asked():
+def test_the_plot_front_lists_its_names_and_refuses_others():
     import pipesim.plot
 
     assert "gantt_figure" in dir(pipesim.plot)
