@@ -36,12 +36,11 @@ import numpy as np
 
 from pipesim.schedules.columns import Columns, columns
 from pipesim.schedules.dependencies import Message, dependencies
-from pipesim.schedules.ir import B, F, I, Kind, Schedule
+from pipesim.schedules.ir import Kind, Schedule
 from pipesim.schedules.validity import schedule_fault
 from pipesim.sim.fast.kernel import SweepGraph
 from pipesim.sim.trace import KIND_CODE, KIND_CODES, RowKind
 
-_F, _B, _I = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
 _MEMO_SIZE = 8
 _STAGE, _KIND, _MICROBATCH = (itemgetter(k) for k in range(3))  # an Action's fields
 _GROUP = KIND_CODE[Kind.OVERLAP_F_B]
@@ -177,75 +176,115 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
 
 
 def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, bounds) -> dict:
-    """The messages between atoms, and each node's input and output message."""
-    stages, deps = schedule.stages, dependencies(schedule)
-    to_next = np.asarray(deps.sends_to(Message.ACTIVATION), dtype=np.int64)  # -1: none
-    to_prev = np.asarray(deps.sends_to(Message.GRADIENT), dtype=np.int64)
-    width = int(atoms.microbatch.max()) + 1
-    kind, stage, microbatch = atoms.kind, atoms.stage, atoms.microbatch
-    forward, backward = kind == _F, (kind == _B) | (kind == _I)
-    # the atom that consumes each cell's activation (an F) and gradient (a B or I)
-    consumer = np.full((2, stages * width), -1, dtype=np.int64)
-    cell = stage * width + microbatch
-    for row, takes in enumerate((forward, backward)):
-        atom = np.flatnonzero(takes)
-        consumer[row, cell[atom]] = atom
-    sends_forward = forward & (to_next[stage] >= 0)
-    sends_backward = backward & (to_prev[stage] >= 0)
-    sender = np.flatnonzero(sends_forward | sends_backward)  # program order
-    ahead = sends_forward[sender]
-    other = np.where(ahead, to_next[stage[sender]], to_prev[stage[sender]])
-    receiver = consumer[np.where(ahead, 0, 1), other * width + microbatch[sender]]
-    placement = np.asarray(schedule.placement, dtype=np.int64)
-    message_node = atoms.node[sender]
-    sender_stage = stage[sender]
-    src, dst = placement[sender_stage], placement[other]
-    boundary = model_stage[np.minimum(sender_stage, other)]
-    inputs, outputs, groups = _wire(atoms, sender, receiver, model_stage, is_group)
+    """The messages between atoms, and each node's input and output message. What an atom
+    sends, to which stage and along which route, depends on its kind and stage alone: it
+    is looked up per atom in small tables, one entry per (kind, stage) pair."""
+    stages, microbatch = schedule.stages, atoms.microbatch
+    width = int(microbatch.max()) + 1
+    cells = stages * width
+    pair = atoms.kind * stages
+    pair += atoms.stage
+    table = _pair_table(schedule, model_stage, cells, width)
+    # the atom that consumes each cell's activation (row 0: its F) and gradient (row 1: its
+    # B or I); a W is listed in a row of its own, which nothing reads
+    rows = 3 if (atoms.kind == KIND_CODE[Kind.W]).any() else 2
+    dtype = np.int32 if len(pair) < 2**31 else np.int64
+    consumer = np.full(rows * cells, -1, dtype=dtype)
+    listed = table.listed[pair]
+    listed += microbatch
+    consumer[listed] = np.arange(len(pair), dtype=dtype)
+    del listed
+    target = table.target[pair]  # the consumer's entry, less the microbatch; -1: no message
+    sender = np.flatnonzero(target >= 0)  # program order
+    sent = pair[sender]
+    message_microbatch = microbatch[sender]
+    target = target[sender]
+    target += message_microbatch
+    receiver = consumer[target]
+    del consumer, target
+    one_each = len(atoms.node) == len(is_group)  # each atom is its own node
+    produced = sender if one_each else atoms.node[sender]
+    consumed = receiver if one_each else atoms.node[receiver]
+    inputs, outputs, groups = _wire(atoms, produced, consumed, receiver, model_stage, is_group)
     nodes = len(is_group)  # in the pool, the atoms follow the nodes unless they are the nodes
-    in_pool = sender if len(atoms.node) == nodes else nodes + sender
     return dict(
         graph=_sweep_graph(bounds, inputs, outputs, groups),
-        message_node=message_node,
-        message_src=src,
-        message_dst=dst,
-        **_routes(src, dst, boundary),
-        message_kind=np.where(ahead, RowKind.SEND_F, RowKind.SEND_B),
-        message_stage=sender_stage,
-        message_microbatch=microbatch[sender],
-        message_action=in_pool,
+        message_node=produced,
+        message_src=table.src[sent],
+        message_dst=table.dst[sent],
+        **_routes(table, sent),
+        message_kind=table.kind[sent],
+        message_stage=table.stage[sent],
+        message_microbatch=message_microbatch,
+        message_action=sender if one_each else nodes + sender,
         groups=groups,
     )
 
 
-def _routes(src: np.ndarray, dst: np.ndarray, boundary: np.ndarray) -> dict:
-    """The distinct routes (sender, receiver, boundary) and each message's, so link times
-    are looked up once per route, not per message."""
-    if not len(src):
-        return dict(routes=np.zeros((0, 3), dtype=np.int64), route_of=src)
+@dataclass(frozen=True, slots=True)
+class _PairTable:
+    """Per (kind, stage) pair, at ``kind * stages + stage``: ``listed``, where its atoms
+    are listed among the consumers (less the microbatch); ``target``, the entry of the
+    consumer of its message (less the microbatch; -1 where it sends none); the message's
+    ``kind`` (SEND_F or SEND_B), sending ``stage``, ``src`` and ``dst`` devices and the
+    ``boundary`` whose activation it carries."""
+
+    listed: np.ndarray
+    target: np.ndarray
+    kind: np.ndarray
+    stage: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    boundary: np.ndarray
+
+
+def _pair_table(schedule: Schedule, model_stage: np.ndarray, cells: int, width: int) -> _PairTable:
+    stages, deps = schedule.stages, dependencies(schedule)
+    to_next = np.asarray(deps.sends_to(Message.ACTIVATION), dtype=np.int64)  # -1: none
+    to_prev = np.asarray(deps.sends_to(Message.GRADIENT), dtype=np.int64)
+    none = np.full(stages, -1, dtype=np.int64)
+    other = np.concatenate([to_next, to_prev, to_prev, none])  # codes F, B, I, W
+    stage = np.tile(np.arange(stages, dtype=np.int64), 4)
+    row = np.repeat(np.array([0, 1, 1, 2], dtype=np.int64), stages)  # the consumers' rows
+    target = np.where(other >= 0, np.minimum(row, 1) * cells + other * width, -1)
+    placement = np.asarray(schedule.placement, dtype=np.int64)
+    ahead = np.arange(4 * stages) < stages
+    return _PairTable(
+        listed=row * cells + stage * width,
+        target=target,
+        kind=np.where(ahead, RowKind.SEND_F, RowKind.SEND_B).astype(np.int64),
+        stage=stage,
+        src=placement[stage],
+        dst=placement[other],
+        boundary=model_stage[np.minimum(stage, other)],
+    )
+
+
+def _routes(table: _PairTable, sent: np.ndarray) -> dict:
+    """The distinct routes (sender, receiver, boundary) and each message's (``sent``: its
+    pair), so link times are looked up once per route, not per message."""
+    if not len(sent):
+        return dict(routes=np.zeros((0, 3), dtype=np.int64), route_of=np.zeros(0, np.int64))
+    used = np.zeros(len(table.target), dtype=bool)
+    used[sent] = True
+    pairs = np.flatnonzero(used)  # a route is a pair's: numbered over the pairs that send
+    src, dst, boundary = table.src[pairs], table.dst[pairs], table.boundary[pairs]
     devices, layers = int(max(src.max(), dst.max())) + 1, int(boundary.max()) + 1
-    code = (src * devices + dst) * layers + boundary
-    span = devices * devices * layers
-    if span > 4 * len(code) + (1 << 16):  # sparse: sort
-        codes, route_of = np.unique(code, return_inverse=True)
-    else:  # dense: mark, then number the marked codes in order
-        seen = np.zeros(span, dtype=bool)
-        seen[code] = True
-        codes = np.flatnonzero(seen)
-        number = np.cumsum(seen) - 1
-        route_of = number[code]
+    codes, number = np.unique((src * devices + dst) * layers + boundary, return_inverse=True)
+    route = np.zeros(len(used), dtype=np.int64)
+    route[pairs] = number.reshape(-1)
     pair, layer = np.divmod(codes, layers)
     routes = np.stack([pair // devices, pair % devices, layer], axis=1)
-    return dict(routes=routes, route_of=route_of.reshape(-1).astype(np.int64))
+    return dict(routes=routes, route_of=route[sent])
 
 
-def _wire(atoms, sender, receiver, model_stage, is_group) -> tuple:
+def _wire(atoms, produced, consumed, receiver, model_stage, is_group) -> tuple:
     """Each node's input and output message, and the groups; a group's node points to
-    its entry in the groups."""
-    produced, consumed = atoms.node[sender], atoms.node[receiver]
+    its entry in the groups (``produced``, ``consumed``: each message's nodes;
+    ``receiver``: its consuming atom)."""
     nodes = len(is_group)
     outputs, inputs = np.full(nodes, -1, dtype=np.int64), np.full(nodes, -1, dtype=np.int64)
-    message = np.arange(len(sender), dtype=np.int64)
+    message = np.arange(len(produced), dtype=np.int64)
     outputs[produced], inputs[consumed] = message, message
     grouped = np.flatnonzero(is_group)
     outputs[grouped] = inputs[grouped] = -2 - np.arange(len(grouped))
