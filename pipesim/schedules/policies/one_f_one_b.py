@@ -31,20 +31,17 @@ def rank_columns(
     m = microbatches
     warmup = min(devices - rank - 1 if warmup is None else warmup, m)
     steady = m - warmup
-    kind = np.concatenate(
-        [
-            np.full(warmup, ATOM_CODE[F]),  # warm-up
-            np.tile([ATOM_CODE[F], ATOM_CODE[B]], steady),  # steady state: 1F then 1B
-            np.full(warmup, ATOM_CODE[B]),  # cool-down
-        ]
-    )
-    microbatch = np.concatenate(
-        [
-            np.arange(warmup),
-            np.stack([np.arange(warmup, m), np.arange(steady)], axis=1).reshape(-1),
-            np.arange(steady, m),
-        ]
-    )
+    cooldown = warmup + 2 * steady  # where the cool-down starts
+    kind = np.empty(2 * m, dtype=np.int64)
+    kind[:warmup] = ATOM_CODE[F]  # warm-up
+    kind[warmup:cooldown:2] = ATOM_CODE[F]  # steady state: 1F then 1B
+    kind[warmup + 1 : cooldown : 2] = ATOM_CODE[B]
+    kind[cooldown:] = ATOM_CODE[B]  # cool-down
+    microbatch = np.empty(2 * m, dtype=np.int64)
+    microbatch[:warmup] = np.arange(warmup)
+    microbatch[warmup:cooldown:2] = np.arange(warmup, m)
+    microbatch[warmup + 1 : cooldown : 2] = np.arange(steady)
+    microbatch[cooldown:] = np.arange(steady, m)
     return np.full(2 * m, rank), kind, microbatch
 
 

@@ -35,11 +35,11 @@ from operator import itemgetter
 import numpy as np
 
 from pipesim.schedules.columns import Columns, columns
-from pipesim.schedules.dependencies import Message, dependencies
 from pipesim.schedules.ir import Kind, Schedule
 from pipesim.schedules.validity import schedule_fault
 from pipesim.sim.fast.kernel import SweepGraph
-from pipesim.sim.trace import KIND_CODE, KIND_CODES, RowKind
+from pipesim.sim.fast.messages import MessageColumns, no_messages, pair_table, routes
+from pipesim.sim.trace import KIND_CODE, KIND_CODES
 
 _MEMO_SIZE = 8
 _STAGE, _KIND, _MICROBATCH = (itemgetter(k) for k in range(3))  # an Action's fields
@@ -57,7 +57,8 @@ class ScheduleIndex:
     Per message: ``message_node`` (its producer), ``message_src``/``message_dst``
     (devices), ``message_kind`` (SEND_F or SEND_B), ``message_stage`` and
     ``message_microbatch`` (the producing atom), ``message_action`` (the producing atom's
-    entry in ``pool()``, the node's own where it is one: ``action_pool``).
+    entry in ``pool()``, the node's own where it is one: ``action_pool``); all but
+    ``message_node`` are ``messages``'s, made when first read (a Trace's rows read them).
     ``routes[route_of]`` is each message's sender, receiver and the boundary whose
     activation bytes it carries.
     ``groups``: per group, ``(node, inputs, outputs, members as (kind, model stage))``.
@@ -73,12 +74,7 @@ class ScheduleIndex:
     node_model_stage: np.ndarray
     graph: SweepGraph
     message_node: np.ndarray
-    message_src: np.ndarray
-    message_dst: np.ndarray
-    message_kind: np.ndarray
-    message_stage: np.ndarray
-    message_microbatch: np.ndarray
-    message_action: np.ndarray
+    messages: MessageColumns  # the columns below, made when first read
     groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[Kind, int], ...]], ...]
     routes: np.ndarray  # the distinct (sender, receiver, boundary) of the messages, one a row
     route_of: np.ndarray  # per message, its row in ``routes``
@@ -86,6 +82,30 @@ class ScheduleIndex:
     fault: str | None
     memo: dict  # what later calls reuse (see ``remember``)
     pool: Callable[[], np.ndarray]  # the Actions of the nodes and atoms, made when called
+
+    @property
+    def message_src(self) -> np.ndarray:
+        return self.messages.src
+
+    @property
+    def message_dst(self) -> np.ndarray:
+        return self.messages.dst
+
+    @property
+    def message_kind(self) -> np.ndarray:
+        return self.messages.kind
+
+    @property
+    def message_stage(self) -> np.ndarray:
+        return self.messages.stage
+
+    @property
+    def message_microbatch(self) -> np.ndarray:
+        return self.messages.microbatch
+
+    @property
+    def message_action(self) -> np.ndarray:
+        return self.messages.action
 
 
 @dataclass(slots=True)
@@ -163,12 +183,7 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
         node_model_stage=np.zeros(nodes, dtype=np.int64),
         graph=SweepGraph(none, none, none, none, none, none, none),
         message_node=none,
-        message_src=none,
-        message_dst=none,
-        message_kind=none,
-        message_stage=none,
-        message_microbatch=none,
-        message_action=none,
+        messages=no_messages(),
         groups=(),
         routes=np.zeros((0, 3), dtype=np.int64),
         route_of=none,
@@ -177,105 +192,39 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
 
 def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, bounds) -> dict:
     """The messages between atoms, and each node's input and output message. What an atom
-    sends, to which stage and along which route, depends on its kind and stage alone: it
-    is looked up per atom in small tables, one entry per (kind, stage) pair."""
+    sends, and to which atom, is looked up per (kind, stage) pair
+    (``pipesim.sim.fast.messages``)."""
     stages, microbatch = schedule.stages, atoms.microbatch
     width = int(microbatch.max()) + 1
-    cells = stages * width
     pair = atoms.kind * stages
     pair += atoms.stage
-    table = _pair_table(schedule, model_stage, cells, width)
-    # the atom that consumes each cell's activation (row 0: its F) and gradient (row 1: its
-    # B or I); a W is listed in a row of its own, which nothing reads
-    rows = 3 if (atoms.kind == KIND_CODE[Kind.W]).any() else 2
+    table = pair_table(schedule, model_stage, width)
+    # the atom that consumes each cell's activation (an F) and gradient (a B or I)
+    rows = 3 if (atoms.kind == KIND_CODE[Kind.W]).any() else 2  # a W: a row nothing reads
     dtype = np.int32 if len(pair) < 2**31 else np.int64
-    consumer = np.full(rows * cells, -1, dtype=dtype)
+    consumer = np.full(rows * stages * width, -1, dtype=dtype)
     listed = table.listed[pair]
     listed += microbatch
     consumer[listed] = np.arange(len(pair), dtype=dtype)
     del listed
     target = table.target[pair]  # the consumer's entry, less the microbatch; -1: no message
     sender = np.flatnonzero(target >= 0)  # program order
-    sent = pair[sender]
-    message_microbatch = microbatch[sender]
-    target = target[sender]
-    target += message_microbatch
-    receiver = consumer[target]
+    target += microbatch
+    receiver = consumer[target[sender]]
     del consumer, target
+    sent = pair[sender]
     one_each = len(atoms.node) == len(is_group)  # each atom is its own node
     produced = sender if one_each else atoms.node[sender]
     consumed = receiver if one_each else atoms.node[receiver]
     inputs, outputs, groups = _wire(atoms, produced, consumed, receiver, model_stage, is_group)
-    nodes = len(is_group)  # in the pool, the atoms follow the nodes unless they are the nodes
+    offset = 0 if one_each else len(is_group)  # in the pool, the atoms follow the nodes
     return dict(
         graph=_sweep_graph(bounds, inputs, outputs, groups),
         message_node=produced,
-        message_src=table.src[sent],
-        message_dst=table.dst[sent],
-        **_routes(table, sent),
-        message_kind=table.kind[sent],
-        message_stage=table.stage[sent],
-        message_microbatch=message_microbatch,
-        message_action=sender if one_each else nodes + sender,
+        messages=MessageColumns(table, sent, sender, microbatch, offset),
+        **routes(table, sent),
         groups=groups,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _PairTable:
-    """Per (kind, stage) pair, at ``kind * stages + stage``: ``listed``, where its atoms
-    are listed among the consumers (less the microbatch); ``target``, the entry of the
-    consumer of its message (less the microbatch; -1 where it sends none); the message's
-    ``kind`` (SEND_F or SEND_B), sending ``stage``, ``src`` and ``dst`` devices and the
-    ``boundary`` whose activation it carries."""
-
-    listed: np.ndarray
-    target: np.ndarray
-    kind: np.ndarray
-    stage: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    boundary: np.ndarray
-
-
-def _pair_table(schedule: Schedule, model_stage: np.ndarray, cells: int, width: int) -> _PairTable:
-    stages, deps = schedule.stages, dependencies(schedule)
-    to_next = np.asarray(deps.sends_to(Message.ACTIVATION), dtype=np.int64)  # -1: none
-    to_prev = np.asarray(deps.sends_to(Message.GRADIENT), dtype=np.int64)
-    none = np.full(stages, -1, dtype=np.int64)
-    other = np.concatenate([to_next, to_prev, to_prev, none])  # codes F, B, I, W
-    stage = np.tile(np.arange(stages, dtype=np.int64), 4)
-    row = np.repeat(np.array([0, 1, 1, 2], dtype=np.int64), stages)  # the consumers' rows
-    target = np.where(other >= 0, np.minimum(row, 1) * cells + other * width, -1)
-    placement = np.asarray(schedule.placement, dtype=np.int64)
-    ahead = np.arange(4 * stages) < stages
-    return _PairTable(
-        listed=row * cells + stage * width,
-        target=target,
-        kind=np.where(ahead, RowKind.SEND_F, RowKind.SEND_B).astype(np.int64),
-        stage=stage,
-        src=placement[stage],
-        dst=placement[other],
-        boundary=model_stage[np.minimum(stage, other)],
-    )
-
-
-def _routes(table: _PairTable, sent: np.ndarray) -> dict:
-    """The distinct routes (sender, receiver, boundary) and each message's (``sent``: its
-    pair), so link times are looked up once per route, not per message."""
-    if not len(sent):
-        return dict(routes=np.zeros((0, 3), dtype=np.int64), route_of=np.zeros(0, np.int64))
-    used = np.zeros(len(table.target), dtype=bool)
-    used[sent] = True
-    pairs = np.flatnonzero(used)  # a route is a pair's: numbered over the pairs that send
-    src, dst, boundary = table.src[pairs], table.dst[pairs], table.boundary[pairs]
-    devices, layers = int(max(src.max(), dst.max())) + 1, int(boundary.max()) + 1
-    codes, number = np.unique((src * devices + dst) * layers + boundary, return_inverse=True)
-    route = np.zeros(len(used), dtype=np.int64)
-    route[pairs] = number.reshape(-1)
-    pair, layer = np.divmod(codes, layers)
-    routes = np.stack([pair // devices, pair % devices, layer], axis=1)
-    return dict(routes=routes, route_of=route[sent])
 
 
 def _wire(atoms, produced, consumed, receiver, model_stage, is_group) -> tuple:
