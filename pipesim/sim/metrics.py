@@ -171,23 +171,7 @@ def build_report(
     accounting = accounting or Accounting((0.0,) * trace.devices)
     makespan = trace.makespan_ms
     busy = busy_ms_per_device(trace)
-    allreduce, optimizer = (kind_ms_per_device(trace, k) for k in END_OF_STEP)
-    spans = _spans_ms(trace.compute_rows, trace.devices)
-    per_device = tuple(
-        replace(
-            device_report(
-                trace,
-                d,
-                float(busy[d]),
-                memory[d] if memory else None,
-                accounting,
-                span_ms=None if spans is None else spans[d],
-            ),
-            allreduce_ms=float(allreduce[d]),
-            optimizer_ms=float(optimizer[d]),
-        )
-        for d in range(trace.devices)
-    )
+    per_device = _device_reports(trace, busy, memory, accounting)
     longest = max(per_device, key=lambda r: r.span_ms)
     samples = schedule.microbatches * microbatch_size * accounting.replicas
     seconds = makespan / 1000.0  # 0 for a step shorter than the smallest float's thousandth
@@ -211,6 +195,29 @@ def build_report(
         mfu=_mfu(accounting, makespan),
         oom=any(d.oom for d in per_device),
         tail_ms=max(d.tail_ms for d in per_device),
+    )
+
+
+def _device_reports(
+    trace: Trace, busy: np.ndarray, memory: Sequence[MemoryTimeline], accounting: Accounting
+) -> tuple[DeviceReport, ...]:
+    """Each device's line of the report (``busy``: its compute ms)."""
+    allreduce, optimizer = (kind_ms_per_device(trace, k) for k in END_OF_STEP)
+    spans = _spans_ms(trace.compute_rows, trace.devices)
+    return tuple(
+        replace(
+            device_report(
+                trace,
+                d,
+                float(busy[d]),
+                memory[d] if memory else None,
+                accounting,
+                span_ms=None if spans is None else spans[d],
+            ),
+            allreduce_ms=float(allreduce[d]),
+            optimizer_ms=float(optimizer[d]),
+        )
+        for d in range(trace.devices)
     )
 
 
