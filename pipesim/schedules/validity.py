@@ -115,10 +115,10 @@ def first_fault(schedule: Schedule, stage, kind, microbatch, device, node=None) 
         return "an action names a microbatch out of range"
     width = int(hi.max())
     cells = stages * width
-    cell = stage * width
-    cell += microbatch
-    flat = kind * cells
-    flat += cell
+    flat = kind * stages  # kind * cells + cell, in place: (kind * stages + stage) * width + mb
+    flat += stage
+    flat *= width
+    flat += microbatch
     position = _positions(flat, 4 * cells)
     if position is None:
         return "some actions are missing or run twice"
@@ -136,7 +136,9 @@ def first_fault(schedule: Schedule, stage, kind, microbatch, device, node=None) 
         return "some actions are missing or run twice"
     if ((b >= 0) & (b < f)).any() or ((i >= 0) & ((i < f) | (w < i))).any():
         return "a backward runs before its forward, or a W before its I"
-    if node is not None and _fed_inside_a_group(schedule, node, position, stage, kind, cell):
+    if node is not None and _fed_inside_a_group(
+        schedule, node, position, stage, kind, flat - kind * cells
+    ):
         return "a group member needs another member's output"
     return None
 
