@@ -58,19 +58,23 @@ class EvaluatorCache:
                 return first[1]
             self._first = None
             self._indexes[self._key(first[0])] = first
+        if not self._indexes and self._schedules > 0:  # nothing to look up: hashed later
+            self._first = (schedule, self._build(schedule))
+            return self._first[1]
         key = self._key(schedule)
         hit = self._indexes.get(key)
         if hit is not None and (hit[0] is schedule or hit[0] == schedule):
             self._indexes.move_to_end(key)
             return hit[1]
-        index = build_index(schedule)
-        self.index_builds += 1
-        if not self._indexes and self._schedules > 0:
-            self._first = (schedule, index)
-            return index
+        index = self._build(schedule)
         self._indexes[key] = (schedule, index)
         while len(self._indexes) > self._schedules:
             self._indexes.popitem(last=False)
+        return index
+
+    def _build(self, schedule: Schedule) -> ScheduleIndex:
+        index = build_index(schedule)
+        self.index_builds += 1
         return index
 
     def _key(self, schedule: Schedule) -> int:
