@@ -114,30 +114,45 @@ def first_fault(schedule: Schedule, stage, kind, microbatch, device, node=None) 
     elif ((microbatch < lo[stage]) | (microbatch >= hi[stage])).any():
         return "an action names a microbatch out of range"
     width = int(hi.max())
-    cell = stage * width + microbatch
     cells = stages * width
-    flat = kind * cells + cell
-    counts = np.bincount(flat, minlength=4 * cells).reshape(4, cells)
+    flat = kind * stages  # kind * cells + cell, in place: (kind * stages + stage) * width + mb
+    flat += stage
+    flat *= width
+    flat += microbatch
+    position = _positions(flat, 4 * cells)
+    if position is None:
+        return "some actions are missing or run twice"
     valid = np.zeros(cells, dtype=bool)
     for owned in schedule.chains:
         for s in owned.stages:
             valid[s * width + owned.microbatches.start : s * width + owned.microbatches.stop] = True
-    f, b, i, w = counts[:, valid]
-    if (counts[:, ~valid] != 0).any() or (f != 1).any():
+    every = bool(valid.all())
+    f, b, i, w = position if every else position[:, valid]
+    if not every and (position[:, ~valid] >= 0).any():
         return "some actions are missing or run twice"
-    full, split = (b == 1) & (i == 0) & (w == 0), (b == 0) & (i == 1) & (w == 1)
-    forward_only = (b == 0) & (i == 0) & (w == 0)
-    if not (forward_only.all() or (full | split).all()):
+    full, split = (b >= 0) & (i < 0) & (w < 0), (b < 0) & (i >= 0) & (w >= 0)
+    forward_only = (b < 0) & (i < 0) & (w < 0)
+    if (f < 0).any() or not (forward_only.all() or (full | split).all()):
         return "some actions are missing or run twice"
-    position = np.full(4 * cells, -1, dtype=np.int64)
-    position[flat] = np.arange(len(cell))
-    position = position.reshape(4, cells)
-    f, b, i, w = position[:, valid]
     if ((b >= 0) & (b < f)).any() or ((i >= 0) & ((i < f) | (w < i))).any():
         return "a backward runs before its forward, or a W before its I"
-    if node is not None and _fed_inside_a_group(schedule, node, position, stage, kind, cell):
+    if node is not None and _fed_inside_a_group(
+        schedule, node, position, stage, kind, flat - kind * cells
+    ):
         return "a group member needs another member's output"
     return None
+
+
+def _positions(flat: np.ndarray, size: int) -> np.ndarray | None:
+    """Per (kind, cell), rows of 4: the place of its action in program order, -1 where
+    there is none; None where an action appears twice (a later one would overwrite)."""
+    dtype = np.int32 if len(flat) < 2**31 else np.int64
+    order = np.arange(len(flat), dtype=dtype)
+    position = np.full(size, -1, dtype=dtype)
+    position[flat] = order
+    if not np.array_equal(position[flat], order):
+        return None
+    return position.reshape(4, -1)
 
 
 def _fed_inside_a_group(schedule, node, position, stage, kind, cell) -> bool:

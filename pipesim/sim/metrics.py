@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
+from itertools import pairwise
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from pipesim.sim.costs import Costs
 from pipesim.sim.fast.choose import Evaluator
 from pipesim.sim.links import Topology
 from pipesim.sim.memory import MemoryTimeline, memory_timelines
-from pipesim.sim.trace import END_OF_STEP, RowKind, Trace
+from pipesim.sim.trace import END_OF_STEP, ComputeRows, RowKind, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,15 +171,7 @@ def build_report(
     accounting = accounting or Accounting((0.0,) * trace.devices)
     makespan = trace.makespan_ms
     busy = busy_ms_per_device(trace)
-    allreduce, optimizer = (kind_ms_per_device(trace, k) for k in END_OF_STEP)
-    per_device = tuple(
-        replace(
-            device_report(trace, d, float(busy[d]), memory[d] if memory else None, accounting),
-            allreduce_ms=float(allreduce[d]),
-            optimizer_ms=float(optimizer[d]),
-        )
-        for d in range(trace.devices)
-    )
+    per_device = _device_reports(trace, busy, memory, accounting)
     longest = max(per_device, key=lambda r: r.span_ms)
     samples = schedule.microbatches * microbatch_size * accounting.replicas
     seconds = makespan / 1000.0  # 0 for a step shorter than the smallest float's thousandth
@@ -205,6 +198,29 @@ def build_report(
     )
 
 
+def _device_reports(
+    trace: Trace, busy: np.ndarray, memory: Sequence[MemoryTimeline], accounting: Accounting
+) -> tuple[DeviceReport, ...]:
+    """Each device's line of the report (``busy``: its compute ms)."""
+    allreduce, optimizer = (kind_ms_per_device(trace, k) for k in END_OF_STEP)
+    spans = _spans_ms(trace.compute_rows, trace.devices)
+    return tuple(
+        replace(
+            device_report(
+                trace,
+                d,
+                float(busy[d]),
+                memory[d] if memory else None,
+                accounting,
+                span_ms=None if spans is None else spans[d],
+            ),
+            allreduce_ms=float(allreduce[d]),
+            optimizer_ms=float(optimizer[d]),
+        )
+        for d in range(trace.devices)
+    )
+
+
 def busy_ms_per_device(trace: Trace) -> np.ndarray:
     """Sum of compute durations on each device."""
     rows = trace.compute_rows
@@ -226,12 +242,16 @@ def device_report(
     busy_ms: float,
     timeline: MemoryTimeline | None,
     accounting: Accounting,
+    span_ms: float | None = None,
 ) -> DeviceReport:
-    """One device's line of the report: time, span, peak activations, static memory."""
+    """One device's line of the report: time, span, peak activations, static memory
+    (``span_ms``: from its first start to its last end, found from the trace if None)."""
     makespan = trace.makespan_ms
-    compute = trace.compute_rows
-    rows = compute.device == device
-    span = float(compute.end[rows].max() - compute.start[rows].min()) if rows.any() else 0.0
+    span = span_ms
+    if span is None:
+        compute = trace.compute_rows
+        rows = compute.device == device
+        span = float(compute.end[rows].max() - compute.start[rows].min()) if rows.any() else 0.0
     peak_bytes, peak_time, peak_inflight = _memory_peaks(timeline)
     runtime, peak = accounting.device_memory(device, peak_bytes)
     return DeviceReport(
@@ -248,6 +268,19 @@ def device_report(
         oom=accounting.over_capacity(peak),
         runtime_memory_bytes=runtime,
     )
+
+
+def _spans_ms(compute: ComputeRows, devices: int) -> list[float] | None:
+    """Each device's span (its last end less its first start, 0 without rows), read
+    slice by slice where the rows come device by device (a fast Trace's); None otherwise."""
+    device = compute.device
+    if len(device) > 1 and not (device[:-1] <= device[1:]).all():
+        return None
+    bounds = np.searchsorted(device, np.arange(devices + 1)).tolist()
+    return [
+        float(compute.end[lo:hi].max() - compute.start[lo:hi].min()) if hi > lo else 0.0
+        for lo, hi in pairwise(bounds)
+    ]
 
 
 def _memory_peaks(timeline: MemoryTimeline | None) -> tuple[float, float, int]:

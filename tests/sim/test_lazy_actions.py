@@ -9,7 +9,7 @@ import pytest
 
 from pipesim.schedules import get_schedule
 from pipesim.schedules.ir import Schedule
-from pipesim.schedules.lists import MadeOnRead
+from pipesim.schedules.lists import ActionLists, MadeOnRead
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
 from pipesim.sim.fast import EvaluatorCache
@@ -82,3 +82,23 @@ def test_a_trace_of_a_group_schedule_shows_its_groups_and_their_members():
     assert_same_trace(engine, trace)
     groups = [a for a in trace.actions if a is not None and a.sub_actions is not None]
     assert groups and all(len(a.atoms) == 2 for a in groups)
+
+
+def test_a_report_alone_hashes_no_schedule_and_makes_no_message_column(monkeypatch):
+    schedule, other, same = (get_schedule("zbv", 4, m, 2) for m in (8, 16, 8))
+    hashed = []  # the schedules whose content the cache hashes, from here on
+    digest = ActionLists.digest
+    monkeypatch.setattr(ActionLists, "digest", lambda lists: hashed.append(lists) or digest(lists))
+    costs = uniform_costs(8, 1.0, 2.0)
+    topology = Topology(4, default=Link(latency_us=5, bandwidth_gbps=100))
+    cache = EvaluatorCache()
+    trace = fast_simulate(schedule, costs, topology, cache=cache)
+    build_report(trace, schedule, costs)
+    index = cache.index(schedule)
+    made = {"src", "dst", "kind", "stage", "microbatch", "action"}
+    assert hashed == [] and not made & set(vars(index.messages))
+    trace.lay_out()  # the transfer rows read every message column
+    assert made <= set(vars(index.messages))
+    assert cache.index(other) is not index
+    assert len(hashed) == 2  # the first schedule is hashed once a second one comes
+    assert cache.index(same) is index and cache.index_builds == 2

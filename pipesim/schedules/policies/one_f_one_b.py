@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipesim.schedules.columns import ATOM_CODE, rank_lists
+from pipesim.schedules.columns import ATOM_CODE, action_lists
 from pipesim.schedules.ir import B, F, Schedule, single_chain
 from pipesim.schedules.policies.registry import ChunkRule, Policy
 
@@ -28,28 +28,37 @@ def rank_columns(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rank ``rank``'s list as columns (stage, kind, microbatch); ``warmup`` overrides the
     ``p - r - 1`` warm-up forwards."""
-    m = microbatches
-    warmup = min(devices - rank - 1 if warmup is None else warmup, m)
+    kind, microbatch = np.empty((2, 2 * microbatches), dtype=np.int64)
+    _fill(kind, microbatch, np.arange(microbatches), devices - rank - 1, warmup)
+    return np.full(2 * microbatches, rank), kind, microbatch
+
+
+def _fill(kind: np.ndarray, microbatch: np.ndarray, count: np.ndarray, usual: int, warmup):
+    """Write one rank's kinds and microbatches (``count``: 0, 1, ..., m - 1; ``usual``:
+    its warm-up forwards unless ``warmup`` says otherwise)."""
+    m = len(count)
+    warmup = min(usual if warmup is None else warmup, m)
     steady = m - warmup
-    kind = np.concatenate(
-        [
-            np.full(warmup, ATOM_CODE[F]),  # warm-up
-            np.tile([ATOM_CODE[F], ATOM_CODE[B]], steady),  # steady state: 1F then 1B
-            np.full(warmup, ATOM_CODE[B]),  # cool-down
-        ]
-    )
-    microbatch = np.concatenate(
-        [
-            np.arange(warmup),
-            np.stack([np.arange(warmup, m), np.arange(steady)], axis=1).reshape(-1),
-            np.arange(steady, m),
-        ]
-    )
-    return np.full(2 * m, rank), kind, microbatch
+    cooldown = warmup + 2 * steady  # where the cool-down starts
+    kind[:warmup] = ATOM_CODE[F]  # warm-up
+    kind[warmup:cooldown:2] = ATOM_CODE[F]  # steady state: 1F then 1B
+    kind[warmup + 1 : cooldown : 2] = ATOM_CODE[B]
+    kind[cooldown:] = ATOM_CODE[B]  # cool-down
+    microbatch[:warmup] = count[:warmup]
+    microbatch[warmup:cooldown:2] = count[warmup:]
+    microbatch[warmup + 1 : cooldown : 2] = count[:steady]
+    microbatch[cooldown:] = count[steady:]
 
 
 def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
-    lists = rank_lists([rank_columns(r, devices, microbatches) for r in range(devices)])
+    """Every rank's columns written in place into the schedule's (rank r runs stage r)."""
+    size, count = 2 * microbatches, np.arange(microbatches)
+    device = np.repeat(np.arange(devices, dtype=np.int64), size)
+    kind, microbatch = np.empty((2, devices * size), dtype=np.int64)
+    for rank in range(devices):
+        at = slice(rank * size, (rank + 1) * size)
+        _fill(kind[at], microbatch[at], count, devices - rank - 1, None)
+    lists = action_lists(devices, device, device, kind, microbatch)
     return Schedule(lists, tuple(range(devices)), single_chain(devices, microbatches), NAME)
 
 

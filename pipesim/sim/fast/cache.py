@@ -34,13 +34,14 @@ class EvaluatorCache:
     ``index_builds`` counts the schedules laid out, for tests and benchmarks.
     """
 
-    __slots__ = ("buffers", "index_builds", "_indexes", "_last", "_ideal", "_schedules")
+    __slots__ = ("buffers", "index_builds", "_indexes", "_first", "_last", "_ideal", "_schedules")
 
     def __init__(self, *, schedules: int = 8, compiled: bool | str | None = None) -> None:
         self.buffers = SweepBuffers(compiled)
         self.index_builds = 0
         self._indexes: OrderedDict[int, tuple[Schedule, ScheduleIndex]] = OrderedDict()
-        self._last: tuple[Schedule, int] | None = None  # the last schedule asked for, its hash
+        self._first: tuple[Schedule, ScheduleIndex] | None = None  # the first, not yet hashed
+        self._last: tuple[Schedule, int] | None = None  # the last schedule hashed, its hash
         self._ideal: dict[int, Topology] = {}
         self._schedules = schedules
 
@@ -49,26 +50,45 @@ class EvaluatorCache:
 
         Kept by content, not identity: a planner rebuilds the same schedule for every cost
         it tries, and hashing the action lists costs a small fraction of laying them out
-        again (lists made from columns are hashed as their columns, and not made).
+        again (lists made from columns are hashed as their columns, and not made). The
+        first schedule is hashed only once another one is asked for: a single run, which
+        asks for one schedule, never hashes it.
         """
-        last = self._last
-        if last is not None and last[0] is schedule:  # the very same object: no hashing
-            key = last[1]
-        else:
-            lists = schedule.device_actions
-            content = lists.digest() if isinstance(lists, ActionLists) else lists
-            key = hash((content, schedule.placement, schedule.chains))
-            self._last = (schedule, key)
+        first = self._first
+        if first is not None:
+            if first[0] is schedule:
+                return first[1]
+            self._first = None
+            self._indexes[self._key(first[0])] = first
+        if not self._indexes and self._schedules > 0:  # nothing to look up: hashed later
+            self._first = (schedule, self._build(schedule))
+            return self._first[1]
+        key = self._key(schedule)
         hit = self._indexes.get(key)
         if hit is not None and (hit[0] is schedule or hit[0] == schedule):
             self._indexes.move_to_end(key)
             return hit[1]
-        index = build_index(schedule)
-        self.index_builds += 1
+        index = self._build(schedule)
         self._indexes[key] = (schedule, index)
         while len(self._indexes) > self._schedules:
             self._indexes.popitem(last=False)
         return index
+
+    def _build(self, schedule: Schedule) -> ScheduleIndex:
+        index = build_index(schedule)
+        self.index_builds += 1
+        return index
+
+    def _key(self, schedule: Schedule) -> int:
+        """A hash of the schedule's content (kept for the last schedule asked for)."""
+        last = self._last
+        if last is not None and last[0] is schedule:  # the very same object: no hashing
+            return last[1]
+        lists = schedule.device_actions
+        content = lists.digest() if isinstance(lists, ActionLists) else lists
+        key = hash((content, schedule.placement, schedule.chains))
+        self._last = (schedule, key)
+        return key
 
     def ideal(self, devices: int) -> Topology:
         """Ideal links between ``devices`` devices (made once per size)."""

@@ -156,8 +156,8 @@ def node_durations(index: ScheduleIndex, costs: Costs) -> np.ndarray:
         dtype=np.float64,
     )
     kind = index.memo.get("cost kind")
-    if kind is None:  # a group's row is overwritten below
-        kind = np.minimum(index.node_kind, 3)
+    if kind is None:  # a group's row is overwritten below; without groups, kinds are 0-3
+        kind = np.minimum(index.node_kind, 3) if index.groups else index.node_kind
         remember(index, "cost kind", kind)
     duration = table[kind, index.node_model_stage]
     lengths: dict[tuple[tuple[Kind, int], ...], float] = {}  # a MoE pair's timeline, once

@@ -35,13 +35,12 @@ from operator import itemgetter
 import numpy as np
 
 from pipesim.schedules.columns import Columns, columns
-from pipesim.schedules.dependencies import Message, dependencies
-from pipesim.schedules.ir import B, F, I, Kind, Schedule
+from pipesim.schedules.ir import Kind, Schedule
 from pipesim.schedules.validity import schedule_fault
 from pipesim.sim.fast.kernel import SweepGraph
-from pipesim.sim.trace import KIND_CODE, KIND_CODES, RowKind
+from pipesim.sim.fast.messages import MessageColumns, no_messages, pair_table, routes
+from pipesim.sim.trace import KIND_CODE, KIND_CODES
 
-_F, _B, _I = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
 _MEMO_SIZE = 8
 _STAGE, _KIND, _MICROBATCH = (itemgetter(k) for k in range(3))  # an Action's fields
 _GROUP = KIND_CODE[Kind.OVERLAP_F_B]
@@ -58,7 +57,8 @@ class ScheduleIndex:
     Per message: ``message_node`` (its producer), ``message_src``/``message_dst``
     (devices), ``message_kind`` (SEND_F or SEND_B), ``message_stage`` and
     ``message_microbatch`` (the producing atom), ``message_action`` (the producing atom's
-    entry in ``pool()``, the node's own where it is one: ``action_pool``).
+    entry in ``pool()``, the node's own where it is one: ``action_pool``); all but
+    ``message_node`` are ``messages``'s, made when first read (a Trace's rows read them).
     ``routes[route_of]`` is each message's sender, receiver and the boundary whose
     activation bytes it carries.
     ``groups``: per group, ``(node, inputs, outputs, members as (kind, model stage))``.
@@ -74,12 +74,7 @@ class ScheduleIndex:
     node_model_stage: np.ndarray
     graph: SweepGraph
     message_node: np.ndarray
-    message_src: np.ndarray
-    message_dst: np.ndarray
-    message_kind: np.ndarray
-    message_stage: np.ndarray
-    message_microbatch: np.ndarray
-    message_action: np.ndarray
+    messages: MessageColumns  # the columns below, made when first read
     groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...], tuple[tuple[Kind, int], ...]], ...]
     routes: np.ndarray  # the distinct (sender, receiver, boundary) of the messages, one a row
     route_of: np.ndarray  # per message, its row in ``routes``
@@ -87,6 +82,30 @@ class ScheduleIndex:
     fault: str | None
     memo: dict  # what later calls reuse (see ``remember``)
     pool: Callable[[], np.ndarray]  # the Actions of the nodes and atoms, made when called
+
+    @property
+    def message_src(self) -> np.ndarray:
+        return self.messages.src
+
+    @property
+    def message_dst(self) -> np.ndarray:
+        return self.messages.dst
+
+    @property
+    def message_kind(self) -> np.ndarray:
+        return self.messages.kind
+
+    @property
+    def message_stage(self) -> np.ndarray:
+        return self.messages.stage
+
+    @property
+    def message_microbatch(self) -> np.ndarray:
+        return self.messages.microbatch
+
+    @property
+    def message_action(self) -> np.ndarray:
+        return self.messages.action
 
 
 @dataclass(slots=True)
@@ -164,12 +183,7 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
         node_model_stage=np.zeros(nodes, dtype=np.int64),
         graph=SweepGraph(none, none, none, none, none, none, none),
         message_node=none,
-        message_src=none,
-        message_dst=none,
-        message_kind=none,
-        message_stage=none,
-        message_microbatch=none,
-        message_action=none,
+        messages=no_messages(),
         groups=(),
         routes=np.zeros((0, 3), dtype=np.int64),
         route_of=none,
@@ -177,75 +191,49 @@ def _empty_graph(base: dict, nodes: int) -> ScheduleIndex:
 
 
 def _messages(schedule: Schedule, atoms: _Atoms, model_stage, is_group, bounds) -> dict:
-    """The messages between atoms, and each node's input and output message."""
-    stages, deps = schedule.stages, dependencies(schedule)
-    to_next = np.asarray(deps.sends_to(Message.ACTIVATION), dtype=np.int64)  # -1: none
-    to_prev = np.asarray(deps.sends_to(Message.GRADIENT), dtype=np.int64)
-    width = int(atoms.microbatch.max()) + 1
-    kind, stage, microbatch = atoms.kind, atoms.stage, atoms.microbatch
-    forward, backward = kind == _F, (kind == _B) | (kind == _I)
+    """The messages between atoms, and each node's input and output message. What an atom
+    sends, and to which atom, is looked up per (kind, stage) pair
+    (``pipesim.sim.fast.messages``)."""
+    stages, microbatch = schedule.stages, atoms.microbatch
+    width = int(microbatch.max()) + 1
+    pair = atoms.kind * stages
+    pair += atoms.stage
+    table = pair_table(schedule, model_stage, width)
     # the atom that consumes each cell's activation (an F) and gradient (a B or I)
-    consumer = np.full((2, stages * width), -1, dtype=np.int64)
-    cell = stage * width + microbatch
-    for row, takes in enumerate((forward, backward)):
-        atom = np.flatnonzero(takes)
-        consumer[row, cell[atom]] = atom
-    sends_forward = forward & (to_next[stage] >= 0)
-    sends_backward = backward & (to_prev[stage] >= 0)
-    sender = np.flatnonzero(sends_forward | sends_backward)  # program order
-    ahead = sends_forward[sender]
-    other = np.where(ahead, to_next[stage[sender]], to_prev[stage[sender]])
-    receiver = consumer[np.where(ahead, 0, 1), other * width + microbatch[sender]]
-    placement = np.asarray(schedule.placement, dtype=np.int64)
-    message_node = atoms.node[sender]
-    sender_stage = stage[sender]
-    src, dst = placement[sender_stage], placement[other]
-    boundary = model_stage[np.minimum(sender_stage, other)]
-    inputs, outputs, groups = _wire(atoms, sender, receiver, model_stage, is_group)
-    nodes = len(is_group)  # in the pool, the atoms follow the nodes unless they are the nodes
-    in_pool = sender if len(atoms.node) == nodes else nodes + sender
+    rows = 3 if (atoms.kind == KIND_CODE[Kind.W]).any() else 2  # a W: a row nothing reads
+    dtype = np.int32 if len(pair) < 2**31 else np.int64
+    consumer = np.full(rows * stages * width, -1, dtype=dtype)
+    listed = table.listed[pair]
+    listed += microbatch
+    consumer[listed] = np.arange(len(pair), dtype=dtype)
+    del listed
+    target = table.target[pair]  # the consumer's entry, less the microbatch; -1: no message
+    sender = np.flatnonzero(target >= 0)  # program order
+    target += microbatch
+    receiver = consumer[target[sender]]
+    del consumer, target
+    sent = pair[sender]
+    one_each = len(atoms.node) == len(is_group)  # each atom is its own node
+    produced = sender if one_each else atoms.node[sender]
+    consumed = receiver if one_each else atoms.node[receiver]
+    inputs, outputs, groups = _wire(atoms, produced, consumed, receiver, model_stage, is_group)
+    offset = 0 if one_each else len(is_group)  # in the pool, the atoms follow the nodes
     return dict(
         graph=_sweep_graph(bounds, inputs, outputs, groups),
-        message_node=message_node,
-        message_src=src,
-        message_dst=dst,
-        **_routes(src, dst, boundary),
-        message_kind=np.where(ahead, RowKind.SEND_F, RowKind.SEND_B),
-        message_stage=sender_stage,
-        message_microbatch=microbatch[sender],
-        message_action=in_pool,
+        message_node=produced,
+        messages=MessageColumns(table, sent, sender, microbatch, offset),
+        **routes(table, sent),
         groups=groups,
     )
 
 
-def _routes(src: np.ndarray, dst: np.ndarray, boundary: np.ndarray) -> dict:
-    """The distinct routes (sender, receiver, boundary) and each message's, so link times
-    are looked up once per route, not per message."""
-    if not len(src):
-        return dict(routes=np.zeros((0, 3), dtype=np.int64), route_of=src)
-    devices, layers = int(max(src.max(), dst.max())) + 1, int(boundary.max()) + 1
-    code = (src * devices + dst) * layers + boundary
-    span = devices * devices * layers
-    if span > 4 * len(code) + (1 << 16):  # sparse: sort
-        codes, route_of = np.unique(code, return_inverse=True)
-    else:  # dense: mark, then number the marked codes in order
-        seen = np.zeros(span, dtype=bool)
-        seen[code] = True
-        codes = np.flatnonzero(seen)
-        number = np.cumsum(seen) - 1
-        route_of = number[code]
-    pair, layer = np.divmod(codes, layers)
-    routes = np.stack([pair // devices, pair % devices, layer], axis=1)
-    return dict(routes=routes, route_of=route_of.reshape(-1).astype(np.int64))
-
-
-def _wire(atoms, sender, receiver, model_stage, is_group) -> tuple:
+def _wire(atoms, produced, consumed, receiver, model_stage, is_group) -> tuple:
     """Each node's input and output message, and the groups; a group's node points to
-    its entry in the groups."""
-    produced, consumed = atoms.node[sender], atoms.node[receiver]
+    its entry in the groups (``produced``, ``consumed``: each message's nodes;
+    ``receiver``: its consuming atom)."""
     nodes = len(is_group)
     outputs, inputs = np.full(nodes, -1, dtype=np.int64), np.full(nodes, -1, dtype=np.int64)
-    message = np.arange(len(sender), dtype=np.int64)
+    message = np.arange(len(produced), dtype=np.int64)
     outputs[produced], inputs[consumed] = message, message
     grouped = np.flatnonzero(is_group)
     outputs[grouped] = inputs[grouped] = -2 - np.arange(len(grouped))

@@ -98,8 +98,10 @@ def build_trace(
         _node_numbers(index),
         lambda node: index.pool()[node],
     )
-    arrival = sweep.arrival[links.channel >= 0]  # a transfer's row ends when it arrives
-    ends = [part.max() for part in (sweep.end, arrival, tails.end) if len(part)]
+    ends = [part.max() for part in (sweep.end, tails.end) if len(part)]
+    crossing = links.channel >= 0  # a transfer's row ends when it arrives
+    if crossing.any():
+        ends.append(np.max(sweep.arrival, where=crossing, initial=-np.inf))
     lay_out = partial(_lay_out, index, sweep, links, tails, node_order)
     makespan = float(np.max(ends)) if ends else 0.0
     end_of_step = end_of_step_ms(tails, index.devices)
