@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipesim.schedules.columns import ATOM_CODE, rank_lists
+from pipesim.schedules.columns import ATOM_CODE, action_lists
 from pipesim.schedules.ir import (
     B,
     F,
@@ -59,13 +59,35 @@ def warmup_steps(rank: int, devices: int, microbatches: int, chunks: int) -> int
     return min((chunks - 1) * per_round + 2 * (devices - rank - 1), total)
 
 
-def _steps(k: np.ndarray, rank: int, devices: int, chunks: int, per_round: int, forward: bool):
-    """Stages and microbatches of forward (or backward) steps ``k`` on ``rank``."""
+def _step_columns(
+    devices: int, microbatches: int, chunks: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps 0..m v - 1 as columns, the same for every rank: a forward step's stage and a
+    backward step's, each less the rank (``chunk * devices``), and the step's microbatch."""
+    per_round = microbatches_per_round(devices, microbatches)
+    k = np.arange(microbatches * chunks)
     chunk = (k // per_round) % chunks
-    if not forward:
-        chunk = chunks - 1 - chunk
     microbatch = (k // (per_round * chunks)) * per_round + k % per_round
-    return chunk * devices + rank, microbatch
+    return chunk * devices, (chunks - 1 - chunk) * devices, microbatch
+
+
+def _fill(columns: tuple[np.ndarray, ...], steps: tuple[np.ndarray, ...], rank: int, warmup: int):
+    """Write rank ``rank``'s list into ``columns`` (stage, kind, microbatch; 2 m v long):
+    warm-up forward steps 0..warmup-1; in the steady state forward step warmup + k, then
+    backward step k; the cool-down's backward steps steady..m v - 1."""
+    (stage, kind, microbatch), (forward, backward, count) = columns, steps
+    total = len(count)
+    warmup = min(warmup, total)
+    steady = total - warmup
+    cooldown = warmup + 2 * steady  # where the cool-down starts
+    parts = (slice(warmup), slice(warmup, cooldown, 2))
+    parts += (slice(warmup + 1, cooldown, 2), slice(cooldown, None))
+    taken = (slice(warmup), slice(warmup, None), slice(steady), slice(steady, None))
+    for at, of, source in zip(parts, taken, (forward, forward, backward, backward), strict=True):
+        np.add(source[of], rank, out=stage[at])
+        microbatch[at] = count[of]
+    kind[:warmup] = kind[warmup:cooldown:2] = ATOM_CODE[F]
+    kind[warmup + 1 : cooldown : 2] = kind[cooldown:] = ATOM_CODE[B]
 
 
 def rank_columns(
@@ -73,24 +95,11 @@ def rank_columns(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rank ``rank``'s list as columns (stage, kind, microbatch); ``warmup`` overrides the
     warm-up forward steps (``warmup_steps``)."""
-    total = microbatches * chunks
-    per_round = microbatches_per_round(devices, microbatches)
     if warmup is None:
         warmup = warmup_steps(rank, devices, microbatches, chunks)
-    warmup = min(warmup, total)
-    steady = total - warmup
-    # the program as steps: warm-up forwards 0..warmup-1; steady state forward warmup + k,
-    # then backward k; cool-down backwards steady..total-1
-    forward = np.concatenate([np.arange(warmup), np.full(2 * steady, -1), np.full(warmup, -1)])
-    forward[warmup : warmup + 2 * steady : 2] = np.arange(warmup, total)
-    backward = np.full(total * 2, -1)
-    backward[warmup + 1 : warmup + 2 * steady : 2] = np.arange(steady)
-    backward[warmup + 2 * steady :] = np.arange(steady, total)
-    is_forward = forward >= 0
-    stage, microbatch = np.empty(2 * total, np.int64), np.empty(2 * total, np.int64)
-    for mask, steps, ahead in ((is_forward, forward, True), (~is_forward, backward, False)):
-        stage[mask], microbatch[mask] = _steps(steps[mask], rank, devices, chunks, per_round, ahead)
-    return stage, np.where(is_forward, ATOM_CODE[F], ATOM_CODE[B]), microbatch
+    columns = tuple(np.empty((3, 2 * microbatches * chunks), dtype=np.int64))
+    _fill(columns, _step_columns(devices, microbatches, chunks), rank, warmup)
+    return columns
 
 
 def _valid_near(devices: int, microbatches: int) -> tuple[int, int]:
@@ -114,9 +123,15 @@ def build(devices: int, microbatches: int, virtual_stages: int) -> Schedule:
             f"{rounds} of equal size: microbatches={microbatches} with devices={devices} leaves "
             f"{microbatches % rounds} over; use {below} or {above}",
         )
-    lists = rank_lists(
-        [rank_columns(r, devices, microbatches, virtual_stages) for r in range(devices)]
-    )
+    size = 2 * microbatches * virtual_stages
+    steps = _step_columns(devices, microbatches, virtual_stages)
+    device = np.repeat(np.arange(devices, dtype=np.int64), size)
+    stage, kind, microbatch = np.empty((3, devices * size), dtype=np.int64)
+    for rank in range(devices):
+        at = slice(rank * size, (rank + 1) * size)
+        warmup = warmup_steps(rank, devices, microbatches, virtual_stages)
+        _fill((stage[at], kind[at], microbatch[at]), steps, rank, warmup)
+    lists = action_lists(devices, device, stage, kind, microbatch)
     stages = devices * virtual_stages
     return Schedule(
         lists,
