@@ -49,7 +49,8 @@ def rank_columns(
 
 
 def _fill(columns: tuple[np.ndarray, ...], rank: int, devices: int, microbatches: int) -> None:
-    """Write rank ``rank``'s list into ``columns`` (stage, kind, microbatch; 6m long)."""
+    """Write rank ``rank``'s list into ``columns`` (stage, kind, microbatch): each of the
+    six (chunk, kind) steps runs n times, so 6n entries, 6m once the padding is dropped."""
     d, p = rank, devices
     n = max(microbatches, 2 * p - 1)  # pad to fill the V, then drop the padding below
     padded = columns if n == microbatches else tuple(np.empty((3, 6 * n), dtype=np.int64))
