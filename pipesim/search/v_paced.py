@@ -22,8 +22,10 @@ back, with the links' latency). Every device, when free, runs the ready pass due
   owed ``W`` runs first to give back its bytes; otherwise ``W`` passes fill the gaps of at
   least ``fill`` times their duration and the end.
 
-The period is tried on a short grid from the busiest device's work per microbatch upward
-(one candidate each); the engine then times every order on the real costs and links.
+The period is tried on a short grid around the busiest device's work per microbatch, each
+with the first microbatch released on the pace or the first two at once (the empty
+pipeline has room for one more at the start); one candidate each, and the engine then
+times every order on the real costs and links.
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ from pipesim.search.greedy import Problem
 INF = math.inf
 # Periods tried: the busiest device's work per microbatch times each of these.
 PERIOD_FACTORS = (0.8, 0.9, 1.0, 1.04, 1.08, 1.13, 1.2)
-FILLS = (0.0, 1.0)  # a W fills a gap of at least this many times its duration
+FILLS = (0.0, 1.0)
+EARLY = (
+    0,
+    1,
+)  # the first forwards released this many periods ahead of the pace  # a W fills a gap of at least this many times its duration
 
 
 class _Stuck(RuntimeError):
@@ -46,22 +52,24 @@ class _Stuck(RuntimeError):
 
 
 def paced_schedules(problem: Problem, name: str) -> Iterator[Schedule]:
-    """One order per (period, fill) variant that can be built, distinct, in grid order."""
+    """One order per (early, fill, period) variant that can be built, distinct, in grid
+    order: the period the busiest device's work per microbatch times each of
+    ``PERIOD_FACTORS``."""
     work = [0.0] * problem.devices
     for s, d in enumerate(problem.placement):
         work[d] += problem.forward_ms[s] + problem.input_ms[s] + problem.weight_ms[s]
     seen: set[tuple[tuple[Action, ...], ...]] = set()
-    for fill in FILLS:
-        for factor in PERIOD_FACTORS:
-            try:
-                orders = paced_orders(problem, max(work) * factor, fill)
-            except _Stuck:
-                continue
-            if orders in seen:
-                continue
-            seen.add(orders)
-            chain = single_chain(problem.stages, problem.microbatches)
-            yield Schedule(orders, problem.placement, chain, name)
+    variants = [(e, f, x) for e in EARLY for f in FILLS for x in PERIOD_FACTORS]
+    for early, fill, factor in variants:
+        try:
+            orders = paced_orders(problem, max(work) * factor, fill, early)
+        except _Stuck:
+            continue
+        if orders in seen:
+            continue
+        seen.add(orders)
+        chain = single_chain(problem.stages, problem.microbatches)
+        yield Schedule(orders, problem.placement, chain, name)
 
 
 def offsets(problem: Problem) -> tuple[list[float], list[float]]:
@@ -91,8 +99,8 @@ class _Device:
 class _Paced:
     """One build: a clock and held bytes per device, the passes' end times per stage."""
 
-    def __init__(self, problem: Problem, period_ms: float, fill: float) -> None:
-        self.p, self.period, self.fill = problem, period_ms, fill
+    def __init__(self, problem: Problem, period_ms: float, fill: float, early: int) -> None:
+        self.p, self.period, self.fill, self.early = problem, period_ms, fill, early
         n = problem.stages
         self.f_end: list[list[float]] = [[] for _ in range(n)]
         self.i_end: list[list[float]] = [[] for _ in range(n)]
@@ -111,7 +119,7 @@ class _Paced:
         if k >= self.p.microbatches:
             return INF
         if s == 0:
-            return k * self.period
+            return max(0.0, (k - self.early) * self.period)
         before = self.f_end[s - 1]
         return before[k] + self.p.hop_ms[s - 1] if k < len(before) else INF
 
@@ -205,10 +213,13 @@ class _Paced:
         return tuple(tuple(dev.order) for dev in self.devices)
 
 
-def paced_orders(problem: Problem, period_ms: float, fill: float) -> tuple[tuple[Action, ...], ...]:
-    """Per-device orders built with microbatches released every ``period_ms`` and W passes
-    filling gaps of at least ``fill`` times their duration (module docstring)."""
-    return _Paced(problem, period_ms, fill).run()
+def paced_orders(
+    problem: Problem, period_ms: float, fill: float, early: int = 0
+) -> tuple[tuple[Action, ...], ...]:
+    """Per-device orders built with microbatch ``k``'s first forward released at
+    ``(k - early) * period_ms`` (at 0 for the first ``early``) and W passes filling gaps of
+    at least ``fill`` times their duration (module docstring)."""
+    return _Paced(problem, period_ms, fill, early).run()
 
 
 __all__ = ["PERIOD_FACTORS", "offsets", "paced_orders", "paced_schedules"]
