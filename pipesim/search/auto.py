@@ -26,8 +26,9 @@ Search, then verify:
    (``pipesim.search.v_patterns``), ZB-V built greedily on the real costs and links
    (``pipesim.search.v_timed``), the controllable-memory family repeated, squeezed and
    reordered under the limit's chunk count where it is at most half of 1F1B's
-   (``pipesim.search.v_memory``), and the building blocks nearest the limit
-   (``pipesim.search.blocks``);
+   (``pipesim.search.v_memory``), under such a limit on cases past a few hundred actions
+   the microbatches let in one per period and run by due time (``pipesim.search.v_paced``),
+   and the building blocks nearest the limit (``pipesim.search.blocks``);
 4. a local improvement pass (``pipesim.search.improve``): a strict hill climb, then one
    that also crosses plateaus, each from the best so far, and both again from the best
    building block where that is another; for ``v-auto`` on small cases (at most
