@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, single_chain
 from pipesim.schedules.validity import validate
-from pipesim.search import auto, insertion, minimum_limit_bytes, search_schedule
+from pipesim.search import auto, insertion, minimum_limit_bytes, search_schedule, v_candidates
 from pipesim.search.auto import evaluate, run_candidate
 from pipesim.search.improve import moved
 from pipesim.search.insertion import chased, insertion_climb, insertion_moves, repeated
@@ -108,10 +108,12 @@ def test_never_slower_nor_over_the_limit(monkeypatch, data):
 def _v_min_case(monkeypatch):
     """4 devices, 13 microbatches (312 actions: above the insertion phase's size), per
     chunk F 0.5, I 0.6, W 0.3 ms, 0.1 ms links, 4 chunks of memory (V-Min's); the other
-    phases on small budgets so that the case stays quick."""
+    phases on small budgets so that the case stays quick, and no paced orders."""
     for name in ("IMPROVE_ACTIONS", "CONSTRUCT_ACTIONS", "BLOCK_ACTIONS"):
         monkeypatch.setattr(auto, name, 20_000)
     monkeypatch.setattr(insertion, "CHASE_ACTIONS", 100_000)  # 320 candidates
+    # without the paced orders (they start the climbs elsewhere: 53.8 ms with them)
+    monkeypatch.setattr(v_candidates, "PACED_LEAST_ACTIONS", 10**9)
     costs = split_costs(8, 0.5, 0.6, 0.3, kept=2.0, weight_grad=0.5)
     return ("v-auto", 4, 13, costs, Topology(4, Link(latency_us=100.0)), 8.0)
 
