@@ -4,9 +4,10 @@ Under a tight limit (a V-Min's: about half of what 1F1B holds) the first device 
 only a few chunk-0 activations, each held for a microbatch's whole round trip (forward
 through every stage and the input gradient back). Letting the microbatches in as fast as
 memory allows, as the constructive heuristic does, packs the first few into the pipeline
-together: their forwards queue behind one another on every device, the round trips
-stretch, and the later microbatches wait for memory the stretched trips still hold. The
-steady state then runs well, but the warm-up and the cool-down waste a third of the step.
+together: their forwards queue behind one another on every device and their round trips
+stretch (at 8 devices with I = 1.2 F, up to twice an empty pipeline's), while the memory
+they hold keeps the next microbatches out; the step's first third then runs a few
+microbatches, and each device idles about a third of the step.
 
 This construction paces them instead. Microbatch ``k``'s first forward is released at
 ``k * period``, and each pass is due at ``k * period`` plus the time it would start on an
@@ -40,11 +41,8 @@ from pipesim.search.greedy import Problem
 INF = math.inf
 # Periods tried: the busiest device's work per microbatch times each of these.
 PERIOD_FACTORS = (0.8, 0.9, 1.0, 1.04, 1.08, 1.13, 1.2)
-FILLS = (0.0, 1.0)
-EARLY = (
-    0,
-    1,
-)  # the first forwards released this many periods ahead of the pace  # a W fills a gap of at least this many times its duration
+FILLS = (0.0, 1.0)  # a W fills a gap of at least this many times its duration
+EARLY = (0, 1)  # the first forwards released this many periods ahead of the pace
 
 
 class _Stuck(RuntimeError):
