@@ -273,24 +273,33 @@ class _Builder:
         dev.order.append(Action(stage, kind, i))
 
     def run(self) -> tuple[tuple[Action, ...], ...]:
-        p = self.p
-        left = 3 * p.stages * p.microbatches
-        plans = [self.plan(d) for d in range(p.devices)]
-        while left:
-            d = min(range(p.devices), key=lambda k: plans[k][:2])
-            start, _, stage, kind = plans[d]
-            if start == INF:
-                raise Stalled(f"no device can start an action, {left} left")
-            self.commit(d, start, stage, kind)
-            left -= 1
-            touched = {d}
-            if kind == F and stage + 1 < p.stages:
-                touched.add(p.placement[stage + 1])
-            if kind == I and stage > 0:
-                touched.add(p.placement[stage - 1])
-            for k in touched:
-                plans[k] = self.plan(k)
+        list_schedule(self.p, self.plan, self.commit, Stalled)
         return tuple(tuple(dev.order) for dev in self.devices)
+
+
+def list_schedule(problem: Problem, plan, commit, stuck: type[Exception]) -> None:
+    """Run a list scheduler over every pass of ``problem``: ``plan(d)`` is device d's next
+    pass as ``(start, priority, stage, kind)`` (start INF where none can start), and the
+    device whose pass starts first (then has the least priority) runs it, ``commit(d,
+    start, stage, kind)``; only that device and the one its pass feeds are planned again.
+    ``stuck`` is raised where no device can start a pass."""
+    p = problem
+    left = 3 * p.stages * p.microbatches
+    plans = [plan(d) for d in range(p.devices)]
+    while left:
+        d = min(range(p.devices), key=lambda k: plans[k][:2])
+        start, _, stage, kind = plans[d]
+        if start == INF:
+            raise stuck(f"no device can start a pass, {left} left")
+        commit(d, start, stage, kind)
+        left -= 1
+        touched = {d}
+        if kind == F and stage + 1 < p.stages:
+            touched.add(p.placement[stage + 1])
+        if kind == I and stage > 0:
+            touched.add(p.placement[stage - 1])
+        for k in touched:
+            plans[k] = plan(k)
 
 
 def construct(problem: Problem, rules: Rules) -> tuple[tuple[Action, ...], ...]:

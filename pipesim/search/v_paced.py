@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from pipesim.schedules.ir import Action, F, I, Kind, Schedule, W, single_chain
-from pipesim.search.greedy import Problem
+from pipesim.search.greedy import Problem, list_schedule
 
 INF = math.inf
 # Periods tried: the busiest device's work per microbatch times each of these.
@@ -191,23 +191,7 @@ class _Paced:
         dev.order.append(Action(stage, kind, k))
 
     def run(self) -> tuple[tuple[Action, ...], ...]:
-        p = self.p
-        left = 3 * p.stages * p.microbatches
-        plans = [self.plan(d) for d in range(p.devices)]
-        while left:
-            d = min(range(p.devices), key=lambda k: plans[k][:2])
-            start, _, stage, kind = plans[d]
-            if start == INF:
-                raise _Stuck(f"no device can start a pass, {left} left")
-            self.commit(d, start, stage, kind)
-            left -= 1
-            touched = {d}
-            if kind == F and stage + 1 < p.stages:
-                touched.add(p.placement[stage + 1])
-            if kind == I and stage > 0:
-                touched.add(p.placement[stage - 1])
-            for k in touched:
-                plans[k] = self.plan(k)
+        list_schedule(self.p, self.plan, self.commit, _Stuck)
         return tuple(tuple(dev.order) for dev in self.devices)
 
 
