@@ -302,3 +302,27 @@ def test_a_failed_build_leaves_no_library(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     assert _hatch_build().build_library(native.SOURCE, target) is not None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_c_loop_keeps_pointers_but_holds_no_buffer_alive(c_sweep):
+    # Pointers to the last graph and buffers are kept for the next call, by weak
+    # reference: a sweep's buffers are freed once their owner lets them go, and a new
+    # graph in their place is swept anew (same trace as the Python loop).
+    import gc
+    import weakref
+
+    costs = uniform_costs(3, 1.0, 2.0, activation_bytes=1e6)
+    topology = Topology(3, default=Link(latency_us=50, bandwidth_gbps=10.0))
+    with runner("c", c_sweep):
+        cache = EvaluatorCache(compiled=True)
+        first = fast_simulate(get_schedule("1f1b", 3, 4), costs, topology, cache=cache)
+        first.lay_out()
+        buffer = weakref.ref(cache.buffers._spare[0][1][0])
+        del cache, first
+        gc.collect()
+        assert buffer() is None
+        c = fast_simulate(get_schedule("gpipe", 3, 5), costs, topology, cache=EvaluatorCache())
+    python = fast_simulate(
+        get_schedule("gpipe", 3, 5), costs, topology, cache=EvaluatorCache(compiled=False)
+    )
+    assert_identical(c, python)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 import zlib
 from pathlib import Path
 
@@ -71,35 +72,61 @@ class NativeSweep:
             pointers,
             pointers,
             pointers,
-            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_int64),
             ctypes.c_void_p,
             ctypes.c_double,
             ctypes.c_int32,
         )
         self._function = function
+        self._graph: tuple | None = None  # (weak references to a graph's vectors, pointers)
+        self._state: tuple | None = None  # (the same for the state buffers)
 
     def __call__(self, graph, times, overhead_ms: float, hold: bool, state: tuple) -> int:
-        graph = [
-            np.ascontiguousarray(v, dtype=t) for v, t in zip(graph, _GRAPH_DTYPES, strict=True)
-        ]
-        times = [np.ascontiguousarray(v, dtype=t) for v, t in zip(times, _TIME_DTYPES, strict=True)]
-        for buffer in state:  # written in place: they must be the caller's own
-            if not buffer.flags.c_contiguous:
+        # A planner sweeps the same graph into the same buffers again and again, under
+        # other times: their pointers are made once, the times' on every call. The
+        # arrays pointed into stay referenced here until the call returns.
+        graph_pointers, _graph_arrays = self._kept(graph, _GRAPH_DTYPES, "_graph")
+        state_pointers, _state_arrays = self._kept(state, None, "_state")
+        times = [_vector(v, t) for v, t in zip(times, _TIME_DTYPES, strict=True)]
+        sizes = (ctypes.c_int64 * 4)(
+            len(graph[1]), len(times[1]), len(state[10]), len(graph[0]) - 1
+        )
+        written = self._function(
+            graph_pointers,
+            _addresses(times),
+            state_pointers,
+            sizes,
+            _CODES.ctypes.data,
+            float(overhead_ms),
+            1 if hold else 0,
+        )
+        return int(written)
+
+    def _kept(self, vectors: tuple, dtypes: tuple | None, slot: str):
+        """The pointers of ``vectors`` (a graph, made ``dtypes``; or state buffers, written
+        in place, so contiguous as they are), with what they point into. Those of the last
+        vectors seen are kept, by weak reference: nothing is held alive for them."""
+        kept = getattr(self, slot)
+        if kept is not None and len(kept[0]) == len(vectors):
+            if all(ref() is v for ref, v in zip(kept[0], vectors, strict=True)):
+                return kept[1], vectors
+        if dtypes is None:
+            if not all(v.flags.c_contiguous for v in vectors):
                 raise ValueError("the sweep's state buffers must be contiguous")
-        sizes = np.array(
-            [len(graph[1]), len(times[1]), len(state[10]), len(graph[0]) - 1], dtype=np.int64
-        )
-        return int(
-            self._function(
-                _addresses(graph),
-                _addresses(times),
-                _addresses(state),
-                sizes.ctypes.data,
-                _CODES.ctypes.data,
-                float(overhead_ms),
-                1 if hold else 0,
-            )
-        )
+            arrays = list(vectors)
+        else:
+            arrays = [_vector(v, t) for v, t in zip(vectors, dtypes, strict=True)]
+        pointers = _addresses(arrays)
+        if all(a is v for a, v in zip(arrays, vectors, strict=True)):  # no copy made
+            setattr(self, slot, ([weakref.ref(v) for v in vectors], pointers))
+        return pointers, arrays
+
+
+def _vector(values, dtype) -> np.ndarray:
+    """``values`` as a contiguous vector of ``dtype`` (itself where it is one)."""
+    if type(values) is np.ndarray and values.dtype == dtype and values.flags.c_contiguous:
+        return values
+    return np.ascontiguousarray(values, dtype=dtype)
 
 
 def _addresses(arrays) -> ctypes.Array:
