@@ -38,11 +38,15 @@ Search, then verify:
    ``INSERTION_TIGHT`` of 1F1B's) more: from the fastest candidate of another
    construction too, and by moves repeated for every microbatch; on larger ones under
    a tight limit (up to ``insertion.CHASE_MOST_ACTIONS``) one climb of short moves, each
-   taken chased for the next microbatches (``insertion.chase_phase``).
+   taken chased for the next microbatches (``insertion.chase_phase``);
+5. for ``v-auto`` under a tight limit, up to ``ANNEAL_MOST_ACTIONS`` actions: simulated
+   annealing from the best on a quick timing of the split passes
+   (``pipesim.search.anneal``), whose fastest order goes to the engine too.
 
 Every candidate runs on the engine; its makespan and peak are the engine's, never a
-formula's, and the best that fits wins (the earliest found on a tie). Nothing is random,
-so the same inputs give the same schedule.
+formula's, and the best that fits wins (the earliest found on a tie). The annealing's
+random moves come from a generator with a fixed seed, so the same inputs give the same
+schedule.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from dataclasses import dataclass, replace
 from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, Schedule, ScheduleError, single_chain, v_placement
 from pipesim.schedules.validity import validate
+from pipesim.search.anneal import OrderModel, actions_of, anneal, passes_of
 from pipesim.search.blocks import block_schedules
 from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import Problem, Stalled, construct, make_problem
@@ -87,6 +92,12 @@ INSERTION_TIGHT_MOST_ACTIONS = 250
 INSERTION_MOST_CANDIDATES = 4_000
 INSERTION_TIGHT = 0.75
 INSERTION_REACH = 8
+# V cases under a tight limit with at most ANNEAL_MOST_ACTIONS actions then anneal from the
+# best (``pipesim.search.anneal``): about ANNEAL_STEPS passes timed in all, at most
+# ANNEAL_MOST_ITERATIONS moves.
+ANNEAL_MOST_ACTIONS = 1_500
+ANNEAL_STEPS = 30_000_000
+ANNEAL_MOST_ITERATIONS = 200_000
 TOLERANCE = 1e-9
 
 
@@ -217,6 +228,9 @@ def search_schedule(
     if best.makespan_ms > (floor_ms := bound.makespan_ms * (1 + 1e-8)):  # else none is faster
         tight = given is not None and name == "v-auto" and _tight(problem, costs, topology, given)
         search.improved(max(best.schedule.num_actions, 1), tight, floor_ms, name == "v-auto")
+        if given is not None and name == "v-auto":
+            if _tight(problem, costs, topology, given, ANNEAL_MOST_ACTIONS):
+                search.annealed(problem, name, floor_ms)
     best = search.best
     schedule = replace(best.schedule, name=name)
     validate(schedule)
@@ -328,6 +342,21 @@ class _Search:
         if v_shape and tight and actions > INSERTION_MOST_ACTIONS:
             chase_phase(self, actions, floor_ms)  # larger and tight: moves chased
 
+    def annealed(self, problem: Problem, name: str, floor_ms: float) -> None:
+        """Anneal from the best order by the quick timing (``pipesim.search.anneal``) and
+        offer the fastest order it finds to the engine."""
+        orders = passes_of(self.best.schedule)
+        if orders is None or self.best.makespan_ms <= floor_ms:
+            return
+        actions = max(sum(len(order) for order in orders), 1)
+        iterations = min(ANNEAL_MOST_ITERATIONS, ANNEAL_STEPS // actions)
+        room = self.limit * (1 + TOLERANCE) + TOLERANCE
+        model = OrderModel(problem, self.costs.overhead_ms)
+        found = anneal(orders, model, room, iterations, floor_ms)
+        if found is not None and found[0] < self.best.makespan_ms * (1 - TOLERANCE):
+            schedule = _schedule(actions_of(found[1]), problem, name)
+            self.offer(schedule, f"annealed from {self.best.source}")
+
     def runner(self, source: str) -> Callable[[Schedule], tuple[float | None, Trace | None]]:
         """A climb's ``run``: offer the schedule; its makespan where it fits, and its trace."""
 
@@ -339,10 +368,17 @@ class _Search:
         return run
 
 
-def _tight(problem: Problem, costs: Costs, topology: Topology | None, limit: float) -> bool:
-    """Whether a V case's limit is at most ``INSERTION_TIGHT`` of what 1F1B holds."""
-    if 3 * problem.stages * problem.microbatches > CHASE_MOST_ACTIONS:
-        return False  # only the insertion phase and the chase use it
+def _tight(
+    problem: Problem,
+    costs: Costs,
+    topology: Topology | None,
+    limit: float,
+    most_actions: int = CHASE_MOST_ACTIONS,
+) -> bool:
+    """Whether a V case of at most ``most_actions`` actions has a limit of at most
+    ``INSERTION_TIGHT`` of what 1F1B holds (larger ones: no phase that asks it runs)."""
+    if 3 * problem.stages * problem.microbatches > most_actions:
+        return False
     holds = default_limit_bytes("v-auto", problem.devices, problem.microbatches, costs, topology)
     return limit <= INSERTION_TIGHT * holds * (1 + TOLERANCE)
 
