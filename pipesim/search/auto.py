@@ -93,10 +93,11 @@ INSERTION_MOST_CANDIDATES = 4_000
 INSERTION_TIGHT = 0.75
 INSERTION_REACH = 8
 # V cases under a tight limit with at most ANNEAL_MOST_ACTIONS actions then anneal from the
-# best (``pipesim.search.anneal``): about ANNEAL_STEPS passes timed in all, at most
+# best (``pipesim.search.anneal``), timing ANNEAL_SCALE times as many passes as the
+# improvement pass simulates (its timing costs about that much less a pass), in at most
 # ANNEAL_MOST_ITERATIONS moves.
 ANNEAL_MOST_ACTIONS = 1_500
-ANNEAL_STEPS = 30_000_000
+ANNEAL_SCALE = 50
 ANNEAL_MOST_ITERATIONS = 200_000
 TOLERANCE = 1e-9
 
@@ -349,7 +350,7 @@ class _Search:
         if orders is None or self.best.makespan_ms <= floor_ms:
             return
         actions = max(sum(len(order) for order in orders), 1)
-        iterations = min(ANNEAL_MOST_ITERATIONS, ANNEAL_STEPS // actions)
+        iterations = min(ANNEAL_MOST_ITERATIONS, ANNEAL_SCALE * IMPROVE_ACTIONS // actions)
         room = self.limit * (1 + TOLERANCE) + TOLERANCE
         model = OrderModel(problem, self.costs.overhead_ms)
         found = anneal(orders, model, room, iterations, floor_ms)

@@ -68,6 +68,7 @@ def test_v_min_memory_reaches_the_proven_optimum(monkeypatch):
     costs = split_costs(8, 0.5, 0.6, 0.3, kept=2.0, weight_grad=0.5)
     monkeypatch.setattr(auto, "INSERTION_MOST_ACTIONS", 0)  # no insertion climb
     monkeypatch.setattr(insertion, "CHASE_MOST_ACTIONS", 0)  # nor chase
+    monkeypatch.setattr(auto, "ANNEAL_MOST_ACTIONS", 0)  # nor annealing
     before = search_schedule("v-auto", 4, 4, costs, None, 8.0)
     assert before.makespan_ms == pytest.approx(18.2, abs=1e-9)
 
@@ -96,6 +97,7 @@ def test_never_slower_nor_over_the_limit(monkeypatch, data):
     args = (name, devices, microbatches, costs, topology, limit)
     monkeypatch.setattr(auto, "IMPROVE_ACTIONS", 10_000)
     monkeypatch.setattr(auto, "INSERTION_TIGHT", 1e9)  # every limit counts as tight
+    monkeypatch.setattr(auto, "ANNEAL_MOST_ACTIONS", 0)  # the climbs alone
     found = search_schedule(*args)
     monkeypatch.setattr(auto, "INSERTION_MOST_ACTIONS", 0)  # no insertion climb
     monkeypatch.setattr(insertion, "CHASE_MOST_ACTIONS", 0)  # nor chase
@@ -112,6 +114,7 @@ def _v_min_case(monkeypatch):
     for name in ("IMPROVE_ACTIONS", "CONSTRUCT_ACTIONS", "BLOCK_ACTIONS"):
         monkeypatch.setattr(auto, name, 20_000)
     monkeypatch.setattr(insertion, "CHASE_ACTIONS", 100_000)  # 320 candidates
+    monkeypatch.setattr(auto, "ANNEAL_MOST_ACTIONS", 0)  # the climbs alone
     # without the paced orders (they start the climbs elsewhere: 53.8 ms with them)
     monkeypatch.setattr(v_candidates, "PACED_LEAST_ACTIONS", 10**9)
     costs = split_costs(8, 0.5, 0.6, 0.3, kept=2.0, weight_grad=0.5)
@@ -170,6 +173,7 @@ def test_the_chase_is_never_slower_nor_over_the_limit(monkeypatch, data):
     args = ("v-auto", devices, microbatches, costs, topology, limit)
     monkeypatch.setattr(auto, "IMPROVE_ACTIONS", 5_000)
     monkeypatch.setattr(auto, "INSERTION_MOST_ACTIONS", 0)  # the chase, at every size
+    monkeypatch.setattr(auto, "ANNEAL_MOST_ACTIONS", 0)  # the climbs alone
     monkeypatch.setattr(auto, "INSERTION_TIGHT", 1e9)  # every limit counts as tight
     found = search_schedule(*args)
     monkeypatch.setattr(insertion, "CHASE_MOST_ACTIONS", 0)  # no chase
