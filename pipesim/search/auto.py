@@ -227,11 +227,7 @@ def search_schedule(
         raise SearchError(f"no {name} order found within {memory_limit_bytes:.12g} bytes")
     bound = lower_bound(problem, costs.backward_ms, costs.overhead_ms, tail)
     if best.makespan_ms > (floor_ms := bound.makespan_ms * (1 + 1e-8)):  # else none is faster
-        tight = given is not None and name == "v-auto" and _tight(problem, costs, topology, given)
-        search.improved(max(best.schedule.num_actions, 1), tight, floor_ms, name == "v-auto")
-        if given is not None and name == "v-auto":
-            if _tight(problem, costs, topology, given, ANNEAL_MOST_ACTIONS):
-                search.annealed(problem, name, floor_ms)
+        search.climbed(problem, name, given, floor_ms)
     best = search.best
     schedule = replace(best.schedule, name=name)
     validate(schedule)
@@ -342,6 +338,16 @@ class _Search:
             insertion_phase(self, budget, INSERTION_REACH, full, floor_ms)
         if v_shape and tight and actions > INSERTION_MOST_ACTIONS:
             chase_phase(self, actions, floor_ms)  # larger and tight: moves chased
+
+    def climbed(self, problem: Problem, name: str, given: float | None, floor_ms: float) -> None:
+        """The improvement passes (``improved``), then for a V under a ``given`` tight limit
+        the annealing (``annealed``), down to the bound ``floor_ms`` at most."""
+        costs, topology, v_shape = self.costs, self.topology, name == "v-auto"
+        tight = given is not None and v_shape and _tight(problem, costs, topology, given)
+        self.improved(max(self.best.schedule.num_actions, 1), tight, floor_ms, v_shape)
+        if given is not None and v_shape:
+            if _tight(problem, costs, topology, given, ANNEAL_MOST_ACTIONS):
+                self.annealed(problem, name, floor_ms)
 
     def annealed(self, problem: Problem, name: str, floor_ms: float) -> None:
         """Anneal from the best order by the quick timing (``pipesim.search.anneal``) and
