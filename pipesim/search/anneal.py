@@ -40,13 +40,15 @@ import math
 import random
 from collections.abc import Sequence
 
-from pipesim.schedules.ir import Action, Kind, Schedule
+from pipesim.schedules.ir import Action, Kind, Schedule, single_chain
 from pipesim.search.greedy import Problem
 
 REACH = 6  # places a pass may move at once
 REPEATED = 0.15  # the share of moves made for every later microbatch too
 HEAT = 0.1  # the starting temperature, as a share of the mean pass (ms)
 SEED = 20_231_219
+MOST_ITERATIONS = 200_000  # moves of one annealing at most
+TOLERANCE = 1e-9  # relative: what counts as faster, and the limit's slack (the search's)
 
 Pass = tuple[int, int, int]  # stage, kind (0: F, 1: I, 2: W), microbatch
 KIND = {Kind.F: 0, Kind.I: 1, Kind.W: 2}
@@ -234,9 +236,37 @@ def anneal(
     return best_ms, best
 
 
+def anneal_phase(search, problem: Problem, name: str, floor_ms: float, passes: int) -> None:
+    """Anneal from the best order of a search (``pipesim.search.auto``; ``search`` gives
+    its ``best``, ``costs``, ``limit`` and ``offer``) for about ``passes`` passes timed,
+    down to the bound ``floor_ms``, and offer the fastest order found to the engine
+    when it is faster by this module's timing. ``name``: the schedule's."""
+    best = search.best
+    orders = passes_of(best.schedule)
+    if orders is None or best.makespan_ms <= floor_ms:
+        return
+    iterations = min(MOST_ITERATIONS, passes // max(sum(len(o) for o in orders), 1))
+    room = search.limit * (1 + TOLERANCE) + TOLERANCE
+    model = OrderModel(problem, search.costs.overhead_ms)
+    found = anneal(orders, model, room, iterations, floor_ms)
+    if found is None or found[0] >= best.makespan_ms * (1 - TOLERANCE):
+        return
+    chain = single_chain(problem.stages, problem.microbatches)
+    schedule = Schedule(actions_of(found[1]), problem.placement, chain, name)
+    search.offer(schedule, f"annealed from {best.source}")
+
+
 def _mean_pass(model: OrderModel) -> float:
     durations = [ms for kind in model.duration for ms in kind]
     return sum(durations) / max(len(durations), 1)
 
 
-__all__ = ["OrderModel", "actions_of", "anneal", "blocked", "passes_of", "propose"]
+__all__ = [
+    "OrderModel",
+    "actions_of",
+    "anneal",
+    "anneal_phase",
+    "blocked",
+    "passes_of",
+    "propose",
+]

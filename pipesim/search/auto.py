@@ -39,7 +39,8 @@ Search, then verify:
    construction too, and by moves repeated for every microbatch; on larger ones under
    a tight limit (up to ``insertion.CHASE_MOST_ACTIONS``) one climb of short moves, each
    taken chased for the next microbatches (``insertion.chase_phase``);
-5. for ``v-auto`` under a tight limit, up to ``ANNEAL_MOST_ACTIONS`` actions: simulated
+5. for ``v-auto`` up to ``ANNEAL_MOST_ACTIONS`` actions under a tight limit, or any limit
+   given where the climbs leave more than ``ANNEAL_GAP`` to the bound: simulated
    annealing from the best on a quick timing of the split passes
    (``pipesim.search.anneal``), whose fastest order goes to the engine too.
 
@@ -58,7 +59,7 @@ from dataclasses import dataclass, replace
 from pipesim.schedules import fit_virtual_stages, get_schedule
 from pipesim.schedules.ir import Action, Schedule, ScheduleError, single_chain, v_placement
 from pipesim.schedules.validity import validate
-from pipesim.search.anneal import OrderModel, actions_of, anneal, passes_of
+from pipesim.search.anneal import anneal_phase
 from pipesim.search.blocks import block_schedules
 from pipesim.search.bound import lower_bound
 from pipesim.search.greedy import Problem, Stalled, construct, make_problem
@@ -92,13 +93,14 @@ INSERTION_TIGHT_MOST_ACTIONS = 250
 INSERTION_MOST_CANDIDATES = 4_000
 INSERTION_TIGHT = 0.75
 INSERTION_REACH = 8
-# V cases under a tight limit with at most ANNEAL_MOST_ACTIONS actions then anneal from the
-# best (``pipesim.search.anneal``), timing ANNEAL_SCALE times as many passes as the
+# V cases with at most ANNEAL_MOST_ACTIONS actions, under a tight limit or more than
+# ANNEAL_GAP above the bound after the climbs, then anneal from the best
+# (``pipesim.search.anneal``), timing ANNEAL_SCALE times as many passes as the
 # improvement pass simulates (its timing costs about that much less a pass), in at most
 # ANNEAL_MOST_ITERATIONS moves.
 ANNEAL_MOST_ACTIONS = 1_500
+ANNEAL_GAP = 0.02
 ANNEAL_SCALE = 50
-ANNEAL_MOST_ITERATIONS = 200_000
 TOLERANCE = 1e-9
 
 
@@ -340,29 +342,18 @@ class _Search:
             chase_phase(self, actions, floor_ms)  # larger and tight: moves chased
 
     def climbed(self, problem: Problem, name: str, given: float | None, floor_ms: float) -> None:
-        """The improvement passes (``improved``), then for a V under a ``given`` tight limit
-        the annealing (``annealed``), down to the bound ``floor_ms`` at most."""
+        """The improvement passes (``improved``), then for a V under a ``given`` limit that
+        is tight, or whose best order is still more than ``ANNEAL_GAP`` above the bound
+        ``floor_ms``, the annealing (``annealed``)."""
         costs, topology, v_shape = self.costs, self.topology, name == "v-auto"
         tight = given is not None and v_shape and _tight(problem, costs, topology, given)
         self.improved(max(self.best.schedule.num_actions, 1), tight, floor_ms, v_shape)
-        if given is not None and v_shape:
-            if _tight(problem, costs, topology, given, ANNEAL_MOST_ACTIONS):
-                self.annealed(problem, name, floor_ms)
-
-    def annealed(self, problem: Problem, name: str, floor_ms: float) -> None:
-        """Anneal from the best order by the quick timing (``pipesim.search.anneal``) and
-        offer the fastest order it finds to the engine."""
-        orders = passes_of(self.best.schedule)
-        if orders is None or self.best.makespan_ms <= floor_ms:
+        if given is None or not v_shape:
             return
-        actions = max(sum(len(order) for order in orders), 1)
-        iterations = min(ANNEAL_MOST_ITERATIONS, ANNEAL_SCALE * IMPROVE_ACTIONS // actions)
-        room = self.limit * (1 + TOLERANCE) + TOLERANCE
-        model = OrderModel(problem, self.costs.overhead_ms)
-        found = anneal(orders, model, room, iterations, floor_ms)
-        if found is not None and found[0] < self.best.makespan_ms * (1 - TOLERANCE):
-            schedule = _schedule(actions_of(found[1]), problem, name)
-            self.offer(schedule, f"annealed from {self.best.source}")
+        room = self.best.makespan_ms > floor_ms * (1 + ANNEAL_GAP)
+        small = 3 * problem.stages * problem.microbatches <= ANNEAL_MOST_ACTIONS
+        if small and (room or _tight(problem, costs, topology, given, ANNEAL_MOST_ACTIONS)):
+            anneal_phase(self, problem, name, floor_ms, ANNEAL_SCALE * IMPROVE_ACTIONS)
 
     def runner(self, source: str) -> Callable[[Schedule], tuple[float | None, Trace | None]]:
         """A climb's ``run``: offer the schedule; its makespan where it fits, and its trace."""
