@@ -24,6 +24,8 @@ goes further, for the small and mid-sized cases where it pays:
   ``insertion.repeated``). A move that is no slower is kept; a slower one by ``d`` ms with
   probability ``exp(-d / T)``, the temperature ``T`` falling linearly from ``HEAT`` times
   the mean pass to nothing. A move that breaks the memory limit or the order is undone.
+  A moved order is timed again only from the first pass that moved (``retimed``): every
+  pass that started before it keeps its time.
 
 The random choices come from a generator seeded with a constant, so a search gives the
 same order every time. Where links queue messages (bandwidth on a shared channel, a
@@ -38,7 +40,9 @@ from __future__ import annotations
 
 import math
 import random
+from bisect import bisect_left
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pipesim.schedules.ir import Action, Kind, Schedule, single_chain
 from pipesim.search.greedy import Problem
@@ -53,6 +57,21 @@ TOLERANCE = 1e-9  # relative: what counts as faster, and the limit's slack (the 
 Pass = tuple[int, int, int]  # stage, kind (0: F, 1: I, 2: W), microbatch
 KIND = {Kind.F: 0, Kind.I: 1, Kind.W: 2}
 KINDS = (Kind.F, Kind.I, Kind.W)
+
+
+@dataclass(slots=True)
+class Timing:
+    """A timed order: each stage-microbatch cell's forward and input-backward end (-1:
+    not run), each device's pass starts in list order, and each device's clock (ms)."""
+
+    forward: list[float]
+    backward: list[float]
+    starts: list[list[float]]
+    clocks: list[float]
+
+    @property
+    def makespan_ms(self) -> float:
+        return max(self.clocks, default=0.0)
 
 
 class OrderModel:
@@ -81,24 +100,67 @@ class OrderModel:
     ) -> float | None:
         """When the last pass ends, or None where the orders cannot all run (or a pass
         would end after ``cutoff_ms``)."""
-        clocks = self.finish_times(orders, cutoff_ms)
-        return None if clocks is None else max(clocks, default=0.0)
+        timing = self.timing(orders, cutoff_ms)
+        return None if timing is None else timing.makespan_ms
 
-    def finish_times(
+    def finish_times(self, orders: Sequence[Sequence[Pass]]) -> list[float] | None:
+        """Each device's last end (0 for an empty list), or None where the orders stall."""
+        timing = self.timing(orders)
+        return None if timing is None else timing.clocks
+
+    def timing(
         self, orders: Sequence[Sequence[Pass]], cutoff_ms: float = math.inf
-    ) -> list[float] | None:
-        """Each device's last end (0 for an empty list), or None where the orders stall
-        (or a pass ends after ``cutoff_ms``)."""
+    ) -> Timing | None:
+        """Every pass's start, run from the beginning (``makespan``)."""
+        cells = self.stages * self.microbatches
+        timing = Timing([-1.0] * cells, [-1.0] * cells, [[] for _ in orders], [0.0] * len(orders))
+        return self._run(orders, timing, cutoff_ms)
+
+    def retimed(
+        self,
+        orders: Sequence[Sequence[Pass]],
+        before: Timing,
+        device: int,
+        first: int,
+        cutoff_ms: float = math.inf,
+    ) -> Timing | None:
+        """The timing of ``orders``, which differ from the orders ``before`` timed only on
+        ``device`` from position ``first`` on. Every pass that started before the first
+        changed one did depends only on passes that started earlier still, none of them
+        changed, so those keep their times and the run goes on from there."""
+        cut = before.starts[device][first] if first < len(before.starts[device]) else math.inf
+        forward, backward, m = before.forward[:], before.backward[:], self.microbatches
+        starts, clocks = [], []
+        for at, order in enumerate(orders):
+            kept = bisect_left(before.starts[at], cut)
+            if at == device:
+                kept = min(kept, first)
+            starts.append(before.starts[at][:kept])
+            clock = 0.0
+            if kept:
+                stage, kind, _ = order[kept - 1]
+                clock = starts[at][-1] + self.duration[kind][stage]
+            clocks.append(clock)
+            for stage, kind, microbatch in order[kept:]:
+                if kind == 0:
+                    forward[stage * m + microbatch] = -1.0
+                elif kind == 1:
+                    backward[stage * m + microbatch] = -1.0
+        return self._run(orders, Timing(forward, backward, starts, clocks), cutoff_ms)
+
+    def _run(self, orders, timing: Timing, cutoff_ms: float) -> Timing | None:
+        """Go on with ``timing`` (its starts: the passes already run) until every pass has
+        run; None where the orders stall or a pass ends after ``cutoff_ms``."""
         m, last, hop = self.microbatches, self.stages - 1, self.hop
         forward_ms, input_ms, weight_ms = self.duration
-        forward = [-1.0] * (self.stages * m)  # end times; -1: not run yet
-        backward = [-1.0] * (self.stages * m)
-        done, clocks = [0] * len(orders), [0.0] * len(orders)
-        left = sum(len(order) for order in orders)
+        forward, backward, clocks = timing.forward, timing.backward, timing.clocks
+        left = sum(len(o) - len(b) for o, b in zip(orders, timing.starts, strict=True))
         while left:
             moved = False
             for device, order in enumerate(orders):
-                at, clock, size = done[device], clocks[device], len(order)
+                begun = timing.starts[device]
+                began = at = len(begun)
+                clock, size = clocks[device], len(order)
                 while at < size:
                     stage, kind, microbatch = order[at]
                     cell = stage * m + microbatch
@@ -106,7 +168,9 @@ class OrderModel:
                         ready = forward[cell - m] + hop[stage - 1] if stage else 0.0
                         if stage and forward[cell - m] < 0:
                             break
-                        clock = (ready if ready > clock else clock) + forward_ms[stage]
+                        clock = ready if ready > clock else clock
+                        begun.append(clock)
+                        clock += forward_ms[stage]
                         forward[cell] = clock
                     elif kind == 1:  # after its forward and the next stage's I, hop back
                         ready = forward[cell]
@@ -114,22 +178,26 @@ class OrderModel:
                             break
                         if stage < last and backward[cell + m] + hop[stage] > ready:
                             ready = backward[cell + m] + hop[stage]
-                        clock = (ready if ready > clock else clock) + input_ms[stage]
+                        clock = ready if ready > clock else clock
+                        begun.append(clock)
+                        clock += input_ms[stage]
                         backward[cell] = clock
                     else:  # after its own I
                         ready = backward[cell]
                         if ready < 0:
                             break
-                        clock = (ready if ready > clock else clock) + weight_ms[stage]
+                        clock = ready if ready > clock else clock
+                        begun.append(clock)
+                        clock += weight_ms[stage]
                     at += 1
                 if clock > cutoff_ms:
                     return None
-                if at != done[device]:
-                    left -= at - done[device]
-                    done[device], clocks[device], moved = at, clock, True
+                if at != began:
+                    left -= at - began
+                    clocks[device], moved = clock, True
             if not moved:
                 return None
-        return clocks
+        return timing
 
     def peak(self, order: Sequence[Pass]) -> float:
         """The most activation bytes the device of ``order`` holds."""
@@ -207,9 +275,10 @@ def anneal(
     ``model``'s timing, each device within ``room_bytes``; it stops early at ``floor_ms``
     (a lower bound). None where ``orders`` cannot run."""
     current = [list(order) for order in orders]
-    now = model.makespan(current)
-    if now is None:
+    timing = model.timing(current)
+    if timing is None:
         return None
+    now = timing.makespan_ms
     rng = random.Random(SEED)
     best, best_ms = [list(order) for order in current], now
     heat = HEAT * _mean_pass(model)
@@ -226,8 +295,10 @@ def anneal(
         temperature = heat * (1 - step / iterations)
         worst = now - temperature * math.log(1.0 - rng.random()) if temperature > 0 else now
         kept, current[device] = current[device], changed
-        found = model.makespan(current, worst * (1 + 1e-12))
-        if found is not None:
+        first = next(at for at, (a, b) in enumerate(zip(kept, changed, strict=True)) if a != b)
+        retimed = model.retimed(current, timing, device, first, worst * (1 + 1e-12))
+        if retimed is not None:
+            timing, found = retimed, retimed.makespan_ms
             now = found
             if found < best_ms * (1 - 1e-12):
                 best, best_ms = [list(order) for order in current], found

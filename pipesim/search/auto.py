@@ -96,11 +96,11 @@ INSERTION_REACH = 8
 # V cases with at most ANNEAL_MOST_ACTIONS actions, under a tight limit or more than
 # ANNEAL_GAP above the bound after the climbs, then anneal from the best
 # (``pipesim.search.anneal``), timing ANNEAL_SCALE times as many passes as the
-# improvement pass simulates (its timing costs about that much less a pass), in at most
-# ANNEAL_MOST_ITERATIONS moves.
+# improvement pass simulates (a pass retimed there costs about a hundredth of one
+# simulated on the engine), in at most ``anneal.MOST_ITERATIONS`` moves.
 ANNEAL_MOST_ACTIONS = 1_500
 ANNEAL_GAP = 0.02
-ANNEAL_SCALE = 50
+ANNEAL_SCALE = 100
 TOLERANCE = 1e-9
 
 
