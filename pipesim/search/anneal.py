@@ -125,9 +125,9 @@ class OrderModel:
         cutoff_ms: float = math.inf,
     ) -> Timing | None:
         """The timing of ``orders``, which differ from the orders ``before`` timed only on
-        ``device`` from position ``first`` on. Every pass that started before the first
-        changed one did depends only on passes that started earlier still, none of them
-        changed, so those keep their times and the run goes on from there."""
+        ``device`` from position ``first`` on. A pass that started before the first
+        changed pass did depends only on passes that started earlier still, none of them
+        changed: those keep their times, and the run goes on from there."""
         cut = before.starts[device][first] if first < len(before.starts[device]) else math.inf
         forward, backward, m = before.forward[:], before.backward[:], self.microbatches
         starts, clocks = [], []
