@@ -91,6 +91,7 @@ from dataclasses import dataclass
 from pipesim.search.fits import counts_memory, held_by_one, in_flight, most_ms, room_bytes
 from pipesim.search.greedy import Problem
 from pipesim.search.last_forward import last_forward_ms
+from pipesim.search.one_device import alone_ms
 from pipesim.search.round_trips import paced_ends
 from pipesim.search.serial import serial_ms
 from pipesim.search.tail import Tail
@@ -163,6 +164,14 @@ def lower_bound(
     for d in range(problem.devices):
         parts.append((last_forward_floor_ms(problem, chain, d), f"last forward of device {d}"))
     ms, part = max(parts, key=lambda found: found[0])
+    own = [0.0] * problem.devices
+    for found, name in parts:
+        if name.endswith(tuple(f"device {d}" for d in range(problem.devices))):
+            d = int(name.rsplit(" ", 1)[1])
+            own[d] = max(own[d], found)
+    alone, device = alone_ms(problem, chain, ms, own)
+    if device >= 0:
+        ms, part = alone, f"device {device} alone, in its best order"
     if tail is not None:
         ms, part = with_tail(problem, chain, tail, (ms, part))
     return LowerBound(max(ms, 0.0) * (1 - MARGIN), part)

@@ -1,59 +1,72 @@
 """One device alone: its own actions in the order it chooses, the rest of the pipeline
-reduced to time lags, its memory limit kept; the idle no such order avoids.
+reduced to time lags, its memory limit kept; searched for the best such order.
 
 The other parts of the bound count a device's idle with closed forms (a warm-up that
-forwards cannot fill, a tail that weight passes cannot cover). Under a tight limit on a V
-the idle comes from how the two chunks share the room: the chunk-0 forwards that enter
-before the first gradient comes back leave room for only so many chunk-1 forwards, whose
-bytes must come back before the next chunk-0 forward enters, and so on. This part
-searches those orders outright, one device at a time.
+forwards cannot fill, a tail that weight passes cannot cover, the states at its last
+forward). Under a tight limit on a V the idle comes from how the two chunks share the
+room: the chunk-0 forwards that enter before the first gradient comes back leave room for
+only so many chunk-1 forwards, whose bytes must come back before the next chunk-0 forward
+enters, and so on to the end, where the last forwards wait for room and the last
+microbatch's way back is left uncovered. This part searches those orders outright.
 
-**The relaxation.** Keep one device ``d`` and its stages ``s_0 < s_1 < ...``; let every
-other device run any number of actions at once. What remains of the engine's rules, per
+**The relaxation.** Keep one device and its stages ``s_0 < s_1 < ...``; let every other
+device run any number of actions at once. What remains of the engine's rules, per
 microbatch ``j`` (``head``, ``trip``, ``below`` as in ``pipesim.search.bound``):
 
-* ``F(s_k, j)`` starts no earlier than ``head(s_k) + j F(t)`` for every stage ``t <
-  s_k`` (the device of ``t`` runs ``j + 1`` forwards there first, each after
-  ``head(t)``), and no earlier than ``F(s_(k-1), j)`` started plus ``head(s_k) -
-  head(s_(k-1))`` (the forward chain between them);
+* ``F(s_k, j)`` starts no earlier than ``head(s_k) + j F(t)`` for every stage ``t < s_k``
+  (the device of ``t`` runs ``j + 1`` forwards there first, each after ``head(t)``, and
+  the chain from ``t`` on follows the last), and no earlier than ``F(s_(k-1), j)``
+  started plus ``head(s_k) - head(s_(k-1))`` (the forward chain between them);
 * ``I(s, j)`` starts no earlier than ``F(s, j)`` started plus ``trip(s) - I(s)``, than
   ``I(s_(k+1), j)`` ended plus the hops and input backwards between the two stages, and
-  than ``head(s+1) + trip(s+1) + hop(s) + j I(s+1)`` (the ``j + 1`` input backwards of
-  the stage above run one at a time); ``W(s, j)`` starts after ``I(s, j)`` ends;
-* the step ends no earlier than ``I(s, j)`` ended plus ``below(s)``, and no earlier than
-  the ``(j+1)``-th last ``I(s)`` end plus ``below(s) + j I(s-1)`` (the stage below runs
-  those ``j + 1`` input backwards one at a time after them);
+  than ``head(s+1) + trip(s+1) + hop(s) + j I(s+1)`` (the first ``I(s+1)`` to end ends
+  no earlier than ``head(s+1) + trip(s+1)``, the others one at a time after it);
+  ``W(s, j)`` starts after ``I(s, j)`` ends;
+* the step ends no earlier than each ``I(s, j)`` end plus ``below(s)``, and than every
+  action's end;
 * the device runs one action at a time and holds at most the limit: an ``F`` takes its
   stage's bytes at its start, an ``I`` gives back all but the weight-gradient part at its
   end, a ``W`` the rest.
 
-Every valid schedule, restricted to ``d``, keeps all of these, so the least idle of the
-relaxation is a floor on the idle of every schedule. Each stage may run each kind in
-microbatch order (``pipesim.search.exact_model``'s relabelling keeps every rule above:
-each is between the ``j``-th of two kinds, or on the ``j``-th of one kind), so an order
-is a sequence of kinds; started each as early as the rules allow (the memory depends only
-on the sequence: every byte given back is given back by an earlier action of the same
-device), it does at least as much work by every time as any timing of the same sequence.
+Every valid schedule, restricted to the device, keeps all of these, so no valid schedule
+ends before the best order of the relaxation. Each stage may run each kind in microbatch
+order: ``pipesim.search.exact_model``'s relabelling gives every valid schedule such a
+twin with the same device timelines, and each rule above is between the ``j``-th actions
+of two kinds or on the ``j``-th of one. An order is then a sequence of kinds, best
+started each as early as the rules allow (the bytes held depend only on the sequence:
+every byte given back is given back by an earlier action of the same device).
 
-**Two ends.** Let ``C`` be the step's end. The idle of the device in ``[0, C]`` is at least
-its idle in ``[0, T]`` plus its idle in ``[C - T', C]`` when ``T + T' <= C``, which holds
-when ``T + T'`` is at most a proven lower bound on ``C``. The first is floored by the
-search above; the second by the same search run backwards in time from ``C``: reversed, a
-``W`` takes its weight-gradient bytes at its start, an ``I`` the rest of its stage's
-activation, an ``F`` gives the activation back at its end; the step's end-chains become
-earliest starts, and the lags turn around (``W`` before ``I``, ``I(s_k)`` after
-``I(s_(k-1))``, ``F(s)`` ``trip(s) - F(s)`` after ``I(s)``, ``F(s_k)`` after
-``F(s_(k+1))``). So::
+**The search** goes best first over sequences (the first actions of an order), by a floor
+under every order that begins with them. Every order begins with one of the sequences in
+the queue, so at every moment the least floor there is a lower bound, and the first
+complete sequence taken from it is a best order. The floor of a sequence: its step so far
+(the latest end plus end-chain); the clock plus all the work left; for each kind, the
+last of its actions starts after the remaining actions of every kind it waits on
+(directly or not), no earlier than its own earliest start and its lags after the last of
+those, and its end-chain follows; and the last forward of the deepest stage starts after
+every other forward left and every backward and weight pass the memory forces before it
+(at that moment the last microbatch holds the activations of all the device's stages,
+and each other one at least the activations up to a stage while its ``I`` there has not
+ended, and that stage's weight-gradient part while its ``W`` has not, so only as many as
+fit in the room left can still await each), after which its round trip and the chain
+down to the end follow. A sequence's floor is also never below its parent's. Two rules
+leave out sequences that cannot do better than others kept:
 
-    makespan >= busy + least idle in [0, T] + least idle in the last T'
+* right after a weight pass started at ``t``, an action that could have started at ``t``
+  within the limit is not run: swapping the two keeps their span, runs the other action
+  no later and the weight pass no later than the end of the pair (nothing on the device
+  waits on it), and holds no more bytes in between; nor a weight pass of a lower kind
+  (the two swapped). Swapping until none is left turns any order into one of those
+  searched (call them normal), no worse;
+* a sequence with the same count of each kind as one already taken from the queue that
+  did not end with a weight pass, and a clock, a step so far and an earliest start of
+  every pending action no earlier than that one's, is left out: whatever follows it can
+  follow the other as early, and swapping that order into a normal one moves only
+  weight passes after the other's last action (a swap never crosses an action that is
+  not a weight pass), so a normal order through the other is no worse.
 
-**The search** is best first by idle so far (the idle of a sequence only grows as it goes
-on), a state being the count of each kind done, the clock, and the earliest start that
-the actions already run impose on each pending one; a state that another with the same
-counts beats on the clock and on every pending start is dropped (anything the one can do
-next, the other can do no later). A state whose clock passes the horizon ends its
-sequence; the first such state taken from the queue has the least idle. After ``BUDGET``
-states the least idle still in the queue is returned instead: no sequence can do better.
+After ``BUDGET`` states (all the devices together, the devices whose other parts are
+highest first) the least floor still in the queue is what a device proves.
 """
 
 from __future__ import annotations
@@ -62,21 +75,21 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from pipesim.search.fits import counts_memory, room_bytes
+from pipesim.search.fits import counts_memory, room_bytes, whole
 from pipesim.search.greedy import Problem
 
-BUDGET = 600  # states taken from the queue per search
-KEPT = 6  # states kept per count of each kind, to test new ones against
-EPS = 1e-9  # ms: a start that late is the same start
+BUDGET = 3000  # states taken from the queue in all, every device together (in units:
+WORK = 64  # each state costs one more per this many pending starts compared with others)
+KEPT = 64  # states kept per count of each kind, to test new ones against
 
 
 @dataclass(frozen=True, slots=True)
 class Kind:
     """One kind of action of the device, run in microbatch order: its duration (ms), the
     bytes it takes at its start and gives back at its end, the earliest start of its
-    ``j``-th (``release + j * stride``), and ``after``: ``(kind, lag)`` pairs, each saying
+    ``j``-th (``release + j * stride``), ``after``: ``(kind, lag)`` pairs, each saying
     it starts no earlier than that kind's action of the same microbatch started plus
-    ``lag``."""
+    ``lag``, and ``tail``: what must follow its end before the step ends."""
 
     ms: float
     takes: float
@@ -84,23 +97,37 @@ class Kind:
     release: float
     stride: float
     after: tuple[tuple[int, float], ...]
-    filler: bool = False  # a weight pass: nothing on the device waits on it but its I
+    tail: float = 0.0
+    filler: bool = False  # a weight pass: nothing on the device waits on it
 
 
-def one_device_ms(problem: Problem, chain, device: int, floor_ms: float) -> float:
-    """The device's work plus the least idle in the first and the last ``floor_ms / 2``
-    (module docstring); ``floor_ms`` is a proven lower bound on the makespan, ``chain``
-    the durations and chains of ``pipesim.search.bound``. 0 for a device without stages."""
+def alone_ms(problem: Problem, chain, floor_ms: float, own: list[float]) -> tuple[float, int]:
+    """The best floor the devices' relaxations prove above ``floor_ms`` (a proven lower
+    bound on the makespan) and the device that proves it (-1: none does), within
+    ``BUDGET`` states in all, spent on the devices in the order of ``own`` (each device's
+    own floor from the other parts), highest first; ``chain``: the durations and chains
+    of ``pipesim.search.bound``."""
+    best, where, budget = floor_ms, -1, BUDGET
+    for device in sorted(range(problem.devices), key=lambda d: -own[d]):
+        if budget <= 0:
+            break
+        found, used = one_device_ms(problem, chain, device, best, budget)
+        budget -= used
+        if found > best:
+            best, where = found, device
+    return best, where
+
+
+def one_device_ms(
+    problem: Problem, chain, device: int, floor_ms: float, budget: int = BUDGET
+) -> tuple[float, int]:
+    """No order of the device's relaxation ends before the first value (at least
+    ``floor_ms``, a proven lower bound on the makespan), as the search finds it within
+    ``budget`` states; the second is how many it took."""
     mine = [s for s in range(problem.stages) if problem.placement[s] == device]
-    if not mine or not math.isfinite(floor_ms) or floor_ms <= 0:
-        return 0.0
-    m = problem.microbatches
-    busy = m * sum(chain.forward[s] + chain.input[s] + chain.weight[s] for s in mine)
-    room = room_bytes(problem) if counts_memory(problem) else math.inf
-    half = floor_ms / 2
-    ahead = least_idle_ms(forward_kinds(problem, chain, mine), m, room, half)
-    behind = least_idle_ms(reverse_kinds(problem, chain, mine), m, room, half)
-    return busy + ahead + behind
+    if not mine or not math.isfinite(floor_ms):
+        return floor_ms, 0
+    return _Search(problem, chain, mine).least(floor_ms, budget)
 
 
 def _bytes(problem: Problem, stage: int) -> tuple[float, float]:
@@ -116,7 +143,7 @@ def _down_ms(problem: Problem, chain, low: int, high: int) -> float:
 
 def forward_kinds(problem: Problem, chain, mine: list[int]) -> list[Kind]:
     """``F``, ``I``, ``W`` of each of the device's stages (in that order, ``3k`` onwards
-    for its ``k``-th stage), as time runs."""
+    for its ``k``-th stage)."""
     kinds, last = [], problem.stages - 1
     for k, s in enumerate(mine):
         taken, grad = _bytes(problem, s)
@@ -129,108 +156,194 @@ def forward_kinds(problem: Problem, chain, mine: list[int]) -> list[Kind]:
             after += ((3 * k + 4, chain.input[deeper] + _down_ms(problem, chain, s, deeper)),)
         release = chain.head[s] + chain.trip[s] - chain.input[s]
         stride = chain.input[s + 1] if s < last else 0.0
-        kinds.append(Kind(chain.input[s], 0.0, taken - grad, release, stride, after))
+        kinds.append(
+            Kind(chain.input[s], 0.0, taken - grad, release, stride, after, chain.below[s])
+        )
         after = ((3 * k + 1, chain.input[s]),)
         kinds.append(Kind(chain.weight[s], 0.0, grad, 0.0, 0.0, after, filler=True))
     return kinds
 
 
-def reverse_kinds(problem: Problem, chain, mine: list[int]) -> list[Kind]:
-    """The same actions with time running back from the step's end: ``W``, ``I``, ``F``
-    of each stage (``3k`` onwards), the ``j``-th being the ``j``-th last."""
-    kinds = []
-    for k, s in enumerate(mine):
-        taken, grad = _bytes(problem, s)
-        kinds.append(Kind(chain.weight[s], grad, 0.0, 0.0, 0.0, (), filler=True))
-        after = ((3 * k, chain.weight[s]),)
-        if k:
-            lower = mine[k - 1]
-            after += ((3 * k - 2, chain.input[lower] + _down_ms(problem, chain, lower, s)),)
-        stride = chain.input[s - 1] if s else 0.0
-        kinds.append(Kind(chain.input[s], taken - grad, 0.0, chain.below[s], stride, after))
-        after = ((3 * k + 1, chain.trip[s] - chain.forward[s]),)
-        if k + 1 < len(mine):
-            deeper = mine[k + 1]
-            between = chain.head[deeper] - chain.head[s] - chain.forward[s]
-            after += ((3 * k + 5, chain.forward[deeper] + between),)
-        kinds.append(Kind(chain.forward[s], 0.0, taken, 0.0, 0.0, after))
-    return kinds
-
-
 @dataclass(slots=True)
 class _State:
-    """A sequence so far: its clock and idle (ms), the bytes held, each kind's count, and
-    per kind the starts of the microbatches that a later kind still waits on, from
-    ``lows[kind]`` on."""
+    """A sequence so far: its floor (ms; ``exact`` once the floor below was taken), clock
+    and step so far (ms), the bytes held, each kind's count, per kind the starts of the
+    microbatches from ``lows[kind]`` on that a later kind still waits on, and the weight
+    pass just run (its kind, start and the bytes held before it) or None."""
 
+    floor: float
     clock: float
-    idle: float
+    cost: float
     held: float
     counts: tuple[int, ...]
     starts: tuple[tuple[float, ...], ...]
-    filled: tuple[int, float, float] | None = None  # the weight pass just run: kind, start, held before
+    lows: tuple[int, ...]
+    filled: tuple[int, float, float] | None
+    exact: bool = False
 
 
-def least_idle_ms(
-    kinds: list[Kind], microbatches: int, room: float, horizon_ms: float, budget: int = BUDGET
-) -> float:
-    """The least idle before ``horizon_ms`` of any sequence of ``kinds`` (each run
-    ``microbatches`` times, in microbatch order) whose bytes stay within ``room``, or a
-    floor under it once ``budget`` states have been taken from the queue."""
-    if horizon_ms <= 0:
-        return 0.0
-    waiting = [[t for t, kind in enumerate(kinds) if any(p == k for p, _ in kind.after)]
-               for k in range(len(kinds))]
-    start = _State(0.0, 0.0, 0.0, (0,) * len(kinds), ((),) * len(kinds))
-    queue, seen, tie = [(0.0, 0.0, 0, start)], {}, 0
-    for _ in range(budget):
-        if not queue:
-            return 0.0  # no sequence at all: nothing to prove here
-        idle, _, _, state = heapq.heappop(queue)
-        if state.clock >= horizon_ms - EPS:
-            return idle
-        if all(count == microbatches for count in state.counts):
-            # done before the horizon: idle from here on
-            done = _State(horizon_ms, idle + horizon_ms - state.clock, 0.0, (), ())
-            heapq.heappush(queue, (done.idle, -done.clock, tie, done))
-            continue
-        for child in _children(kinds, waiting, state, microbatches, room, horizon_ms):
-            if child.clock < horizon_ms - EPS and _beaten(seen, child, kinds, waiting):
+class _Search:
+    """The best-first search of one device's relaxation (module docstring)."""
+
+    def __init__(self, problem: Problem, chain, mine: list[int]):
+        self.kinds = kinds = forward_kinds(problem, chain, mine)
+        self.m = problem.microbatches
+        self.room = room_bytes(problem) if counts_memory(problem) else math.inf
+        n = len(kinds)
+        ancestors = [sorted(_ancestors(kinds, t)) for t in range(n)]
+        self.ms = [kind.ms for kind in kinds]
+        # per kind, each before those that wait on it: what the floor of its last needs
+        self.plan = [
+            (
+                t,
+                ancestors[t],
+                kinds[t].release + (self.m - 1) * kinds[t].stride,
+                kinds[t].after,
+                kinds[t].ms + kinds[t].tail,
+            )
+            for t in sorted(range(n), key=lambda t: len(ancestors[t]))
+        ]
+        self.waiting = [
+            [t for t in range(n) if any(p == q for p, _ in kinds[t].after)] for q in range(n)
+        ]
+        taken = [_bytes(problem, s) for s in mine]
+        self.spare = self.room - sum(a for a, _ in taken)
+        self.forced = []  # (kind, how many other microbatches may still await it then)
+        for k, (_, grad) in enumerate(taken):
+            holds = sum(a for a, _ in taken[: k + 1])  # I(s_k) pending: stages 0..k held
+            for t, size in ((3 * k + 1, holds), (3 * k + 2, grad)):
+                self.forced.append((t, whole(self.spare / size) if size > 0 else self.m))
+        self.back = chain.trip[mine[-1]] + max(chain.weight[mine[0]], chain.below[mine[0]])
+        for low, high in zip(mine, mine[1:], strict=False):
+            self.back += _down_ms(problem, chain, low, high) + chain.input[low]
+        self.seen: dict = {}
+
+    def least(self, floor_ms: float, budget: int) -> tuple[float, int]:
+        """The least floor of a sequence not yet taken further (every order goes through
+        one of them) once the best is found or ``budget`` was spent (``BUDGET``'s units),
+        at least ``floor_ms``; and what was spent."""
+        n = len(self.kinds)
+        if self.spare < 0 or budget <= 0:
+            return floor_ms, 0
+        first = _State(floor_ms, 0.0, 0.0, 0.0, (0,) * n, ((),) * n, (0,) * n, None)
+        queue, tie, self.spent = [(floor_ms, 0, 0, first)], 0, 0
+        while queue and self.spent < budget:
+            floor, depth, _, state = heapq.heappop(queue)
+            if not state.exact:  # its parent's floor so far: take the floor below too
+                state.floor, state.exact = max(floor, self._floor(state)), True
+                if state.floor > floor:
+                    tie += 1
+                    heapq.heappush(queue, (state.floor, depth, tie, state))
+                    continue
+            if self._beaten(state):
                 continue
-            tie += 1
-            heapq.heappush(queue, (child.idle, -child.clock, tie, child))
-    return queue[0][0] if queue else 0.0
+            if all(count == self.m for count in state.counts):
+                return floor, self.spent  # the relaxation's best order
+            for child in self._children(state):
+                tie += 1
+                heapq.heappush(queue, (child.floor, -sum(child.counts), tie, child))
+        return (queue[0][0] if queue else floor_ms), self.spent
+
+    def _children(self, state: _State):
+        """Each kind's next action after ``state``, as early as the rules allow, as a new
+        state (its floor at least ``state``'s), but for those the rules cut."""
+        counts, starts, lows = state.counts, state.starts, state.lows
+        for t, kind in enumerate(self.kinds):
+            j = counts[t]
+            if j == self.m or state.held + kind.takes > self.room:
+                continue
+            ready = kind.release + j * kind.stride
+            for p, lag in kind.after:
+                if counts[p] <= j:
+                    ready = math.inf
+                    break
+                ready = max(ready, starts[p][j - lows[p]] + lag)
+            if ready == math.inf or _in_its_place(state.filled, t, kind, ready, self.room):
+                continue
+            yield self._advance(state, t, max(state.clock, ready))
+
+    def _advance(self, state: _State, t: int, begin: float) -> _State:
+        """``state`` after kind ``t``'s next action, started at ``begin``."""
+        kind = self.kinds[t]
+        counts = list(state.counts)
+        counts[t] += 1
+        starts, lows = list(state.starts), list(state.lows)
+        if self.waiting[t]:
+            starts[t] += (begin,)
+        else:
+            lows[t] += 1
+        for p, _ in kind.after:  # t's count may let p forget a start
+            low = min(counts[w] for w in self.waiting[p])
+            starts[p], lows[p] = starts[p][low - lows[p] :], low
+        end = begin + kind.ms
+        cost = max(state.cost, end + kind.tail)
+        filled = (t, begin, state.held) if kind.filler else None
+        held = state.held + kind.takes - kind.gives
+        return _State(
+            state.floor, end, cost, held, tuple(counts), tuple(starts), tuple(lows), filled
+        )
+
+    def _floor(self, state: _State) -> float:
+        """No sequence that goes on from ``state`` ends before this (module docstring)."""
+        m, counts, clock = self.m, state.counts, state.clock
+        left = [(m - count) * ms for count, ms in zip(counts, self.ms, strict=True)]
+        found = max(state.cost, clock + sum(left))
+        last = [-math.inf] * len(left)  # the floor of each kind's last start
+        for t, ancestors, release, after, ms_and_tail in self.plan:
+            if counts[t] == m:
+                if state.lows[t] < m:
+                    last[t] = state.starts[t][m - 1 - state.lows[t]]
+                continue
+            start = clock + left[t] - self.ms[t]
+            for p in ancestors:
+                start += left[p]
+            start = max(start, release)
+            for p, lag in after:
+                start = max(start, last[p] + lag)
+            last[t] = start
+            found = max(found, start + ms_and_tail)
+        deepest = len(left) - 3
+        if counts[deepest] < m:
+            # the last forward of the deepest stage starts after every other forward
+            # left and the backwards and weight passes memory forces before it
+            work = sum(left[0::3]) - self.ms[deepest]
+            for t, kept in self.forced:
+                work += max(0, m - 1 - kept - counts[t]) * self.ms[t]
+            found = max(found, clock + work + self.back)
+        return found
+
+    def _beaten(self, state: _State) -> bool:
+        """Whether a state kept with the same counts was no later in its clock, its step
+        so far and every pending start; else ``state`` is kept (up to ``KEPT``) unless it
+        ends with a weight pass (module docstring)."""
+        counts, clock, pending = state.counts, state.clock, []
+        for t, kind in enumerate(self.kinds):
+            for p, lag in kind.after:
+                low, starts = state.lows[p], state.starts[p]
+                pending.extend(
+                    max(starts[j - low] + lag, clock) for j in range(counts[t], counts[p])
+                )
+        kept = self.seen.setdefault(counts, [])
+        self.spent += 1 + len(pending) * len(kept) // WORK
+        for other_clock, other_cost, other in kept:
+            if other_clock <= clock and other_cost <= state.cost:
+                if all(a <= b for a, b in zip(other, pending, strict=True)):
+                    return True
+        if len(kept) < KEPT and state.filled is None:
+            kept.append((clock, state.cost, pending))
+        return False
 
 
-def _low(state_counts, waiting: list[int], count: int) -> int:
-    """From which microbatch on a kind's starts are kept: the first some kind waiting on
-    it has not run (its own count where none waits)."""
-    return min((state_counts[t] for t in waiting), default=count)
-
-
-def _children(kinds, waiting, state: _State, microbatches: int, room: float, horizon: float):
-    """Each kind's next action run as early as the rules allow after ``state``. Right after
-    a weight pass, an action that could have started in its place is not run (swapping
-    the two ends every later action no later: the module docstring), nor a weight pass of
-    a lower kind (the two swapped)."""
-    counts, starts = state.counts, state.starts
-    for t, kind in enumerate(kinds):
-        j = counts[t]
-        if j == microbatches or state.held + kind.takes > room:
-            continue
-        ready = kind.release + j * kind.stride
-        for p, lag in kind.after:
-            if counts[p] <= j:
-                ready = math.inf
-                break
-            ready = max(ready, starts[p][j - _low(counts, waiting[p], counts[p])] + lag)
-        if ready == math.inf or _in_its_place(state.filled, t, kind, ready, room):
-            continue
-        begin = max(state.clock, ready)
-        if begin >= horizon:
-            yield _State(horizon, state.idle + horizon - state.clock, 0.0, (), ())
-            continue
-        yield _advance(kinds, waiting, state, t, begin)
+def _ancestors(kinds: list[Kind], t: int) -> set[int]:
+    """The kinds whose action of the same microbatch kind ``t``'s waits on, directly or
+    not."""
+    found, stack = set(), [t]
+    while stack:
+        for p, _ in kinds[stack.pop()].after:
+            if p not in found:
+                found.add(p)
+                stack.append(p)
+    return found
 
 
 def _in_its_place(filled, t: int, kind: Kind, ready: float, room: float) -> bool:
@@ -244,46 +357,4 @@ def _in_its_place(filled, t: int, kind: Kind, ready: float, room: float) -> bool
     return not kind.filler or t < other
 
 
-def _advance(kinds, waiting, state: _State, t: int, begin: float) -> _State:
-    """``state`` after kind ``t``'s next action, started at ``begin``."""
-    counts = list(state.counts)
-    lows = [_low(counts, waiting[k], counts[k]) for k in range(len(kinds))]
-    counts[t] += 1
-    starts = list(state.starts)
-    if waiting[t]:
-        starts[t] = starts[t] + (begin,)
-    for k in range(len(kinds)):
-        drop = _low(counts, waiting[k], counts[k]) - lows[k]
-        if drop and waiting[k]:
-            starts[k] = starts[k][drop:]
-    kind = kinds[t]
-    return _State(
-        begin + kind.ms,
-        state.idle + begin - state.clock,
-        state.held + kind.takes - kind.gives,
-        tuple(counts),
-        tuple(starts),
-        (t, begin, state.held) if kind.filler else None,
-    )
-
-
-def _beaten(seen: dict, state: _State, kinds, waiting) -> bool:
-    """Whether a state kept with the same counts starts no later than ``state`` at its
-    clock and at every pending action; else ``state`` is kept (up to ``KEPT``)."""
-    counts, clock = state.counts, state.clock
-    pending = []
-    for t, kind in enumerate(kinds):
-        for p, lag in kind.after:
-            low = _low(counts, waiting[p], counts[p])
-            for j in range(counts[t], counts[p]):
-                pending.append(max(state.starts[p][j - low] + lag, clock))
-    kept = seen.setdefault(counts, [])
-    for other_clock, other in kept:
-        if other_clock <= clock and all(a <= b for a, b in zip(other, pending, strict=True)):
-            return True
-    if len(kept) < KEPT:
-        kept.append((clock, pending))
-    return False
-
-
-__all__ = ["BUDGET", "Kind", "forward_kinds", "least_idle_ms", "one_device_ms", "reverse_kinds"]
+__all__ = ["BUDGET", "Kind", "alone_ms", "forward_kinds", "one_device_ms"]
