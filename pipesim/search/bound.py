@@ -74,6 +74,14 @@ some earlier stage ``t`` and ``W(t,i)`` after them. The parts of the bound:
   over the states is a bound. It meets the Zero Bubble H1 makespan at 1F1B's memory on
   few microbatches, and on a V under a tight limit it counts the long round trip.
 
+* **one device alone** (``pipesim.search.one_device``): each device's own actions in the
+  order it picks, the rest of the pipeline reduced to the chains above as time lags (and
+  each other stage's forwards and input backwards run one at a time), its memory limit
+  kept; a best-first search over those orders, within a budget of states spent on the
+  devices whose other parts are highest first, floors the best of them. On a V under a
+  tight limit it sees how the two chunks share the room through the warm-up, the steady
+  state and the end, which the parts above count only one at a time.
+
 * **the end-of-step tail** (``with_tail``, where the scenario has data parallelism): after
   the flush every device reduces its gradients, so the longest tail adds to every part;
   overlapped (``dp_overlap``), device d's tail starts when its own last action ends, no

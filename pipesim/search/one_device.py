@@ -113,7 +113,7 @@ def alone_ms(problem: Problem, chain, floor_ms: float, own: list[float]) -> tupl
             break
         found, used = one_device_ms(problem, chain, device, best, budget)
         budget -= used
-        if found > best:
+        if found > best * (1 + 1e-9):  # more than the float noise of summing the same
             best, where = found, device
     return best, where
 
