@@ -37,9 +37,9 @@ started each as early as the rules allow (the bytes held depend only on the sequ
 every byte given back is given back by an earlier action of the same device).
 
 **The search** goes best first over sequences (the first actions of an order), by a floor
-under every order that begins with them. Every order begins with one of the sequences in
-the queue, so at every moment the least floor there is a lower bound, and the first
-complete sequence taken from it is a best order. The floor of a sequence: its step so far
+under every order that begins with them. For every order, one no worse begins with one
+of the sequences in the queue (below), so at every moment the least floor there is a
+lower bound, and the first complete sequence taken from it is a best order. The floor of a sequence: its step so far
 (the latest end plus end-chain); the clock plus all the work left; for each kind, the
 last of its actions starts after the remaining actions of every kind it waits on
 (directly or not), no earlier than its own earliest start and its lags after the last of
@@ -61,9 +61,10 @@ leave out sequences that cannot do better than others kept:
 * a sequence with the same count of each kind as one already taken from the queue that
   did not end with a weight pass, and a clock, a step so far and an earliest start of
   every pending action no earlier than that one's, is left out: whatever follows it can
-  follow the other as early, and swapping that order into a normal one moves only
-  weight passes after the other's last action (a swap never crosses an action that is
-  not a weight pass), so a normal order through the other is no worse.
+  follow the other as early, and swapping that order into a normal one reorders only
+  what follows the other's last action (a swap moves an action back across weight
+  passes, never across another action), so a normal order through the other is no
+  worse.
 
 After ``BUDGET`` states (all the devices together, the devices whose other parts are
 highest first) the least floor still in the queue is what a device proves.
@@ -123,7 +124,7 @@ def one_device_ms(
 ) -> tuple[float, int]:
     """No order of the device's relaxation ends before the first value (at least
     ``floor_ms``, a proven lower bound on the makespan), as the search finds it within
-    ``budget`` states; the second is how many it took."""
+    ``budget`` (``BUDGET``'s units); the second is what it spent."""
     mine = [s for s in range(problem.stages) if problem.placement[s] == device]
     if not mine or not math.isfinite(floor_ms):
         return floor_ms, 0
