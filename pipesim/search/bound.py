@@ -74,6 +74,14 @@ some earlier stage ``t`` and ``W(t,i)`` after them. The parts of the bound:
   over the states is a bound. It meets the Zero Bubble H1 makespan at 1F1B's memory on
   few microbatches, and on a V under a tight limit it counts the long round trip.
 
+* **one device alone** (``pipesim.search.one_device``): each device's own actions in the
+  order it picks, the rest of the pipeline reduced to the chains above as time lags (and
+  each other stage's forwards and input backwards run one at a time), its memory limit
+  kept; a best-first search over those orders, within a budget of states spent on the
+  devices whose other parts are highest first, floors the best of them. On a V under a
+  tight limit it sees how the two chunks share the room through the warm-up, the steady
+  state and the end, which the parts above count only one at a time.
+
 * **the end-of-step tail** (``with_tail``, where the scenario has data parallelism): after
   the flush every device reduces its gradients, so the longest tail adds to every part;
   overlapped (``dp_overlap``), device d's tail starts when its own last action ends, no
@@ -91,6 +99,7 @@ from dataclasses import dataclass
 from pipesim.search.fits import counts_memory, held_by_one, in_flight, most_ms, room_bytes
 from pipesim.search.greedy import Problem
 from pipesim.search.last_forward import last_forward_ms
+from pipesim.search.one_device import alone_ms
 from pipesim.search.round_trips import paced_ends
 from pipesim.search.serial import serial_ms
 from pipesim.search.tail import Tail
@@ -163,6 +172,14 @@ def lower_bound(
     for d in range(problem.devices):
         parts.append((last_forward_floor_ms(problem, chain, d), f"last forward of device {d}"))
     ms, part = max(parts, key=lambda found: found[0])
+    own = [0.0] * problem.devices
+    for found, name in parts:
+        if name.endswith(tuple(f"device {d}" for d in range(problem.devices))):
+            d = int(name.rsplit(" ", 1)[1])
+            own[d] = max(own[d], found)
+    alone, device = alone_ms(problem, chain, ms, own)
+    if device >= 0:
+        ms, part = alone, f"device {device} alone, in its best order"
     if tail is not None:
         ms, part = with_tail(problem, chain, tail, (ms, part))
     return LowerBound(max(ms, 0.0) * (1 - MARGIN), part)
