@@ -79,7 +79,7 @@ from dataclasses import dataclass
 from pipesim.search.fits import counts_memory, room_bytes, whole
 from pipesim.search.greedy import Problem
 
-BUDGET = 4000  # states taken from the queue in all, every device together (in units:
+BUDGET = 50_000  # states taken from the queue in all, every device together (in units:
 WORK = 64  # each state costs one more per this many pending starts compared with others)
 KEPT = 64  # states kept per count of each kind, to test new ones against
 

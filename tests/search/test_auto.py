@@ -7,7 +7,14 @@ from hypothesis import strategies as st
 
 from pipesim.schedules import get_schedule
 from pipesim.schedules.validity import validate
-from pipesim.search import AUTO_POLICIES, SearchError, auto, minimum_limit_bytes, search_schedule
+from pipesim.search import (
+    AUTO_POLICIES,
+    SearchError,
+    auto,
+    minimum_limit_bytes,
+    one_device,
+    search_schedule,
+)
 from pipesim.search.auto import default_limit_bytes, evaluate
 from pipesim.sim.costs import uniform_costs
 from pipesim.sim.engine import simulate
@@ -18,8 +25,10 @@ from tests.search.orders import fitting_recipes, split_costs
 
 @pytest.fixture
 def small_budget(monkeypatch):
-    """Property tests run many searches: a smaller improvement pass keeps them quick."""
+    """Property tests run many searches: a smaller improvement pass and a smaller search
+    of each device alone in the bound (a lower bound still) keep them quick."""
     monkeypatch.setattr(auto, "IMPROVE_ACTIONS", 3_000)
+    monkeypatch.setattr(one_device, "BUDGET", 4_000)
 
 
 def peaks_per_device(schedule, costs, topology=None):
