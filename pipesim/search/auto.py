@@ -344,7 +344,7 @@ class _Search:
     def climbed(self, problem: Problem, name: str, given: float | None, floor_ms: float) -> None:
         """The improvement passes (``improved``), then for a V under a ``given`` limit that
         is tight, or whose best order is still more than ``ANNEAL_GAP`` above the bound
-        ``floor_ms``, the annealing (``annealed``)."""
+        ``floor_ms``, the annealing (``anneal.anneal_phase``)."""
         costs, topology, v_shape = self.costs, self.topology, name == "v-auto"
         tight = given is not None and v_shape and _tight(problem, costs, topology, given)
         self.improved(max(self.best.schedule.num_actions, 1), tight, floor_ms, v_shape)

@@ -161,22 +161,19 @@ def lower_bound(
     placement are those of the search; ``backward_ms`` is each stage's full backward;
     ``tail``: the end-of-step work per device (``with_tail``)."""
     chain = chains(problem, backward_ms, overhead_ms)
-    parts = [
-        (device_floor_ms(problem, chain, d), f"work of device {d}") for d in range(problem.devices)
-    ]
+    devices = range(problem.devices)
+    work = [device_floor_ms(problem, chain, d) for d in devices]
+    serial = serial_ms(problem, chain)
+    last = [last_forward_floor_ms(problem, chain, d) for d in devices]
+    parts = [(work[d], f"work of device {d}") for d in devices]
     for s in range(problem.stages):
         name = f"round trips of stage {s} (at most {in_flight(problem, s)} in flight)"
         parts.append((round_trips_ms(problem, chain, s), name))
-    for d, ms in enumerate(serial_ms(problem, chain)):
-        parts.append((ms, f"serial round trips of device {d}"))
-    for d in range(problem.devices):
-        parts.append((last_forward_floor_ms(problem, chain, d), f"last forward of device {d}"))
+    parts += [(serial[d], f"serial round trips of device {d}") for d in devices]
+    parts += [(last[d], f"last forward of device {d}") for d in devices]
     ms, part = max(parts, key=lambda found: found[0])
-    own = [0.0] * problem.devices
-    for found, name in parts:
-        if name.endswith(tuple(f"device {d}" for d in range(problem.devices))):
-            d = int(name.rsplit(" ", 1)[1])
-            own[d] = max(own[d], found)
+    # each device's own parts: the one-device searches go to the highest first
+    own = [max(work[d], serial[d], last[d]) for d in devices]
     alone, device = alone_ms(problem, chain, ms, own)
     if device >= 0:
         ms, part = alone, f"device {device} alone, in its best order"
