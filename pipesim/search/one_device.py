@@ -39,8 +39,9 @@ every byte given back is given back by an earlier action of the same device).
 **The search** goes best first over sequences (the first actions of an order), by a floor
 under every order that begins with them. For every order, one no worse begins with one
 of the sequences in the queue (below), so at every moment the least floor there is a
-lower bound, and the first complete sequence taken from it is a best order. The floor of a sequence: its step so far
-(the latest end plus end-chain); the clock plus all the work left; for each kind, the
+lower bound, and the first complete sequence taken from it is a best order. The floor of
+a sequence: its step so far (the latest end plus end-chain); the clock plus all the work
+left; for each kind, the
 last of its actions starts after the remaining actions of every kind it waits on
 (directly or not), no earlier than its own earliest start and its lags after the last of
 those, and its end-chain follows; and the last forward of the deepest stage starts after
