@@ -103,11 +103,6 @@ class OrderModel:
         timing = self.timing(orders, cutoff_ms)
         return None if timing is None else timing.makespan_ms
 
-    def finish_times(self, orders: Sequence[Sequence[Pass]]) -> list[float] | None:
-        """Each device's last end (0 for an empty list), or None where the orders stall."""
-        timing = self.timing(orders)
-        return None if timing is None else timing.clocks
-
     def timing(
         self, orders: Sequence[Sequence[Pass]], cutoff_ms: float = math.inf
     ) -> Timing | None:

@@ -96,8 +96,8 @@ INSERTION_REACH = 8
 # V cases with at most ANNEAL_MOST_ACTIONS actions, under a tight limit or more than
 # ANNEAL_GAP above the bound after the climbs, then anneal from the best
 # (``pipesim.search.anneal``), timing ANNEAL_SCALE times as many passes as the
-# improvement pass simulates (a pass retimed there costs about a hundredth of one
-# simulated on the engine), in at most ``anneal.MOST_ITERATIONS`` moves.
+# improvement pass simulates (a pass retimed there costs a thirtieth to a sixtieth of
+# one simulated on the engine), in at most ``anneal.MOST_ITERATIONS`` moves.
 ANNEAL_MOST_ACTIONS = 1_500
 ANNEAL_GAP = 0.02
 ANNEAL_SCALE = 100
@@ -345,14 +345,16 @@ class _Search:
         """The improvement passes (``improved``), then for a V under a ``given`` limit that
         is tight, or whose best order is still more than ``ANNEAL_GAP`` above the bound
         ``floor_ms``, the annealing (``anneal.anneal_phase``)."""
-        costs, topology, v_shape = self.costs, self.topology, name == "v-auto"
-        tight = given is not None and v_shape and _tight(problem, costs, topology, given)
-        self.improved(max(self.best.schedule.num_actions, 1), tight, floor_ms, v_shape)
-        if given is None or not v_shape:
+        v_shape, actions = name == "v-auto", 3 * problem.stages * problem.microbatches
+        # whether the limit is tight: a 1F1B run, asked once and only where a phase uses it
+        asked = given is not None and v_shape
+        asked = asked and actions <= max(CHASE_MOST_ACTIONS, ANNEAL_MOST_ACTIONS)
+        tight = asked and _tight(problem, self.costs, self.topology, given)
+        climb_tight = tight and actions <= CHASE_MOST_ACTIONS
+        self.improved(max(self.best.schedule.num_actions, 1), climb_tight, floor_ms, v_shape)
+        if given is None or not v_shape or actions > ANNEAL_MOST_ACTIONS:
             return
-        room = self.best.makespan_ms > floor_ms * (1 + ANNEAL_GAP)
-        small = 3 * problem.stages * problem.microbatches <= ANNEAL_MOST_ACTIONS
-        if small and (room or _tight(problem, costs, topology, given, ANNEAL_MOST_ACTIONS)):
+        if tight or self.best.makespan_ms > floor_ms * (1 + ANNEAL_GAP):
             anneal_phase(self, problem, name, floor_ms, ANNEAL_SCALE * IMPROVE_ACTIONS)
 
     def runner(self, source: str) -> Callable[[Schedule], tuple[float | None, Trace | None]]:
@@ -366,17 +368,8 @@ class _Search:
         return run
 
 
-def _tight(
-    problem: Problem,
-    costs: Costs,
-    topology: Topology | None,
-    limit: float,
-    most_actions: int = CHASE_MOST_ACTIONS,
-) -> bool:
-    """Whether a V case of at most ``most_actions`` actions has a limit of at most
-    ``INSERTION_TIGHT`` of what 1F1B holds (larger ones: no phase that asks it runs)."""
-    if 3 * problem.stages * problem.microbatches > most_actions:
-        return False
+def _tight(problem: Problem, costs: Costs, topology: Topology | None, limit: float) -> bool:
+    """Whether a V case's limit is at most ``INSERTION_TIGHT`` of what 1F1B holds."""
     holds = default_limit_bytes("v-auto", problem.devices, problem.microbatches, costs, topology)
     return limit <= INSERTION_TIGHT * holds * (1 + TOLERANCE)
 

@@ -51,7 +51,7 @@ def test_the_quick_timing_and_peaks_are_the_engines(case):
     orders = passes_of(schedule)
     trace = simulate(schedule, costs, topology)
     assert model.makespan(orders) == pytest.approx(trace.makespan_ms, rel=1e-12)
-    clocks = model.finish_times(orders)
+    clocks = model.timing(orders).clocks
     compute = trace.lane == Lane.COMPUTE
     for device in range(len(orders)):
         mine = trace.end[compute & (trace.device == device)]
