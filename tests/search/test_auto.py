@@ -65,11 +65,11 @@ def search_cases(draw, max_devices=8):
 
 
 PROPERTY = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
 
-@pytest.mark.slow  # 25 searches: seconds; the full suite runs it
+@pytest.mark.slow  # 15 searches: seconds; the full suite runs it
 @PROPERTY
 @given(case=search_cases())
 def test_peak_activation_never_exceeds_the_limit_on_any_device(small_budget, case):
@@ -92,7 +92,7 @@ def test_peak_within_the_limit_up_to_16_devices(small_budget, case):
     assert max(peaks_per_device(found.schedule, costs, topology)) <= limit * (1 + 1e-9)
 
 
-@pytest.mark.slow  # 25 searches: seconds; the full suite runs it
+@pytest.mark.slow  # 15 searches: seconds; the full suite runs it
 @PROPERTY
 @given(case=search_cases())
 def test_never_slower_than_a_fixed_recipe_of_the_family_that_fits(small_budget, case):
